@@ -1,0 +1,22 @@
+"""jitmarlin: runtime-JIT Marlin-class mixed-precision GEMMs.
+
+    qw = jitmarlin.quantize(w, "uint4b8", group_size=128)   # w: (out_features, in_features)
+    y = jitmarlin.linear(x, qw)                              # x: (..., in_features) fp16/bf16 on GPU
+
+Kernels are specialised per GPU, quant type, group size and tile shape at first call, compiled
+with NVRTC, cached on disk and launched from CuPy on the caller's stream.
+"""
+from ._version import __version__
+from .api import PrewarmResult, linear, plan_for, prewarm
+from .errors import CaptureError, CompileError, InputError, JitMarlinError, UnsupportedError
+from .profiles import PROFILES as profiles
+from .profiles import DeviceProfile, get_profile
+from .qtypes import QTYPES
+from .quant import QuantizedWeight, dequantize, quantize
+from .spec import KernelSpec
+
+__all__ = [
+    "__version__", "linear", "prewarm", "plan_for", "PrewarmResult", "quantize", "dequantize",
+    "QuantizedWeight", "KernelSpec", "DeviceProfile", "get_profile", "profiles", "QTYPES",
+    "JitMarlinError", "InputError", "UnsupportedError", "CompileError", "CaptureError",
+]

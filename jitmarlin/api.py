@@ -1,0 +1,247 @@
+"""Public entry points: linear() and prewarm().
+
+linear() validates its arguments on every call (cheap integer checks) and keeps, per weight, a
+Launcher for each (device, activation dtype, M, stream) it has seen: the planning, compiling and
+workspace set-up happen once, on the first call with that key.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from . import launch, planner
+from .arrays import is_cupy, is_torch
+from .cache import KernelCache, default_cache
+from .errors import CaptureError, InputError, JitMarlinError
+from .problem import Problem
+from .profiles import DeviceProfile, get_profile, live_profile, planning_profile
+from .qtypes import normalize_act
+from .quant import QuantizedWeight
+
+_TORCH_ACT: dict = {}
+
+
+def _torch_act(dtype) -> str | None:
+    a = _TORCH_ACT.get(dtype)
+    if a is None:
+        s = str(dtype)
+        a = {"torch.float16": "float16", "torch.bfloat16": "bfloat16"}.get(s)
+        if a is not None:
+            _TORCH_ACT[dtype] = a
+    return a
+
+
+def _launcher(qw: QuantizedWeight, device: int, act: str, m: int, stream: int) -> launch.Launcher:
+    launchers = qw.__dict__.setdefault("_launchers", {})
+    key = (device, act, m, stream)
+    lz = launchers.get(key)
+    if lz is None:
+        lz = _prepare(qw, device, act, m, stream)
+        launchers[key] = lz
+    return lz
+
+
+def _prepare(qw: QuantizedWeight, device: int, act: str, m: int, stream: int) -> launch.Launcher:
+    """First call for this key: plan, fetch or compile, upload the weight, set up the workspace."""
+    profile = planning_profile(device)
+    problem = Problem(m, qw.n, qw.k, act, qw.qtype, qw.group_size)
+    plan = planner.plan(profile, problem)
+    arch = live_profile(device).arch
+    cache = default_cache()
+    capturing = launch.is_capturing(stream)
+    art, key, status = cache.get(plan.spec, arch, compile_missing=not capturing)
+    if art is None:
+        raise CaptureError(
+            f"kernel {plan.spec.name} for M={m} is not compiled yet and CUDA-graph capture is in "
+            "progress: run linear() once with this shape before capturing, or prewarm the cache"
+        )
+    func = launch.get_function(art, key, device)
+    if capturing and (device, act) not in qw._device:
+        raise CaptureError("the weight has not been uploaded to this GPU yet; warm up before capture")
+    b, s = qw.to_device(device, act)
+    # Slots for the largest grid this GPU can run, so the workspace never has to grow.
+    ws = launch.workspace(device, stream, live_profile(device).sms)
+    return launch.Launcher(plan, func, device, stream, b.data.ptr, s.data.ptr, ws)
+
+
+def _rows(shape, strides, k: int, what: str = "x"):
+    """(M, row stride) of an array viewed as rows of length k; strides in elements."""
+    nd = len(shape)
+    if nd == 0:
+        raise InputError(f"{what} must have at least one dimension")
+    if shape[-1] != k:
+        raise InputError(f"{what}.shape[-1] = {shape[-1]} but the weight has in_features = {k}")
+    if nd > 1 and shape[-1] > 1 and strides[-1] != 1:
+        raise InputError(f"{what} must be contiguous along its last dimension (stride {strides[-1]})")
+    if nd == 1:
+        return 1, k
+    lda = strides[-2]
+    m = 1
+    for i in range(nd - 1):
+        m *= shape[i]
+    for i in range(nd - 2):  # leading dims must collapse into one row index
+        if shape[i] > 1 and strides[i] != strides[i + 1] * shape[i + 1]:
+            raise InputError(f"{what}'s leading dimensions cannot be flattened into rows (strides {tuple(strides)})")
+    if m > 1 and (lda < k or lda % 8):
+        raise InputError(f"{what}'s row stride must be >= K and a multiple of 8 elements (16 bytes), got {lda}")
+    if m <= 1:
+        lda = k
+    return m, lda
+
+
+def linear(x, qw: QuantizedWeight, bias=None, out=None):
+    """out = x @ W.T (+ bias), with W the quantized weight `qw` of shape (N, K).
+
+    x: (..., K) float16 or bfloat16 on a GPU, as a CuPy array, a torch tensor or any __dlpack__
+    object (returned as CuPy). bias: optional (N,) of x's dtype on the same GPU. out: optional
+    preallocated contiguous (..., N) array of x's type and dtype. Runs on the caller's current
+    stream (torch's for tensors, CuPy's otherwise). Returns an array of x's kind, shape (..., N).
+    """
+    if not isinstance(qw, QuantizedWeight):
+        raise InputError(f"qw must be a jitmarlin.QuantizedWeight, got {type(qw).__name__}")
+    if is_torch(x):
+        return _linear_torch(x, qw, bias, out)
+    if is_cupy(x):
+        return _linear_cupy(x, qw, bias, out)
+    if hasattr(x, "__array_interface__") or type(x).__module__ == "numpy":
+        raise InputError("x is a host (NumPy) array: move it to the GPU (CuPy or torch) first")
+    if hasattr(x, "__dlpack__"):
+        import cupy
+
+        return _linear_cupy(cupy.from_dlpack(x), qw, bias, out)
+    raise InputError(f"x must be a CuPy array, a torch tensor or a DLPack producer, got {type(x).__name__}")
+
+
+def _check_out_bias(kind, x, out, bias, out_shape, n, device, dtype, contiguous, ptr):
+    """Validate `out` and `bias` (same kind, device, dtype; contiguous; 4-byte aligned)."""
+    if out is not None:
+        if tuple(out.shape) != out_shape:
+            raise InputError(f"out has shape {tuple(out.shape)}, expected {out_shape}")
+        if out.dtype != dtype:
+            raise InputError(f"out has dtype {out.dtype}, expected {dtype}")
+        if not contiguous(out):
+            raise InputError("out must be contiguous")
+        if ptr(out) % 4:
+            raise InputError("out must be 4-byte aligned")
+    if bias is not None:
+        if tuple(bias.shape) != (n,):
+            raise InputError(f"bias must have shape ({n},), got {tuple(bias.shape)}")
+        if bias.dtype != dtype:
+            raise InputError(f"bias has dtype {bias.dtype}, expected x's dtype {dtype}")
+        if not contiguous(bias) or ptr(bias) % 4:
+            raise InputError("bias must be contiguous and 4-byte aligned")
+
+
+def _linear_torch(x, qw, bias, out):
+    torch = sys.modules["torch"]
+    if not x.is_cuda:
+        raise InputError("x is a CPU tensor: move it to a CUDA device first")
+    act = _torch_act(x.dtype)
+    if act is None:
+        raise InputError(f"x must be float16 or bfloat16, got {x.dtype}")
+    dev = x.device.index
+    shape = tuple(x.shape)
+    m, lda = _rows(shape, x.stride(), qw.k)
+    out_shape = shape[:-1] + (qw.n,)
+    for name, t in (("out", out), ("bias", bias)):
+        if t is not None and (not is_torch(t) or t.device != x.device):
+            raise InputError(f"{name} must be a torch tensor on {x.device}")
+    _check_out_bias("torch", x, out, bias, out_shape, qw.n, dev, x.dtype,
+                    lambda t: t.is_contiguous(), lambda t: t.data_ptr())
+    if out is None:
+        out = torch.empty(out_shape, dtype=x.dtype, device=x.device)
+    if m == 0:
+        return out
+    ptr = x.data_ptr()
+    if ptr % 16:
+        raise InputError("x's data must be 16-byte aligned")
+    stream = _torch_stream(torch, dev)
+    lz = _launcher(qw, dev, act, m, stream)
+    lz(ptr, lda, out.data_ptr(), 0 if bias is None else bias.data_ptr())
+    return out
+
+
+def _torch_stream(torch, dev: int) -> int:
+    try:
+        return torch._C._cuda_getCurrentRawStream(dev)
+    except AttributeError:  # pragma: no cover - older torch
+        return torch.cuda.current_stream(dev).cuda_stream
+
+
+def _linear_cupy(x, qw, bias, out):
+    import cupy
+
+    try:
+        act = normalize_act(x.dtype)
+    except InputError:
+        raise InputError(f"x must be float16 or bfloat16, got {x.dtype}") from None
+    dev = x.device.id
+    item = x.itemsize
+    shape = x.shape
+    m, lda = _rows(shape, [s // item for s in x.strides], qw.k)
+    out_shape = shape[:-1] + (qw.n,)
+    for name, a in (("out", out), ("bias", bias)):
+        if a is not None and (not is_cupy(a) or a.device.id != dev):
+            raise InputError(f"{name} must be a CuPy array on device {dev}")
+    _check_out_bias("cupy", x, out, bias, out_shape, qw.n, dev, x.dtype,
+                    lambda a: a.flags.c_contiguous, lambda a: a.data.ptr)
+    with cupy.cuda.Device(dev):
+        if out is None:
+            out = cupy.empty(out_shape, dtype=x.dtype)
+        if m == 0:
+            return out
+        ptr = x.data.ptr
+        if ptr % 16:
+            raise InputError("x's data must be 16-byte aligned")
+        stream = cupy.cuda.get_current_stream().ptr
+        lz = _launcher(qw, dev, act, m, stream)
+        lz(ptr, lda, out.data.ptr, 0 if bias is None else bias.data.ptr)
+    return out
+
+
+# ---- prewarm -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PrewarmResult:
+    profile: str
+    arch: str
+    kernel: str
+    status: str          # 'compiled', 'cached', 'failed'
+    seconds: float
+    detail: str = ""
+
+
+def plan_for(profile: DeviceProfile, m: int, n: int, k: int, act: str = "float16",
+             qtype: str = "uint4b8", group_size: int = 128) -> planner.Plan:
+    """The plan linear() would use for this shape on `profile` (no GPU needed)."""
+    return planner.plan(profile, Problem(m, n, k, act, qtype, group_size))
+
+
+def prewarm(profiles, shapes, ms=(1, 16, 64), *, act: str = "float16", qtype: str = "uint4b8",
+            group_size: int = 128, cache: KernelCache | None = None):
+    """Compile (or find cached) every kernel the planner would pick for `shapes` (list of (K, N),
+    as the CLI's KxN) and batch sizes `ms` on each profile (names, archs or DeviceProfiles).
+    Needs no GPU. Returns a list of PrewarmResult."""
+    cache = cache or default_cache()
+    results = []
+    seen = set()
+    for prof in profiles:
+        p = prof if isinstance(prof, DeviceProfile) else get_profile(prof)
+        for k, n in shapes:
+            for m in ms:
+                try:
+                    spec = plan_for(p, m, n, k, act, qtype, group_size).spec
+                except JitMarlinError as e:
+                    results.append(PrewarmResult(p.name, p.arch, "-", "failed", 0.0, str(e)))
+                    continue
+                if (spec, p.arch) in seen:
+                    continue
+                seen.add((spec, p.arch))
+                try:
+                    art, _, status = cache.get(spec, p.arch)
+                    results.append(PrewarmResult(
+                        p.name, p.arch, spec.name, "compiled" if status == "compiled" else "cached",
+                        art.seconds if status == "compiled" else 0.0))
+                except JitMarlinError as e:
+                    results.append(PrewarmResult(p.name, p.arch, spec.name, "failed", 0.0, str(e)))
+    return results

@@ -1,0 +1,116 @@
+"""Run generated kernels on the CPU through the warp emulator (templates/emu/).
+
+The kernel source is rendered with the 'emu' instruction layer, built with the host C++
+compiler into a shared library and launched through ctypes. Every fragment layout, dequant bit
+trick, pipeline stage, barrier and Stream-K lock runs exactly as written for the GPU; only the
+instruction layer differs. Meant for tests and debugging: it is slow (seconds per small GEMM).
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from . import halves
+from .planner import Plan
+from .quant import QuantizedWeight
+from .render import render
+from .spec import KernelSpec
+
+_libs: dict[str, ctypes.CDLL] = {}
+
+
+def compiler() -> str | None:
+    return os.environ.get("CXX") or shutil.which("g++") or shutil.which("clang++")
+
+
+def _build_dir() -> Path:
+    d = Path(os.environ.get("JITMARLIN_EMU_DIR", Path(tempfile.gettempdir()) / "jitmarlin-emu"))
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def build(spec: KernelSpec) -> ctypes.CDLL:
+    """Compile `spec` for the emulator (cached by source hash) and load it."""
+    src = render(spec, target="emu")
+    digest = hashlib.sha256(src.encode()).hexdigest()[:16]
+    lib = _libs.get(digest)
+    if lib is not None:
+        return lib
+    cxx = compiler()
+    if cxx is None:
+        raise RuntimeError("the CPU emulator needs a C++17 compiler (g++ or clang++)")
+    d = _build_dir()
+    so = d / f"{spec.name}_{digest}.so"
+    if not so.exists():
+        cpp = d / f"{spec.name}_{digest}.cpp"
+        cpp.write_text(src)
+        tmp = so.with_suffix(f".{os.getpid()}.tmp")
+        cmd = [cxx, "-std=c++17", "-O1", "-g0", "-fPIC", "-shared", "-w", "-o", str(tmp), str(cpp)]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode:
+            raise RuntimeError(f"emulator build of {spec.name} failed:\n{r.stderr[-4000:]}")
+        os.replace(tmp, so)
+    lib = ctypes.CDLL(str(so))
+    lib.jm_emu_launch.restype = ctypes.c_int
+    lib.jm_emu_launch.argtypes = [
+        ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_longlong),
+        ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_uint,
+        ctypes.c_char_p, ctypes.c_int,
+    ]
+    _libs[digest] = lib
+    return lib
+
+
+class EmuError(RuntimeError):
+    """The emulator found a deadlock, an out-of-bounds access or a misaligned address."""
+
+
+def run(plan: Plan, x_bits: np.ndarray, qw: QuantizedWeight, bias_bits: np.ndarray | None = None,
+        *, seed: int = 1, poison: int = 0x7E00) -> np.ndarray:
+    """Launch `plan` on the CPU. x_bits: (M, K) uint16 patterns of plan's activation dtype.
+
+    Returns the (M, N) output bit patterns. The output buffer starts poisoned (NaN) with guard
+    rows after it; an untouched guard and no NaN left in the output are checked by the caller.
+    """
+    spec, p = plan.spec, plan.problem
+    lib = build(spec)
+    m, k = x_bits.shape
+    assert (m, k) == (p.m, p.k)
+    a = np.ascontiguousarray(x_bits, dtype=np.uint16)
+    b = np.ascontiguousarray(qw.packed)
+    s = np.ascontiguousarray(qw.scales_for(spec.act))
+    guard_rows = 2
+    c = np.full((m + guard_rows, p.n), poison, dtype=np.uint16)
+    slot_floats = spec.tile_m * spec.tile_n
+    partials = np.full(plan.grid * slot_floats, np.nan, dtype=np.float32)
+    locks = np.zeros(plan.grid, dtype=np.int32)
+    bias = None if bias_bits is None else np.ascontiguousarray(bias_bits, dtype=np.uint16)
+    arrays = [a, b, s, bias, c, partials, locks]
+    ptrs = (ctypes.c_void_p * 7)(*[None if v is None else v.ctypes.data for v in arrays])
+    sizes = (ctypes.c_longlong * 7)(*[0 if v is None else v.nbytes for v in arrays])
+    sizes[4] = m * p.n * 2            # C: the guard rows are not part of the buffer
+    err = ctypes.create_string_buffer(512)
+    rc = lib.jm_emu_launch(plan.grid, plan.smem_bytes, ptrs, sizes, p.m, p.n, p.k, p.k,
+                           plan.iters, seed, err, len(err))
+    if rc:
+        raise EmuError(f"{spec.name}: {err.value.decode()}")
+    if not np.all(c[m:] == poison):
+        raise EmuError(f"{spec.name}: the kernel wrote past the end of the output")
+    if np.any(locks != 0):
+        raise EmuError(f"{spec.name}: workspace locks not reset to zero after the launch")
+    return c[:m]
+
+
+def run_values(plan: Plan, x: np.ndarray, qw: QuantizedWeight, bias=None, seed: int = 1) -> np.ndarray:
+    """Like run() with float inputs (rounded to the activation dtype); returns float32 output."""
+    act = plan.spec.act
+    xb = halves.to_bits(x, act)
+    bb = None if bias is None else halves.to_bits(bias, act)
+    return halves.from_bits(run(plan, xb, qw, bb, seed=seed), act)

@@ -1,0 +1,131 @@
+"""Launch stage: load cubins into CuPy modules (per device), own the Stream-K workspace, launch.
+
+Nothing here compiles or plans; it receives an Artifact and a Plan.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import CaptureError
+from .nvrtc import Artifact
+from .planner import Plan
+
+CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+MAX_SLOT_FLOATS = 64 * 256          # largest output tile (tm=4 x tn=16): floats per partial slot
+
+_functions: dict[tuple[int, str], object] = {}
+_workspaces: dict[tuple[int, int], "Workspace"] = {}
+_streams: dict[int, object] = {}
+
+
+def _cp():
+    import cupy
+
+    return cupy
+
+
+def is_capturing(stream_ptr: int) -> bool:
+    from cupy.cuda import runtime
+
+    try:
+        return runtime.streamIsCapturing(stream_ptr) != 0
+    except Exception:
+        return False
+
+
+def get_function(artifact: Artifact, key: str, device: int):
+    """The kernel as a CuPy Function on `device` (module loaded once per device)."""
+    f = _functions.get((device, key))
+    if f is None:
+        cp = _cp()
+        from cupy.cuda import driver, function
+
+        with cp.cuda.Device(device):
+            mod = function.Module()
+            mod.load(artifact.cubin)
+            f = mod.get_function(artifact.name)
+            f._jm_module = mod  # keep the module alive with the function
+        _functions[(device, key)] = f
+    return f
+
+
+class Workspace:
+    """Per (device, stream) scratch for cross-block reduction: `slots` fp32 partial tiles and as
+    many int32 counters. Counters are zero between launches (the kernel resets them), so one
+    allocation serves every call on that stream, CUDA-graph replays included."""
+
+    def __init__(self, device: int, slots: int):
+        cp = _cp()
+        with cp.cuda.Device(device):
+            self.locks = cp.zeros(slots, dtype=cp.int32)
+            self.partials = cp.empty(slots * MAX_SLOT_FLOATS, dtype=cp.float32)
+            cp.cuda.Device(device).synchronize()
+        self.slots = slots
+        self.locks_ptr = self.locks.data.ptr
+        self.partials_ptr = self.partials.data.ptr
+
+
+def workspace(device: int, stream_ptr: int, slots: int) -> Workspace:
+    """The workspace for calls on `stream_ptr`: one per (device, stream), so kernels running
+    concurrently on different streams never share counters. Calls captured into CUDA graphs
+    (whose capture streams are new) share one per-device graph workspace made at warm-up, as
+    allocating during capture is not allowed: replay graphs of one device one at a time."""
+    ws = _workspaces.get((device, stream_ptr))
+    if ws is not None and ws.slots >= slots:
+        return ws
+    if is_capturing(stream_ptr):
+        ws = _workspaces.get((device, -1))
+        if ws is None or ws.slots < slots:
+            raise CaptureError(
+                "jitmarlin needs to allocate its workspace, which cannot happen during CUDA-graph "
+                "capture: call linear() once on this GPU before capturing (warm-up)"
+            )
+        return ws
+    ws = Workspace(device, max(slots, 1))
+    _workspaces[(device, stream_ptr)] = ws
+    graph_ws = _workspaces.get((device, -1))
+    if graph_ws is None or graph_ws.slots < ws.slots:
+        _workspaces[(device, -1)] = Workspace(device, ws.slots)
+    return ws
+
+
+def stream_object(stream_ptr: int):
+    """A CuPy stream object for a raw stream handle (cached)."""
+    s = _streams.get(stream_ptr)
+    if s is None:
+        cp = _cp()
+        s = cp.cuda.Stream.null if stream_ptr == 0 else cp.cuda.ExternalStream(stream_ptr)
+        _streams[stream_ptr] = s
+    return s
+
+
+class Launcher:
+    """Everything fixed for one (weight, device, activation dtype, M, stream): the call only adds
+    the pointers of x, out and bias."""
+
+    __slots__ = ("func", "grid", "block", "smem", "stream", "static", "plan", "device", "keep")
+
+    def __init__(self, plan: Plan, func, device: int, stream_ptr: int, b_ptr: int, s_ptr: int,
+                 ws: Workspace):
+        self.plan = plan
+        self.func = func
+        self.keep = ws  # the workspace must outlive every launcher that points into it
+        self.device = device
+        self.grid = (plan.grid, 1, 1)
+        self.block = (plan.spec.threads, 1, 1)
+        self.smem = plan.smem_bytes
+        self.stream = stream_object(stream_ptr)
+        p = plan.problem
+        self.static = (np.uint64(b_ptr), np.uint64(s_ptr), np.uint64(ws.partials_ptr),
+                       np.uint64(ws.locks_ptr), np.int32(p.m), np.int32(p.n), np.int32(p.k))
+        from cupy.cuda import driver
+
+        with _cp().cuda.Device(device):
+            driver.funcSetAttribute(func.ptr, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.smem)
+
+    def __call__(self, x_ptr: int, lda: int, out_ptr: int, bias_ptr: int) -> None:
+        b, s, part, locks, m, n, k = self.static
+        self.func(self.grid, self.block,
+                  (np.uint64(x_ptr), b, s, np.uint64(bias_ptr), np.uint64(out_ptr), part, locks,
+                   m, n, k, np.int32(lda), np.int32(self.plan.iters)),
+                  shared_mem=self.smem, stream=self.stream)

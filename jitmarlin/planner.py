@@ -1,0 +1,147 @@
+"""The planner: DeviceProfile + problem shape -> Plan (KernelSpec + launch geometry).
+
+Pure functions of frozen values: no GPU, no I/O. Prewarm, inspect and the tests call it for any
+profile.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import InputError, UnsupportedError
+from .problem import Problem
+from .profiles import DeviceProfile
+from .qtypes import ACT_DTYPES, GROUP_SIZES, get_qtype
+from .spec import KernelSpec
+
+# Quant types each code path implements today.
+PATH_QTYPES = {
+    "sm70": ("uint4b8",),
+    "sm75": ("uint4b8",),
+    "sm80": ("uint4b8",),
+}
+# Activation dtypes each path implements (Volta and Turing tensor cores have no bf16).
+PATH_ACTS = {"sm70": ("float16",), "sm75": ("float16",), "sm80": ("float16", "bfloat16")}
+PATH_MAX_STAGES = {"sm70": 2, "sm75": 2, "sm80": 4}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A spec plus how to launch it: `grid` blocks, each taking `iters` consecutive K-tiles of the
+    striped (Stream-K) work list of m_chunks x n_tiles x k_tiles tiles."""
+
+    spec: KernelSpec
+    problem: Problem
+    grid: int
+    iters: int
+    smem_bytes: int
+
+    @property
+    def m_chunks(self) -> int:
+        return -(-self.problem.m // self.spec.tile_m)
+
+    @property
+    def n_tiles(self) -> int:
+        return -(-self.problem.n // self.spec.tile_n)
+
+    @property
+    def k_tiles(self) -> int:
+        return self.problem.k // self.spec.tile_k
+
+    @property
+    def total_iters(self) -> int:
+        return self.m_chunks * self.n_tiles * self.k_tiles
+
+
+def check_problem(profile: DeviceProfile, p: Problem) -> None:
+    """Raise a clear error when `p` cannot run on `profile`."""
+    path = profile.path
+    q = get_qtype(p.qtype)
+    if p.act not in ACT_DTYPES:
+        raise InputError(f"activation dtype must be float16 or bfloat16, got {p.act}")
+    if p.act not in PATH_ACTS[path]:
+        raise UnsupportedError(
+            f"{p.act} activations are not supported on {profile.arch} ({profile.name}): "
+            f"its tensor cores take {' or '.join(PATH_ACTS[path])} only"
+        )
+    if p.qtype not in PATH_QTYPES[path]:
+        raise UnsupportedError(
+            f"quant type {p.qtype} is not implemented on the {path} path ({profile.arch}); "
+            f"supported there: {', '.join(PATH_QTYPES[path])}"
+        )
+    if p.group_size not in GROUP_SIZES:
+        raise UnsupportedError(
+            f"group_size must be one of {GROUP_SIZES} (-1 = per output channel), got {p.group_size}"
+        )
+    if q.fixed_group and p.group_size != q.fixed_group:
+        raise InputError(f"{q.name} uses groups of {q.fixed_group}, got {p.group_size}")
+    if p.m < 1:
+        raise InputError(f"M (rows of x) must be >= 1, got {p.m}")
+    if p.n % 64:
+        raise InputError(f"N (out_features) must be a multiple of 64, got {p.n}")
+    if p.k % 64:
+        raise InputError(f"K (in_features) must be a multiple of 64, got {p.k}")
+    if p.group_size > 0 and p.k % p.group_size:
+        raise InputError(f"K={p.k} is not a multiple of group_size={p.group_size}")
+
+
+def _tile_candidates(m: int) -> list[tuple[int, int]]:
+    # (tn, tk): decode favours square 128x128 weight tiles (more K per block, fewer partial sums);
+    # larger batches favour wide 256-column tiles that reuse each activation fragment more.
+    if m <= 16:
+        return [(8, 8), (16, 4), (4, 8), (4, 16)]
+    return [(16, 4), (8, 8), (4, 8), (4, 16)]
+
+
+def choose_spec(profile: DeviceProfile, p: Problem) -> KernelSpec:
+    """Pick the kernel for problem `p` on `profile` (raises if none fits)."""
+    check_problem(profile, p)
+    path = profile.path
+    tm = min(4, -(-p.m // 16))
+    gb = -1 if p.group_size < 0 else p.group_size // 16
+    fitting = []
+    for tn, tk in _tile_candidates(p.m):
+        if p.k % (16 * tk):
+            continue
+        for stages in range(PATH_MAX_STAGES[path], 1, -1):
+            spec = KernelSpec(path, p.qtype, p.act, gb, tm, tn, tk, stages)
+            try:
+                spec.check()
+            except ValueError:
+                break
+            if spec.smem_bytes() <= profile.smem_per_block:
+                fitting.append(spec)
+                break
+    if not fitting:
+        raise UnsupportedError(
+            f"no tile configuration fits {profile.name} ({profile.smem_per_block} bytes of shared "
+            f"memory per block) for M={p.m} N={p.n} K={p.k}"
+        )
+    # Prefer a tile width that divides N (no idle columns); keep candidate order otherwise.
+    for spec in fitting:
+        if p.n % spec.tile_n == 0:
+            return spec
+    return fitting[0]
+
+
+def plan(profile: DeviceProfile, p: Problem, spec: KernelSpec | None = None) -> Plan:
+    """Plan problem `p` on `profile`; `spec` overrides the planner's kernel choice (tuning)."""
+    if spec is None:
+        spec = choose_spec(profile, p)
+    else:
+        check_problem(profile, p)
+        spec.check()
+        if p.k % spec.tile_k:
+            raise InputError(f"K={p.k} is not a multiple of the kernel's K tile {spec.tile_k}")
+        if spec.smem_bytes() > profile.smem_per_block:
+            raise UnsupportedError(f"{spec.name} needs more shared memory than {profile.name} has")
+    m_chunks = -(-p.m // spec.tile_m)
+    n_tiles = -(-p.n // spec.tile_n)
+    k_tiles = p.k // spec.tile_k
+    total = m_chunks * n_tiles * k_tiles
+    # One block per SM; every block takes an equal run of the striped work list so that all SMs
+    # stream weights for the whole kernel. All blocks must be resident: blocks wait on one another
+    # when they share an output tile.
+    grid = max(1, min(profile.sms, total))
+    iters = -(-total // grid)
+    grid = -(-total // iters)
+    return Plan(spec=spec, problem=p, grid=grid, iters=iters, smem_bytes=spec.smem_bytes())

@@ -1,0 +1,82 @@
+"""Render stage: KernelSpec -> CUDA C++ source, from the Jinja templates in templates/.
+
+One main template (gemm.cu.j2) includes one primitive partial per concern; the spec's code path
+and types pick which. An architecture difference lives in exactly one partial.
+"""
+from __future__ import annotations
+
+import hashlib
+from functools import lru_cache
+from pathlib import Path
+
+import jinja2
+
+from ._version import __version__
+from .spec import KernelSpec
+
+_PKG = Path(__file__).resolve().parent
+
+
+def templates_dir() -> Path:
+    """templates/ inside an installed wheel (jitmarlin/templates) or at the checkout's top level."""
+    for cand in (_PKG / "templates", _PKG.parent / "templates"):
+        if (cand / "gemm.cu.j2").is_file():
+            return cand
+    raise FileNotFoundError("jitmarlin templates not found next to the package or the checkout")
+
+
+@lru_cache(maxsize=1)
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+        # CUDA inline asm writes operand lists as {%0,%1}: statements are `//%` lines instead.
+        line_statement_prefix="//%",
+        line_comment_prefix="//#",
+        block_start_string="<%",
+        block_end_string="%>",
+        comment_start_string="<#",
+        comment_end_string="#>",
+    )
+
+
+def partials(spec: KernelSpec, target: str = "cuda") -> dict[str, str]:
+    """Which primitive partial each concern uses for `spec` (template paths)."""
+    legacy = spec.path in ("sm70", "sm75")
+    return {
+        "ptx": f"ptx/{target}.cuh",
+        "act": f"act/{spec.act}_{'sm70' if legacy else 'sm80'}.cuh",
+        "mma": f"mma/{spec.path}.cuh",
+        "ldsm": "ldsm/emulated.cuh" if spec.path == "sm70" else "ldsm/native.cuh",
+        "pipe": "copy/register_staged.cuh" if legacy else "copy/cp_async.cuh",
+        "dequant": f"dequant/{spec.qtype}_{spec.act}.cuh",
+        "reduce": "reduce/locks.cuh",
+    }
+
+
+def render(spec: KernelSpec, target: str = "cuda") -> str:
+    """CUDA C++ source of `spec`. target 'cuda' for NVRTC, 'emu' for the CPU emulator."""
+    if target not in ("cuda", "emu"):
+        raise ValueError(f"unknown render target {target!r}")
+    spec.check()
+    tmpl = _env().get_template("gemm.cu.j2")
+    return tmpl.render(
+        spec=spec,
+        target=target,
+        version=__version__,
+        partials=partials(spec, target),
+        act_ptx="bf16" if spec.act == "bfloat16" else "f16",
+    )
+
+
+def templates_digest() -> str:
+    """Hash of every template file (part of cache keys and `jitmarlin info`)."""
+    h = hashlib.sha256()
+    root = templates_dir()
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            h.update(p.relative_to(root).as_posix().encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()

@@ -1,0 +1,135 @@
+"""KernelSpec: everything that changes the generated code, and nothing else (frozen, hashable)."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+
+from .qtypes import ACT_DTYPES, QTYPES
+
+THREADS = 256          # 8 warps per block
+WARPS = THREADS // 32
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One specialised GEMM kernel.
+
+    path: instruction path ('sm70', 'sm75', 'sm80'); qtype, act: weight and activation types;
+    group_blocks: scale group size in units of 16 along K, or -1 for one scale per output channel;
+    tm, tn, tk: tile size in 16-element blocks along M, N and K; stages: shared-memory pipeline depth.
+    """
+
+    path: str
+    qtype: str
+    act: str
+    group_blocks: int
+    tm: int
+    tn: int
+    tk: int
+    stages: int
+    threads: int = THREADS
+
+    # ---- derived geometry (the same numbers the template computes) ----
+    @property
+    def warps_n(self) -> int:
+        """Warps side by side along N; each owns 64 output columns."""
+        return self.tn // 4
+
+    @property
+    def warps_k(self) -> int:
+        """Warps that split the tile's K range and are reduced through shared memory."""
+        return WARPS // self.warps_n
+
+    @property
+    def sub_steps(self) -> int:
+        """k16 steps each warp performs per pipeline stage."""
+        return self.tk // self.warps_k
+
+    @property
+    def grouped(self) -> bool:
+        return self.group_blocks > 0
+
+    @property
+    def group_size(self) -> int:
+        return -1 if self.group_blocks < 0 else 16 * self.group_blocks
+
+    @property
+    def scale_rows(self) -> int:
+        """Scale rows fetched per stage (one per group that starts inside the K tile)."""
+        if not self.grouped:
+            return 0
+        return max(1, self.tk // self.group_blocks)
+
+    @property
+    def tile_m(self) -> int:
+        return 16 * self.tm
+
+    @property
+    def tile_n(self) -> int:
+        return 16 * self.tn
+
+    @property
+    def tile_k(self) -> int:
+        return 16 * self.tk
+
+    def stage_bytes(self) -> int:
+        bits = QTYPES[self.qtype].bits
+        a = self.tile_m * self.tile_k * 2
+        b = self.tile_k * self.tile_n * bits // 8
+        s = self.scale_rows * self.tile_n * 2
+        return a + b + s
+
+    def reduce_bytes(self) -> int:
+        """Shared memory for the in-block reduction of one m16 row block across K-warps."""
+        return (self.warps_k - 1) * self.warps_n * 8 * 32 * 16
+
+    def epilogue_bytes(self) -> int:
+        """Shared memory for staging one finished output tile (16 bytes of padding per row)."""
+        return self.tile_m * (self.tile_n * 2 + 16)
+
+    def smem_bytes(self) -> int:
+        """Dynamic shared memory the kernel needs, bytes."""
+        return max(self.stages * self.stage_bytes(), self.reduce_bytes(), self.epilogue_bytes())
+
+    def check(self) -> None:
+        """Raise ValueError when the fields do not describe a buildable kernel."""
+        if self.path not in ("sm70", "sm75", "sm80"):
+            raise ValueError(f"unknown code path {self.path!r}")
+        if self.qtype not in QTYPES:
+            raise ValueError(f"unknown quant type {self.qtype!r}")
+        if self.act not in ACT_DTYPES:
+            raise ValueError(f"unknown activation dtype {self.act!r}")
+        if self.threads != THREADS:
+            raise ValueError("kernels use 256 threads")
+        if self.tn not in (4, 8, 16):
+            raise ValueError(f"tn must be 4, 8 or 16 (got {self.tn})")
+        if not 1 <= self.tm <= 4:
+            raise ValueError(f"tm must be 1..4 (got {self.tm})")
+        if self.tk % self.warps_k or self.sub_steps < 1:
+            raise ValueError(f"tk={self.tk} cannot be split over {self.warps_k} K-warps")
+        if self.grouped and self.tk % self.group_blocks and self.group_blocks % self.tk:
+            raise ValueError("group size and K tile must divide one another")
+        if self.path != "sm80" and self.stages != 2:
+            raise ValueError("register-staged paths (sm70, sm75) use 2 stages")
+        if self.stages < 2:
+            raise ValueError("at least 2 pipeline stages")
+
+    # ---- identity ----
+    def canonical(self) -> str:
+        """Stable text form (sorted JSON) used in cache keys."""
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_canonical(cls, text: str) -> "KernelSpec":
+        d = json.loads(text)
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    @property
+    def name(self) -> str:
+        """Kernel symbol, readable in profilers: jm_sm80_uint4b8_f16_g128_m1n8k8s4."""
+        g = "gc" if self.group_blocks < 0 else f"g{16 * self.group_blocks}"
+        return (
+            f"jm_{self.path}_{self.qtype}_{ACT_DTYPES[self.act]}_{g}"
+            f"_m{self.tm}n{self.tn}k{self.tk}s{self.stages}"
+        )

@@ -1,0 +1,141 @@
+// ---- instruction layer: CUDA (inline PTX) -------------------------------------------------------
+// One small function per PTX instruction the kernel uses. Primitive partials are written only in
+// terms of these names; ptx/emu.cuh gives the same names a CPU implementation, so the partials'
+// own logic (fragment mapping, emulated instructions) runs unchanged in the emulator.
+// Functions are static: NVRTC only emits the ones a kernel uses, so an instruction that does not
+// exist on an older target is never assembled for it.
+#define JM_KERNEL extern "C" __global__ void __launch_bounds__(256, 1)
+#define JM_DEV static __device__ __forceinline__
+#define JM_INL __device__ __forceinline__
+#define JM_UNROLL _Pragma("unroll")
+#define JM_SMEM_DECL(type, name) extern __shared__ type name[]
+
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned long long u64;
+
+JM_DEV u32 smem_u32(const void* p) {
+  u32 a;
+  asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+
+template <int LUT>
+JM_DEV u32 lop3(u32 a, u32 b, u32 c) {
+  u32 d;
+  asm("lop3.b32 %0, %1, %2, %3, %4;" : "=r"(d) : "r"(a), "r"(b), "r"(c), "n"(LUT));
+  return d;
+}
+
+JM_DEV u32 prmt(u32 a, u32 b, u32 sel) {
+  u32 d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+
+// ---- conversions and packed half arithmetic ----
+JM_DEV u16 f16_from_f32(float f) {
+  u16 h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+JM_DEV float f32_from_f16(u16 h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+JM_DEV u32 f16x2_from_f32(float lo, float hi) {  // sm_80+
+  u32 d;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+JM_DEV u32 bf16x2_from_f32(float lo, float hi) {  // sm_80+
+  u32 d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+JM_DEV u32 sub_f16x2(u32 a, u32 b) {
+  u32 d;
+  asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+JM_DEV u32 mul_f16x2(u32 a, u32 b) {
+  u32 d;
+  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+JM_DEV u32 fma_f16x2(u32 a, u32 b, u32 c) {
+  u32 d;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+JM_DEV u32 fma_bf16x2(u32 a, u32 b, u32 c) {  // sm_80+
+  u32 d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+// ---- tensor cores ----
+JM_DEV void ldmatrix_x4(u32 (&r)[4], const void* smem) {  // sm_75+
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(smem)));
+}
+JM_DEV void mma_m16n8k16_f16(float (&c)[4], const u32 (&a)[4], const u32 (&b)[2]) {  // sm_80+
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+JM_DEV void mma_m16n8k16_bf16(float (&c)[4], const u32 (&a)[4], const u32 (&b)[2]) {  // sm_80+
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+JM_DEV void mma_m16n8k8_f16(float (&c)[4], u32 a0, u32 a1, u32 b0) {  // sm_75+
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 "
+      "{%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(b0));
+}
+JM_DEV void mma_m8n8k4_f16(float (&c)[8], u32 a0, u32 a1, u32 b0, u32 b1) {  // sm_70+
+  asm volatile(
+      "mma.sync.aligned.m8n8k4.row.col.f32.f16.f16.f32 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9}, {%10,%11}, {%0,%1,%2,%3,%4,%5,%6,%7};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7])
+      : "r"(a0), "r"(a1), "r"(b0), "r"(b1));
+}
+
+// ---- memory movement ----
+JM_DEV void cp_async16(void* smem, const void* gmem, int src_bytes) {  // sm_80+; zero-fills the rest
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+               :: "r"(smem_u32(smem)), "l"(gmem), "r"(src_bytes));
+}
+JM_DEV void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+JM_DEV void cp_async_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N)); }
+
+JM_DEV int4 ld_global_v4(const int4* p) { return *p; }
+// L2-only (.cg) loads and stores for the cross-block partial sums: L1 is not coherent between
+// blocks. Written as the compiler intrinsics (not asm) so ptxas can schedule them against
+// register pressure; they stay ordered with __syncthreads like any memory access.
+JM_DEV float4 ld_cg_f32x4(const float4* p) { return __ldcg(p); }
+JM_DEV void st_cg_f32x4(float4* p, float4 v) { __stcg(p, v); }
+JM_DEV int ld_acquire_gpu(const int* p) {
+  int v;
+  asm volatile("ld.global.acquire.gpu.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+JM_DEV void st_release_gpu(int* p, int v) {
+  asm volatile("st.global.release.gpu.b32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
+}
+JM_DEV void st_relaxed_gpu(int* p, int v) {
+  asm volatile("st.global.relaxed.gpu.b32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
+}
+JM_DEV void fence_gpu() { __threadfence(); }
+JM_DEV void spin_pause() { __nanosleep(32); }
+JM_DEV void bar_sync() { __syncthreads(); }
+JM_DEV u32 shfl_idx(u32 v, int src_lane) { return __shfl_sync(0xffffffffu, v, src_lane); }

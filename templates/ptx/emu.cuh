@@ -1,0 +1,165 @@
+// ---- instruction layer: CPU emulator --------------------------------------------------------------
+// The same names as ptx/cuda.cuh, implemented on the host over the fiber runtime. Each function
+// follows the PTX ISA's definition of its instruction (fragment layouts, rounding, zero fill), so
+// the primitive partials built on top run here unchanged.
+//% include "emu/runtime.h"
+
+#define JM_KERNEL extern "C" void
+#define JM_DEV static inline
+#define JM_INL inline
+#define JM_UNROLL
+#define JM_SMEM_DECL(type, name) type* name = reinterpret_cast<type*>(::emu::cur_block().smem.data())
+#define __restrict__ __restrict
+#define threadIdx (::emu::cur().tidx)
+#define blockIdx (::emu::cur_block().bidx)
+#define gridDim (::emu::g_rt->grid)
+#define blockDim (::emu::g_rt->block)
+
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned long long u64;
+
+template <int LUT>
+JM_DEV u32 lop3(u32 a, u32 b, u32 c) {
+  u32 d = 0;
+  for (int m = 0; m < 8; ++m)
+    if (LUT & (1 << m))
+      d |= ((m & 4) ? a : ~a) & ((m & 2) ? b : ~b) & ((m & 1) ? c : ~c);
+  return d;
+}
+
+JM_DEV u32 prmt(u32 a, u32 b, u32 sel) {  // default mode: each nibble of sel picks one byte
+  const u64 src = (u64)a | ((u64)b << 32);
+  u32 d = 0;
+  for (int i = 0; i < 4; ++i) {
+    const u32 s = (sel >> (4 * i)) & 0xf;
+    u32 byte = (u32)(src >> (8 * (s & 7))) & 0xff;
+    if (s & 8) byte = (byte & 0x80) ? 0xff : 0x00;  // sign replicate
+    d |= byte << (8 * i);
+  }
+  return d;
+}
+
+JM_DEV u16 f16_from_f32(float f) { return emu::d2h(f); }
+JM_DEV float f32_from_f16(u16 h) { return (float)emu::h2d(h); }
+JM_DEV u32 f16x2_from_f32(float lo, float hi) { return emu::d2h(lo) | ((u32)emu::d2h(hi) << 16); }
+JM_DEV u32 bf16x2_from_f32(float lo, float hi) { return emu::d2b(lo) | ((u32)emu::d2b(hi) << 16); }
+
+#define JM_EMU_F16X2(name, expr)                                            \
+  JM_DEV u32 name(u32 a, u32 b) {                                           \
+    const double a0 = emu::h2d(a & 0xffff), a1 = emu::h2d(a >> 16);          \
+    const double b0 = emu::h2d(b & 0xffff), b1 = emu::h2d(b >> 16);          \
+    (void)a0; (void)a1; (void)b0; (void)b1;                                  \
+    return emu::d2h(expr(a0, b0)) | ((u32)emu::d2h(expr(a1, b1)) << 16);     \
+  }
+#define JM_SUB(x, y) ((x) - (y))
+#define JM_MUL(x, y) ((x) * (y))
+JM_EMU_F16X2(sub_f16x2, JM_SUB)
+JM_EMU_F16X2(mul_f16x2, JM_MUL)
+JM_DEV u32 fma_f16x2(u32 a, u32 b, u32 c) {
+  u32 d = 0;
+  for (int i = 0; i < 2; ++i) {
+    const double x = emu::h2d(a >> (16 * i)) * emu::h2d(b >> (16 * i)) + emu::h2d(c >> (16 * i));
+    d |= (u32)emu::d2h(x) << (16 * i);
+  }
+  return d;
+}
+JM_DEV u32 fma_bf16x2(u32 a, u32 b, u32 c) {
+  u32 d = 0;
+  for (int i = 0; i < 2; ++i) {
+    const double x = emu::b2d((a >> (16 * i)) & 0xffff) * emu::b2d((b >> (16 * i)) & 0xffff) +
+                     emu::b2d((c >> (16 * i)) & 0xffff);
+    d |= (u32)emu::d2b(x) << (16 * i);
+  }
+  return d;
+}
+
+// ---- tensor cores (warp collectives) ----
+// ldmatrix .x4: lanes 8q..8q+7 give the row addresses of matrix q; lane l receives 32-bit word
+// l % 4 of row l / 4 of each matrix.
+JM_DEV void ldmatrix_x4(u32 (&r)[4], const void* p) {
+  emu::check_smem(p, 16, 16, "ldmatrix row address");
+  const int par = emu::warp_exchange(nullptr, 0, p);
+  const emu::Warp& w = emu::cur_warp();
+  const int l = emu::lane();
+  for (int q = 0; q < 4; ++q) r[q] = static_cast<const u32*>(w.ptrs[par][q * 8 + l / 4])[l % 4];
+}
+
+// m16n8k16 / m16n8k8, row.col, f32 accumulate. Fragment element (row, k) of A and (k, n) of B
+// are found in the deposits of the lane the PTX ISA assigns them to.
+template <int K, bool BF16>
+JM_DEV void mma_m16n8(float (&c)[4], const u32* a, const u32* b) {
+  u32 words[6];
+  const int na = K / 4, nb = K / 8;  // registers per lane: A 4 / 2, B 2 / 1
+  for (int i = 0; i < na; ++i) words[i] = a[i];
+  for (int i = 0; i < nb; ++i) words[na + i] = b[i];
+  const int par = emu::warp_exchange(words, na + nb, nullptr);
+  const emu::Warp& w = emu::cur_warp();
+  auto half = [](u32 v, int hi) -> double {
+    const u16 h = hi ? (u16)(v >> 16) : (u16)(v & 0xffff);
+    return BF16 ? emu::b2d(h) : emu::h2d(h);
+  };
+  auto A = [&](int row, int k) {
+    const int src = (row % 8) * 4 + (k % 8) / 2, reg = (row >= 8) + 2 * (k >= 8);
+    return half(w.words[par][src][reg], k % 2);
+  };
+  auto B = [&](int k, int n) {
+    const int src = n * 4 + (k % 8) / 2, reg = k >= 8;
+    return half(w.words[par][src][na + reg], k % 2);
+  };
+  const int g = emu::lane() / 4, t = emu::lane() % 4;
+  for (int e = 0; e < 4; ++e) {
+    const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
+    double s = c[e];
+    for (int k = 0; k < K; ++k) s += A(row, k) * B(k, col);
+    c[e] = (float)s;
+  }
+}
+JM_DEV void mma_m16n8k16_f16(float (&c)[4], const u32 (&a)[4], const u32 (&b)[2]) {
+  mma_m16n8<16, false>(c, a, b);
+}
+JM_DEV void mma_m16n8k16_bf16(float (&c)[4], const u32 (&a)[4], const u32 (&b)[2]) {
+  mma_m16n8<16, true>(c, a, b);
+}
+JM_DEV void mma_m16n8k8_f16(float (&c)[4], u32 a0, u32 a1, u32 b0) {
+  const u32 a[2] = {a0, a1}, b[1] = {b0};
+  mma_m16n8<8, false>(c, a, b);
+}
+
+// ---- memory movement ----
+JM_DEV void cp_async16(void* smem, const void* gmem, int src_bytes) {
+  emu::cp_async_issue(smem, gmem, src_bytes);
+}
+JM_DEV void cp_async_commit() { emu::cp_async_commit(); }
+template <int N>
+JM_DEV void cp_async_wait() { emu::cp_async_wait(N); }
+
+JM_DEV int4 ld_global_v4(const int4* p) {
+  emu::check_global(p, 16, "ld.global.v4");
+  return *p;
+}
+JM_DEV float4 ld_cg_f32x4(const float4* p) {
+  emu::check_global(p, 16, "ld.global.cg.v4.f32");
+  return *p;
+}
+JM_DEV void st_cg_f32x4(float4* p, float4 v) {
+  emu::check_global(p, 16, "st.global.cg.v4.f32");
+  *p = v;
+}
+JM_DEV int ld_acquire_gpu(const int* p) {
+  emu::check_global(p, 4, "ld.acquire.gpu");
+  return *reinterpret_cast<const volatile int*>(p);
+}
+JM_DEV void st_release_gpu(int* p, int v) {
+  emu::check_global(p, 4, "st.release.gpu");
+  *reinterpret_cast<volatile int*>(p) = v;
+  emu::g_rt->progress++;
+}
+JM_DEV void st_relaxed_gpu(int* p, int v) { st_release_gpu(p, v); }
+JM_DEV void fence_gpu() {}
+JM_DEV void spin_pause() { emu::yield(); }
+JM_DEV void bar_sync() { emu::syncthreads(); }
+JM_DEV u32 shfl_idx(u32 v, int src_lane) {
+  const int par = emu::warp_exchange(&v, 1, nullptr);
+  return emu::cur_warp().words[par][src_lane & 31][0];
+}

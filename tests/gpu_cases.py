@@ -1,0 +1,47 @@
+"""The GPU correctness matrix, shared by the GPU tests and by tools that prewarm for them.
+
+Every M, N, K of the foundation issue appears with every (N, K) pair; group size, activation
+dtype, input kind (CuPy / torch), a poisoned preallocated output and a bias rotate through the
+cases so that each value of each axis meets many shapes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MS = (1, 2, 7, 16, 33, 64, 127, 256, 1000, 4096)
+NS = (64, 256, 4160, 6144, 14336)
+KS = (128, 4096, 14336)
+GROUPS = (-1, 32, 64, 128)
+ACTS = ("float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class Case:
+    m: int
+    n: int
+    k: int
+    group: int
+    act: str
+    kind: str        # "cupy" or "torch"
+    poison_out: bool
+    bias: bool
+
+    @property
+    def id(self) -> str:
+        g = "gc" if self.group < 0 else f"g{self.group}"
+        return (f"m{self.m}-n{self.n}-k{self.k}-{g}-{self.act}-{self.kind}"
+                f"{'-out' if self.poison_out else ''}{'-bias' if self.bias else ''}")
+
+
+def cases() -> list[Case]:
+    out = []
+    i = 0
+    for n in NS:
+        for k in KS:
+            for m in MS:
+                group = GROUPS[i % 4]
+                act = ACTS[(i // 4) % 2]
+                kind = ("cupy", "torch")[(i // 8) % 2]
+                out.append(Case(m, n, k, group, act, kind, poison_out=(i % 3 == 0), bias=(i % 5 == 1)))
+                i += 1
+    return out

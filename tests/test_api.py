@@ -1,0 +1,251 @@
+"""jitmarlin.linear: argument checking (CPU) and correctness on the GPU against a float64
+reference computed from the quantized values themselves (not from the package's unpacker)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import jitmarlin
+from jitmarlin import InputError, QuantizedWeight
+from jitmarlin.api import _rows
+from gpu_cases import cases
+
+TOL = {"float16": 2e-3, "bfloat16": 1e-2}
+
+
+# ---- CPU: argument checks that need no GPU ---------------------------------------------------
+
+def test_rows_flattens_leading_dims():
+    assert _rows((3, 5, 128), (640, 128, 1), 128) == (15, 128)
+    assert _rows((128,), (1,), 128) == (1, 128)
+    assert _rows((4, 128), (256, 1), 128) == (4, 256)      # row stride wider than K
+
+
+@pytest.mark.parametrize("shape,strides,msg", [
+    ((4, 64), (64, 1), "in_features = 128"),
+    ((4, 128), (1, 4), "contiguous along its last"),
+    ((4, 128), (132, 1), "multiple of 8"),
+    ((2, 3, 128), (1024, 128, 1), "cannot be flattened"),
+])
+def test_rows_rejects(shape, strides, msg):
+    with pytest.raises(InputError, match=msg):
+        _rows(shape, strides, 128)
+
+
+def test_linear_rejects_host_arrays(rng):
+    qw = jitmarlin.quantize(rng.standard_normal((64, 128)), "uint4b8", 128)
+    with pytest.raises(InputError, match="host"):
+        jitmarlin.linear(np.zeros((1, 128), np.float16), qw)
+    with pytest.raises(InputError, match="QuantizedWeight"):
+        jitmarlin.linear(np.zeros((1, 128), np.float16), object())
+
+
+# ---- GPU ---------------------------------------------------------------------------------------
+
+def _cp():
+    import cupy
+
+    return cupy
+
+
+_weights: dict = {}
+
+
+def make_weight(n: int, k: int, group: int, act: str):
+    """A random quantized weight built on the GPU, and its exact dequantized float64 matrix
+    computed directly from the random codes and scales."""
+    key = (n, k, group, act)
+    if key in _weights:
+        return _weights[key]
+    _weights.clear()  # keep GPU memory small: one weight at a time
+    cp = _cp()
+    from jitmarlin import halves, packing
+
+    q = cp.random.randint(0, 16, size=(n, k), dtype=cp.uint8)
+    groups = 1 if group == -1 else k // group
+    s32 = (cp.random.random((groups, n), dtype=cp.float32) * 0.02 + 0.002)
+    s_host = halves.to_bits(cp.asnumpy(s32), act)                 # round scales to act dtype
+    s_exact = cp.asarray(halves.from_bits(s_host, act), dtype=cp.float64)   # (G, n)
+    sbits = cp.asarray(s_host)
+    scales = packing.permute_scales(sbits) if group != -1 else sbits.reshape(n)
+    qw = QuantizedWeight("uint4b8", group, n, k, packing.pack_int4(q), scales, scale_dtype=act)
+    gs = k if group == -1 else group
+    w = (q.astype(cp.float64) - 8.0) * cp.repeat(s_exact.T, gs, axis=1)
+    _weights[key] = (qw, w)
+    return qw, w
+
+
+def _torch_dtype(act):
+    import torch
+
+    return {"float16": torch.float16, "bfloat16": torch.bfloat16}[act]
+
+
+def make_input(case, rng_seed):
+    """x (m, k), bias (n,) or None, out or None in the case's array kind; plus float64 copies."""
+    cp = _cp()
+    gen = cp.random.default_rng(rng_seed)
+    x32 = gen.standard_normal((case.m, case.k), dtype=cp.float32)
+    b32 = gen.standard_normal(case.n, dtype=cp.float32) if case.bias else None
+    if case.kind == "torch":
+        import torch
+
+        dt = _torch_dtype(case.act)
+        x = torch.from_dlpack(x32).to(dt)
+        bias = torch.from_dlpack(b32).to(dt) if b32 is not None else None
+        out = torch.full((case.m, case.n), float("nan"), dtype=dt, device=x.device) if case.poison_out else None
+        x64 = cp.from_dlpack(x.double())
+        b64 = cp.from_dlpack(bias.double()) if bias is not None else None
+        return x, bias, out, x64, b64
+    if case.act == "bfloat16":
+        ml = pytest.importorskip("ml_dtypes", reason="CuPy bfloat16 arrays need ml_dtypes")
+        try:
+            x = x32.astype(ml.bfloat16)
+        except Exception as e:  # pragma: no cover - depends on the CuPy build
+            pytest.skip(f"this CuPy cannot hold bfloat16 arrays ({e}); bf16 is covered by the torch cases")
+        dt = ml.bfloat16
+    else:
+        x = x32.astype(cp.float16)
+        dt = cp.float16
+    bias = b32.astype(dt) if b32 is not None else None
+    out = cp.full((case.m, case.n), cp.nan, dtype=cp.float32).astype(dt) if case.poison_out else None
+    x64 = x.astype(cp.float64)
+    b64 = bias.astype(cp.float64) if bias is not None else None
+    return x, bias, out, x64, b64
+
+
+def _to_f64(a):
+    cp = _cp()
+    if type(a).__module__.startswith("torch"):
+        return cp.from_dlpack(a.double())
+    return a.astype(cp.float64)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", cases(), ids=lambda c: c.id)
+def test_linear_matches_float64_reference(case, rng):
+    cp = _cp()
+    if case.kind == "torch":
+        pytest.importorskip("torch")
+    qw, w = make_weight(case.n, case.k, case.group, case.act)
+    x, bias, out, x64, b64 = make_input(case, int(rng.integers(1 << 31)))
+    y = jitmarlin.linear(x, qw, bias=bias, out=out)
+    if out is not None:
+        assert y is out
+    assert type(y) is type(x)
+    assert tuple(y.shape) == (case.m, case.n)
+    if case.kind == "torch":
+        import torch
+
+        torch.cuda.synchronize()
+    y64 = _to_f64(y)
+    assert not bool(cp.isnan(y64).any()), "output has unwritten (NaN) elements"
+    ref = x64 @ w.T
+    if b64 is not None:
+        ref += b64
+    err = float(cp.linalg.norm(y64 - ref) / cp.linalg.norm(ref))
+    assert err <= TOL[case.act], f"relative error {err:.3e}"
+
+
+@pytest.mark.gpu
+def test_batched_leading_dims_and_strided_rows(rng):
+    cp = _cp()
+    qw, w = make_weight(256, 4096, 128, "float16")
+    big = cp.asarray(rng.standard_normal((2, 3, 4096 + 64)), dtype=cp.float16)
+    x = big[:, 1:2, :4096]                       # (2, 1, 4096), row stride 3*(4096+64)
+    y = jitmarlin.linear(x, qw)
+    assert y.shape == (2, 1, 256)
+    ref = x.reshape(2, 4096).astype(cp.float64) @ w.T
+    err = float(cp.linalg.norm(y.reshape(2, 256).astype(cp.float64) - ref) / cp.linalg.norm(ref))
+    assert err <= 2e-3
+
+
+@pytest.mark.gpu
+def test_torch_current_stream_is_used(rng):
+    torch = pytest.importorskip("torch")
+    cp = _cp()
+    qw, w = make_weight(6144, 4096, 128, "float16")
+    x = torch.randn(16, 4096, device="cuda", dtype=torch.float16)
+    out = torch.full((16, 6144), float("nan"), device="cuda", dtype=torch.float16)
+    jitmarlin.linear(x, qw)  # warm: compile and upload outside the timed region
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(200_000_000)          # keeps `s` busy for tens of milliseconds
+        jitmarlin.linear(x, qw, out=out)
+    snap = out.clone()                          # on the default stream: must not see results yet
+    torch.cuda.default_stream().synchronize()
+    assert bool(torch.isnan(snap).all()), "linear() did not run on torch's current stream"
+    s.synchronize()
+    ref = cp.from_dlpack(x.double()) @ w.T
+    err = float(cp.linalg.norm(cp.from_dlpack(out.double()) - ref) / cp.linalg.norm(ref))
+    assert err <= 2e-3
+
+
+@pytest.mark.gpu
+def test_cuda_graph_replay(rng):
+    torch = pytest.importorskip("torch")
+    cp = _cp()
+    qw, w = make_weight(4096, 4096, 128, "bfloat16")
+    x = torch.randn(7, 4096, device="cuda", dtype=torch.bfloat16)
+    y = jitmarlin.linear(x, qw)           # warm-up: compile, upload, workspace
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = jitmarlin.linear(x, qw)
+    for _ in range(3):                    # new inputs each replay, same buffers
+        x.copy_(torch.randn(7, 4096, device="cuda", dtype=torch.bfloat16))
+        y.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        ref = cp.from_dlpack(x.double()) @ w.T
+        err = float(cp.linalg.norm(cp.from_dlpack(y.double()) - ref) / cp.linalg.norm(ref))
+        assert err <= 1e-2
+
+
+@pytest.mark.gpu
+def test_capture_without_warmup_is_a_clear_error(rng):
+    torch = pytest.importorskip("torch")
+    qw, _ = make_weight(256, 128, 64, "float16")
+    x = torch.randn(3, 128, device="cuda", dtype=torch.float16)
+    g = torch.cuda.CUDAGraph()
+    with pytest.raises(jitmarlin.CaptureError, match="warm"):
+        with torch.cuda.graph(g):
+            jitmarlin.linear(x, qw)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bad,msg", [
+    ("dtype", "float16 or bfloat16"),
+    ("k", "in_features"),
+    ("bias_shape", "bias must have shape"),
+    ("out_dtype", "out has dtype"),
+    ("misaligned", "16-byte aligned"),
+])
+def test_bad_inputs_raise_before_launch(bad, msg):
+    cp = _cp()
+    qw, _ = make_weight(256, 128, 64, "float16")
+    x = cp.ones((4, 128), dtype=cp.float16)
+    kw = {}
+    if bad == "dtype":
+        x = x.astype(cp.float32)
+    elif bad == "k":
+        x = cp.ones((4, 192), dtype=cp.float16)
+    elif bad == "bias_shape":
+        kw["bias"] = cp.ones(255, dtype=cp.float16)
+    elif bad == "out_dtype":
+        kw["out"] = cp.empty((4, 256), dtype=cp.float32)
+    elif bad == "misaligned":
+        x = cp.ones(4 * 128 + 1, dtype=cp.float16)[1:].reshape(4, 128)
+    with pytest.raises(InputError, match=msg):
+        jitmarlin.linear(x, qw, **kw)
+
+
+@pytest.mark.gpu
+def test_unsupported_shape_is_clear():
+    cp = _cp()
+    w = np.random.default_rng(0).standard_normal((64, 128))
+    qw = jitmarlin.quantize(w, "uint4b8", 128)
+    qw.n = 96  # a shape the kernel cannot take
+    with pytest.raises(InputError, match="multiple of 64"):
+        jitmarlin.linear(cp.ones((2, 128), dtype=cp.float16), qw)

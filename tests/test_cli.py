@@ -1,0 +1,40 @@
+import json
+
+from jitmarlin.cli import main
+
+
+def test_info(capsys):
+    assert main(["info", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["jitmarlin"] and "sm_90" in info["nvrtc_archs"]
+    assert info["cache_dir"]
+
+
+def test_inspect_resources_json(capsys):
+    assert main(["inspect", "--arch", "sm_90", "--m", "16", "--n", "4096", "--k", "4096", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    for key in ("registers", "spill_stores", "spill_loads", "shared_bytes", "local_bytes"):
+        assert key in r
+    assert r["spill_stores"] == 0 and r["kernel"].startswith("jm_sm80_")
+
+
+def test_inspect_source_and_ptx(capsys):
+    assert main(["inspect", "--profile", "a100", "--m", "1", "--source"]) == 0
+    assert "mma_16816" in capsys.readouterr().out
+    assert main(["inspect", "--arch", "sm_80", "--m", "1", "--ptx"]) == 0
+    assert ".target sm_80" in capsys.readouterr().out
+
+
+def test_prewarm_then_cached(capsys, tmp_path):
+    args = ["prewarm", "--arch", "sm_80,sm_90", "--shapes", "4096x4096", "--m", "1,16",
+            "--cache-dir", str(tmp_path)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "2 compiled" in out or "1 compiled" in out
+    assert main(args) == 0
+    assert "0 compiled" in capsys.readouterr().out
+
+
+def test_bad_arguments_are_clear(capsys):
+    assert main(["inspect", "--arch", "sm_90", "--act", "bfloat16", "--profile", "t4"]) == 2
+    assert "bfloat16" in capsys.readouterr().err

@@ -1,0 +1,94 @@
+"""Render + NVRTC compile for every architecture this NVRTC supports, with PTX and resource
+checks. Compiles are shared through the session's cache."""
+import pytest
+
+from jitmarlin import nvrtc
+from jitmarlin.cache import default_cache
+from jitmarlin.errors import UnsupportedError
+from jitmarlin.planner import plan
+from jitmarlin.problem import Problem
+from jitmarlin.profiles import get_profile
+from jitmarlin.render import partials, render
+
+SM80_ARCHS = ["sm_80", "sm_86", "sm_89", "sm_90", "sm_120", "sm_121"]
+CASES = [(1, "float16", 128), (16, "bfloat16", -1), (64, "float16", 32), (200, "bfloat16", 64)]
+
+
+def _build(arch, m, act, group, n=4096, k=4096):
+    prof = get_profile(arch)
+    p = plan(prof, Problem(m, n, k, act, "uint4b8", group))
+    art, _, _ = default_cache().get(p.spec, arch)
+    return prof, p, art
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", SM80_ARCHS)
+@pytest.mark.parametrize("m,act,group", CASES)
+def test_sm80_path_compiles_with_expected_instructions(arch, m, act, group):
+    if arch not in nvrtc.supported_archs():
+        pytest.skip(f"NVRTC {nvrtc.version()} cannot target {arch}")
+    prof, p, art = _build(arch, m, act, group)
+    assert art.cubin[:4] == b"\x7fELF"
+    ptx = art.ptx
+    assert "mma.sync.aligned.m16n8k16.row.col.f32" in ptx
+    assert ("bf16.bf16" if act == "bfloat16" else "f16.f16") in ptx
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx
+    assert "cp.async.cg.shared.global" in ptx
+    assert "lop3.b32" in ptx
+    r = art.resources
+    assert r["registers"] is not None and r["registers"] <= 255
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0, r
+    assert r["stack_bytes"] == 0, r
+    assert p.smem_bytes + r["static_shared_bytes"] <= prof.smem_per_block
+
+
+def test_partials_select_per_path():
+    from jitmarlin.spec import KernelSpec
+
+    s80 = KernelSpec("sm80", "uint4b8", "bfloat16", 8, 1, 8, 8, 4)
+    assert partials(s80)["mma"] == "mma/sm80.cuh"
+    assert partials(s80)["pipe"] == "copy/cp_async.cuh"
+    s75 = KernelSpec("sm75", "uint4b8", "float16", 8, 1, 8, 8, 2)
+    assert partials(s75)["mma"] == "mma/sm75.cuh"
+    assert partials(s75)["pipe"] == "copy/register_staged.cuh"
+    assert partials(s75)["act"] == "act/float16_sm70.cuh"
+
+
+def test_source_is_readable_and_self_describing():
+    from jitmarlin.spec import KernelSpec
+
+    s = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 8, 8, 4)
+    src = render(s)
+    assert src.startswith(f"// {s.name}")
+    assert s.canonical() in src
+    assert "{{" not in src and "//%" not in src
+
+
+def test_compile_error_names_spec_and_arch():
+    from jitmarlin.errors import CompileError
+    from jitmarlin.spec import KernelSpec
+
+    s = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 8, 8, 4)
+    with pytest.raises(CompileError) as ei:
+        nvrtc.compile_source("this is not C++", s.name, "sm_90", s)
+    msg = str(ei.value)
+    assert s.name in msg and "sm_90" in msg and "NVRTC log" in msg
+    assert ei.value.log
+
+
+def test_resource_parser():
+    log = """ptxas info    : Compiling entry function 'k1' for 'sm_90'
+ptxas info    : Function properties for k1
+ptxas         .     8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 96 registers, used 1 barriers, 2048 bytes smem, 412 bytes cmem[0]
+"""
+    r = nvrtc.parse_resources(log, "k1")
+    assert r == {"registers": 96, "spill_stores": 4, "spill_loads": 12, "stack_bytes": 8,
+                 "static_shared_bytes": 2048, "param_bytes": 412}
+
+
+def test_sm70_needs_cuda12_nvrtc(monkeypatch):
+    monkeypatch.setattr(nvrtc, "supported_archs", lambda: ("sm_75", "sm_80", "sm_90"))
+    monkeypatch.setattr(nvrtc, "version", lambda: (13, 0))
+    with pytest.raises(UnsupportedError, match=r"cu12"):
+        nvrtc.check_arch("sm_70")
