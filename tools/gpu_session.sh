@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# One device session: environment, smoke test, the GPU test suite, the benchmark; a short
+# table at the end. Knobs: TESTS=0/1, BENCH=0/1, BENCH_ARGS, PYTEST_ARGS, EMULATE (profiles).
+set -u
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/jm-out}; mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH="$PWD:${PYTHONPATH:-}"
+if [ -d .jmcache ]; then rm -rf /tmp/jmcache; cp -r .jmcache /tmp/jmcache; fi
+export JITMARLIN_CACHE_DIR=/tmp/jmcache JITMARLIN_TEST_CACHE_DIR=/tmp/jmcache
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+python3 -c "import torch, cupy, cuda.bindings; print('torch', torch.__version__, 'cupy', cupy.__version__, 'cuda.bindings', cuda.bindings.__version__)"
+python3 -m jitmarlin info | grep -E "nvrtc |gpus|cache_entries"
+t0=$(date +%s)
+JITMARLIN_LOG=info timeout 120 python3 tools/gpu_smoke.py 2>&1 | tee "$OUT/smoke.log" | grep -v "cache hit"
+echo "smoke: $(( $(date +%s) - t0 )) s"
+if [ "${TESTS:-1}" = 1 ]; then
+  t0=$(date +%s)
+  timeout ${TEST_TIMEOUT:-300} python3 -m pytest tests -m gpu -q -p no:cacheprovider --maxfail=${MAXFAIL:-25} \
+      -o addopts="" -rfE ${PYTEST_ARGS:-} > "$OUT/pytest.log" 2>&1
+  echo "pytest rc=$? in $(( $(date +%s) - t0 )) s"; grep -E "passed|failed|error" "$OUT/pytest.log" | tail -3
+  grep -E "^FAILED|^ERROR" "$OUT/pytest.log" | head -30
+  for e in ${EMULATE:-}; do
+    t0=$(date +%s)
+    JITMARLIN_EMULATE=$e timeout ${TEST_TIMEOUT:-300} python3 -m pytest tests -m gpu -q -p no:cacheprovider \
+        --maxfail=${MAXFAIL:-25} -o addopts="" -rfE ${PYTEST_ARGS:-} > "$OUT/pytest-$e.log" 2>&1
+    echo "pytest EMULATE=$e rc=$? in $(( $(date +%s) - t0 )) s"; grep -E "passed|failed" "$OUT/pytest-$e.log" | tail -1
+    grep -E "^FAILED|^ERROR" "$OUT/pytest-$e.log" | head -10
+  done
+fi
+if [ "${BENCH:-1}" = 1 ]; then
+  t0=$(date +%s)
+  timeout ${BENCH_TIMEOUT:-300} python3 tools/bench --json "$OUT/bench.json" ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1
+  echo "bench rc=$? in $(( $(date +%s) - t0 )) s"
+  grep -v "^  " "$OUT/bench.log" | tail -60
+fi

@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Prewarm a kernel cache with every kernel the GPU test suite and tools/bench will request on
+a given profile. Run it with the same NVRTC version as the GPU machine (the version is part of
+the cache key) and carry the cache there: the GPU session then compiles nothing.
+
+    JITMARLIN_CACHE_DIR=.jmcache python tools/prewarm_suite.py --profile h100 [--emulate t4,v100]
+"""
+import argparse
+import os
+import sys
+import time
+from dataclasses import replace
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
+
+from jitmarlin import nvrtc                      # noqa: E402
+from jitmarlin.api import plan_for                # noqa: E402
+from jitmarlin.cache import default_cache         # noqa: E402
+from jitmarlin.errors import JitMarlinError       # noqa: E402
+from jitmarlin.profiles import get_profile        # noqa: E402
+
+
+def problems():
+    from gpu_cases import cases
+
+    for c in cases():
+        yield c.m, c.n, c.k, c.act, c.group
+    extra = [(2, 256, 4096, "float16", 128), (16, 6144, 4096, "float16", 128),
+             (7, 4096, 4096, "bfloat16", 128), (3, 256, 128, "float16", 64), (4, 256, 128, "float16", 64)]
+    yield from extra
+    bench = [(4096, 6144), (4096, 4096), (4096, 28672), (14336, 4096), (8192, 10240), (8192, 8192),
+             (8192, 57344), (28672, 8192), (512, 512)]
+    for k, n in bench:
+        for m in (1, 16, 64, 256, 1024, 4096):
+            for act in ("float16", "bfloat16"):
+                yield m, n, k, act, 128
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--profile", default="h100")
+    ap.add_argument("--emulate", default="", help="also plan as these profiles (JITMARLIN_EMULATE runs)")
+    ap.add_argument("--arch", default=None, help="compile arch (default: the profile's)")
+    args = ap.parse_args()
+    live = get_profile(args.profile)
+    arch = args.arch or live.arch
+    cache = default_cache()
+    profiles = [live] + [replace(get_profile(e), sms=min(get_profile(e).sms, live.sms),
+                                 smem_per_block=min(get_profile(e).smem_per_block, live.smem_per_block))
+                         for e in args.emulate.split(",") if e]
+    seen, t0, n_new = set(), time.time(), 0
+    for prof in profiles:
+        for m, n, k, act, g in problems():
+            try:
+                spec = plan_for(prof, m, n, k, act, "uint4b8", g).spec
+            except JitMarlinError:
+                continue
+            if spec in seen:
+                continue
+            seen.add(spec)
+            _, _, status = cache.get(spec, arch)
+            n_new += status == "compiled"
+    print(f"{len(seen)} kernels for {arch} ({n_new} compiled) with NVRTC {nvrtc.version()} "
+          f"in {time.time() - t0:.0f} s -> {cache.directory}")
+
+
+if __name__ == "__main__":
+    main()
