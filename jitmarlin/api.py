@@ -41,11 +41,13 @@ def _launcher(qw: QuantizedWeight, device: int, act: str, m: int, stream: int) -
     return lz
 
 
-def _prepare(qw: QuantizedWeight, device: int, act: str, m: int, stream: int) -> launch.Launcher:
-    """First call for this key: plan, fetch or compile, upload the weight, set up the workspace."""
+def _prepare(qw: QuantizedWeight, device: int, act: str, m: int, stream: int,
+             spec=None) -> launch.Launcher:
+    """First call for this key: plan, fetch or compile, upload the weight, set up the workspace.
+    `spec` overrides the planner's kernel choice (tuning)."""
     profile = planning_profile(device)
     problem = Problem(m, qw.n, qw.k, act, qw.qtype, qw.group_size)
-    plan = planner.plan(profile, problem)
+    plan = planner.plan(profile, problem, spec)
     arch = live_profile(device).arch
     cache = default_cache()
     capturing = launch.is_capturing(stream)
@@ -71,21 +73,20 @@ def _rows(shape, strides, k: int, what: str = "x"):
         raise InputError(f"{what} must have at least one dimension")
     if shape[-1] != k:
         raise InputError(f"{what}.shape[-1] = {shape[-1]} but the weight has in_features = {k}")
-    if nd > 1 and shape[-1] > 1 and strides[-1] != 1:
+    if shape[-1] > 1 and strides[-1] != 1:
         raise InputError(f"{what} must be contiguous along its last dimension (stride {strides[-1]})")
-    if nd == 1:
-        return 1, k
-    lda = strides[-2]
     m = 1
-    for i in range(nd - 1):
-        m *= shape[i]
-    for i in range(nd - 2):  # leading dims must collapse into one row index
-        if shape[i] > 1 and strides[i] != strides[i + 1] * shape[i + 1]:
+    for d in shape[:-1]:
+        m *= d
+    lead = [(shape[i], strides[i]) for i in range(nd - 1) if shape[i] != 1]
+    if m <= 1 or not lead:
+        return m, k
+    for (_, s_outer), (n_inner, s_inner) in zip(lead, lead[1:]):   # must collapse to one index
+        if s_outer != s_inner * n_inner:
             raise InputError(f"{what}'s leading dimensions cannot be flattened into rows (strides {tuple(strides)})")
-    if m > 1 and (lda < k or lda % 8):
+    lda = lead[-1][1]
+    if lda < k or lda % 8:
         raise InputError(f"{what}'s row stride must be >= K and a multiple of 8 elements (16 bytes), got {lda}")
-    if m <= 1:
-        lda = k
     return m, lda
 
 

@@ -94,6 +94,7 @@ class KernelCache:
     def __init__(self, directory: str | os.PathLike | None = None):
         self.directory = Path(directory) if directory else default_cache_dir()
         self._mem: dict[str, nvrtc.Artifact] = {}
+        self._keys: dict = {}        # (spec, arch) -> (key, source): render once per process
         self._disk = None
         self._readonly = False
         self._warned = False
@@ -156,8 +157,11 @@ class KernelCache:
         compile_missing=False returns (None, key, 'missing') instead of compiling.
         """
         nvrtc.check_arch(arch)
-        source = render(spec)
-        key = cache_key(spec, source, arch)
+        known = self._keys.get((spec, arch))
+        if known is None:
+            source = render(spec)
+            known = self._keys[(spec, arch)] = (cache_key(spec, source, arch), source)
+        key, source = known
         art = self._mem.get(key)
         if art is not None:
             return art, key, "memory"

@@ -12,6 +12,7 @@ from .planner import Plan
 
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 MAX_SLOT_FLOATS = 64 * 256          # largest output tile (tm=4 x tn=16): floats per partial slot
+# Each block may leave partial sums for two split tiles (its first and its last): 2 slots a block.
 
 _functions: dict[tuple[int, str], object] = {}
 _workspaces: dict[tuple[int, int], "Workspace"] = {}
@@ -44,22 +45,38 @@ def get_function(artifact: Artifact, key: str, device: int):
             mod = function.Module()
             mod.load(artifact.cubin)
             f = mod.get_function(artifact.name)
-            f._jm_module = mod  # keep the module alive with the function
         _functions[(device, key)] = f
     return f
+
+
+_private: dict[int, object] = {}
+
+
+def private_stream(device: int):
+    """A non-blocking stream of jitmarlin's own per device, for one-time set-up work (uploads,
+    zeroing) that must finish before first use but must not wait on the caller's streams."""
+    s = _private.get(device)
+    if s is None:
+        cp = _cp()
+        with cp.cuda.Device(device):
+            s = cp.cuda.Stream(non_blocking=True)
+        _private[device] = s
+    return s
 
 
 class Workspace:
     """Per (device, stream) scratch for cross-block reduction: `slots` fp32 partial tiles and as
     many int32 counters. Counters are zero between launches (the kernel resets them), so one
-    allocation serves every call on that stream, CUDA-graph replays included."""
+    allocation serves every call on that stream, CUDA-graph replays included. Zeroed on a private
+    stream that is synchronised alone (never on the caller's stream, which may be busy)."""
 
     def __init__(self, device: int, slots: int):
         cp = _cp()
-        with cp.cuda.Device(device):
+        s = private_stream(device)
+        with cp.cuda.Device(device), s:
             self.locks = cp.zeros(slots, dtype=cp.int32)
-            self.partials = cp.empty(slots * MAX_SLOT_FLOATS, dtype=cp.float32)
-            cp.cuda.Device(device).synchronize()
+            self.partials = cp.empty(2 * slots * MAX_SLOT_FLOATS, dtype=cp.float32)
+        s.synchronize()
         self.slots = slots
         self.locks_ptr = self.locks.data.ptr
         self.partials_ptr = self.partials.data.ptr

@@ -123,6 +123,30 @@ def choose_spec(profile: DeviceProfile, p: Problem) -> KernelSpec:
     return fitting[0]
 
 
+def candidate_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
+    """Every kernel that can run problem `p` on `profile` (tile shapes x pipeline depths): the
+    search space of the autotuner. Pure."""
+    check_problem(profile, p)
+    path = profile.path
+    tm = min(4, -(-p.m // 16))
+    gb = -1 if p.group_size < 0 else p.group_size // 16
+    stages = (2,) if path != "sm80" else (2, 3, 4, 5, 6, 8)
+    out = []
+    for tn in (4, 8, 16):
+        for tk in (4, 8, 16):
+            if p.k % (16 * tk):
+                continue
+            for st in stages:
+                spec = KernelSpec(path, p.qtype, p.act, gb, tm, tn, tk, st)
+                try:
+                    spec.check()
+                except ValueError:
+                    continue
+                if spec.smem_bytes() <= profile.smem_per_block:
+                    out.append(spec)
+    return out
+
+
 def plan(profile: DeviceProfile, p: Problem, spec: KernelSpec | None = None) -> Plan:
     """Plan problem `p` on `profile`; `spec` overrides the planner's kernel choice (tuning)."""
     if spec is None:

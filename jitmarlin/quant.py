@@ -58,9 +58,13 @@ class QuantizedWeight:
         if d is None:
             import cupy as cp
 
-            with cp.cuda.Device(device):
-                packed = cp.asarray(self.packed)
-                scales = cp.asarray(self.scales_for(act))
+            from .launch import private_stream
+
+            s = private_stream(device)
+            with cp.cuda.Device(device), s:
+                packed = cp.ascontiguousarray(cp.asarray(self.packed))
+                scales = cp.ascontiguousarray(cp.asarray(self.scales_for(act)))
+            s.synchronize()
             d = (packed, scales)
             self._device[key] = d
         return d

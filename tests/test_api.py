@@ -19,6 +19,8 @@ def test_rows_flattens_leading_dims():
     assert _rows((3, 5, 128), (640, 128, 1), 128) == (15, 128)
     assert _rows((128,), (1,), 128) == (1, 128)
     assert _rows((4, 128), (256, 1), 128) == (4, 256)      # row stride wider than K
+    assert _rows((2, 1, 128), (12480, 4160, 1), 128) == (2, 12480)   # size-1 dims ignored
+    assert _rows((1, 1, 128), (7, 7, 1), 128) == (1, 128)
 
 
 @pytest.mark.parametrize("shape,strides,msg", [

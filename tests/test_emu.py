@@ -82,10 +82,15 @@ def _mutated_run(monkeypatch, old, new, rng):
 ], ids=["missing-barrier", "shallow-wait", "missing-reduce-barrier"])
 def test_emulator_catches_planted_races(monkeypatch, rng, old, new):
     _, out, ref = _mutated_run(monkeypatch, old, new, rng)
-    assert np.isnan(out).any() or rel_error(out, ref) > 1e-2
+    assert np.isnan(out).any() or rel_error(out, ref) > TOL["float16"]   # the suite would fail it
 
 
-def test_emulator_catches_lock_deadlock(monkeypatch, rng):
+# Not every race is within reach: publishing a block's arrival before all of its partial sums are
+# stored needs the last block to overtake a straggler warp of another block, which a randomised
+# scheduler rarely produces. The emulator is a strong check, not a proof.
+
+
+def test_emulator_catches_divergent_barrier(monkeypatch, rng):
     with pytest.raises(emu.EmuError, match="deadlock"):
-        _mutated_run(monkeypatch, "lock_wait(locks + b_lo, idx)",
-                     "lock_wait(locks + b_lo, b_hi - b_lo - idx)", rng)
+        _mutated_run(monkeypatch, "      fence_gpu();\n      bar_sync();",
+                     "      fence_gpu();\n      if (wk == 0) bar_sync();", rng)

@@ -42,6 +42,7 @@ def main():
     ap.add_argument("--profile", default="h100")
     ap.add_argument("--emulate", default="", help="also plan as these profiles (JITMARLIN_EMULATE runs)")
     ap.add_argument("--arch", default=None, help="compile arch (default: the profile's)")
+    ap.add_argument("--sweep", action="store_true", help="also every candidate spec for the bench shapes (tools/sweep)")
     args = ap.parse_args()
     live = get_profile(args.profile)
     arch = args.arch or live.arch
@@ -61,6 +62,16 @@ def main():
             seen.add(spec)
             _, _, status = cache.get(spec, arch)
             n_new += status == "compiled"
+    if args.sweep:
+        from jitmarlin import planner
+        from jitmarlin.problem import Problem
+
+        for m in (1, 16, 64):
+            for act in ("float16",):
+                for spec in planner.candidate_specs(live, Problem(m, 4096, 4096, act, "uint4b8", 128)):
+                    if spec not in seen:
+                        seen.add(spec)
+                        n_new += cache.get(spec, arch)[2] == "compiled"
     print(f"{len(seen)} kernels for {arch} ({n_new} compiled) with NVRTC {nvrtc.version()} "
           f"in {time.time() - t0:.0f} s -> {cache.directory}")
 

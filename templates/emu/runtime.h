@@ -327,20 +327,42 @@ inline int run(Runtime& rt, int grid, int threads, int smem_bytes, unsigned seed
   std::mt19937 rng(seed);
   std::vector<size_t> order(rt.threads.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  // With a seed, each block gets a speed (the share of rounds it runs in, from 1/32 to 31/32; a
+  // quarter of its warps get another) and 15 rounds in 16 run each warp with that probability,
+  // so warps and blocks drift apart as
+  // they can on a GPU (one block may finish before another starts, one warp may race ahead to
+  // the next barrier): code that assumes they progress together shows up. Only full rounds count
+  // towards deadlock detection.
+  const int warps_per_block = (threads + 31) / 32;
+  std::vector<char> active((size_t)grid * warps_per_block, 1);
+  // speed: out of 32 rounds; blocks get a common speed and their warps vary around it.
+  std::vector<unsigned> speed(active.size(), 32);
+  static const unsigned block_speeds[4] = {1, 4, 16, 31};
+  for (int b = 0; b < grid; ++b) {
+    const unsigned base = block_speeds[rng() % 4];
+    for (int w = 0; w < warps_per_block; ++w)
+      speed[(size_t)b * warps_per_block + w] = (rng() % 4 == 0) ? block_speeds[rng() % 4] : base;
+  }
   int idle_rounds = 0;
-  for (;;) {
-    if (seed) std::shuffle(order.begin(), order.end(), rng);
+  for (unsigned long long round = 0;; ++round) {
+    const bool full = !seed || round % 16 == 15;
+    if (seed) {
+      std::shuffle(order.begin(), order.end(), rng);
+      for (size_t w = 0; w < active.size(); ++w) active[w] = full || (rng() % 32) < speed[w];
+    }
     const unsigned long long before = rt.progress;
     bool any = false;
     for (size_t i : order) {
       Thread& t = rt.threads[i];
       if (t.done) continue;
       any = true;
+      if (!active[(size_t)t.block * warps_per_block + t.tidx.x / 32]) continue;
       rt.cur = &t;
       resume(t);
       if (!rt.error.empty()) break;
     }
     if (!rt.error.empty() || !any) break;
+    if (!full) continue;
     if (rt.progress == before) {
       if (++idle_rounds >= 3) {
         rt.error = "deadlock: no thread can make progress (a barrier or a lock is never reached)";

@@ -146,18 +146,19 @@ JM_DEV void st_cg_f32x4(float4* p, float4 v) {
   emu::check_global(p, 16, "st.global.cg.v4.f32");
   *p = v;
 }
-JM_DEV int ld_acquire_gpu(const int* p) {
-  emu::check_global(p, 4, "ld.acquire.gpu");
-  return *reinterpret_cast<const volatile int*>(p);
+JM_DEV int atomic_add_gpu(int* p, int v) {
+  emu::check_global(p, 4, "atom.add");
+  const int old = *p;
+  *p = old + v;
+  emu::g_rt->progress++;
+  return old;
 }
-JM_DEV void st_release_gpu(int* p, int v) {
-  emu::check_global(p, 4, "st.release.gpu");
+JM_DEV void st_relaxed_gpu(int* p, int v) {
+  emu::check_global(p, 4, "st.relaxed.gpu");
   *reinterpret_cast<volatile int*>(p) = v;
   emu::g_rt->progress++;
 }
-JM_DEV void st_relaxed_gpu(int* p, int v) { st_release_gpu(p, v); }
 JM_DEV void fence_gpu() {}
-JM_DEV void spin_pause() { emu::yield(); }
 JM_DEV void bar_sync() { emu::syncthreads(); }
 JM_DEV u32 shfl_idx(u32 v, int src_lane) {
   const int par = emu::warp_exchange(&v, 1, nullptr);
