@@ -89,7 +89,7 @@ def run(plan: Plan, x_bits: np.ndarray, qw: QuantizedWeight, bias_bits: np.ndarr
     guard_rows = 2
     c = np.full((m + guard_rows, p.n), poison, dtype=np.uint16)
     slot_floats = spec.tile_m * spec.tile_n
-    partials = np.full(2 * plan.grid * slot_floats, np.nan, dtype=np.float32)
+    partials = np.full(plan.grid * slot_floats, np.nan, dtype=np.float32)
     locks = np.zeros(plan.grid, dtype=np.int32)
     bias = None if bias_bits is None else np.ascontiguousarray(bias_bits, dtype=np.uint16)
     arrays = [a, b, s, bias, c, partials, locks]

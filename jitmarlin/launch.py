@@ -12,7 +12,7 @@ from .planner import Plan
 
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 MAX_SLOT_FLOATS = 64 * 256          # largest output tile (tm=4 x tn=16): floats per partial slot
-# Each block may leave partial sums for two split tiles (its first and its last): 2 slots a block.
+# A block leaves partial sums for at most one split tile (its first): one slot a block.
 
 _functions: dict[tuple[int, str], object] = {}
 _workspaces: dict[tuple[int, int], "Workspace"] = {}
@@ -75,7 +75,7 @@ class Workspace:
         s = private_stream(device)
         with cp.cuda.Device(device), s:
             self.locks = cp.zeros(slots, dtype=cp.int32)
-            self.partials = cp.empty(2 * slots * MAX_SLOT_FLOATS, dtype=cp.float32)
+            self.partials = cp.empty(slots * MAX_SLOT_FLOATS, dtype=cp.float32)
         s.synchronize()
         self.slots = slots
         self.locks_ptr = self.locks.data.ptr

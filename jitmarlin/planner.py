@@ -21,7 +21,7 @@ PATH_QTYPES = {
 }
 # Activation dtypes each path implements (Volta and Turing tensor cores have no bf16).
 PATH_ACTS = {"sm70": ("float16",), "sm75": ("float16",), "sm80": ("float16", "bfloat16")}
-PATH_MAX_STAGES = {"sm70": 2, "sm75": 2, "sm80": 4}
+PATH_MAX_STAGES = {"sm70": 2, "sm75": 2, "sm80": 8}
 
 
 @dataclass(frozen=True)
@@ -84,12 +84,24 @@ def check_problem(profile: DeviceProfile, p: Problem) -> None:
         raise InputError(f"K={p.k} is not a multiple of group_size={p.group_size}")
 
 
-def _tile_candidates(m: int) -> list[tuple[int, int]]:
-    # (tn, tk): decode favours square 128x128 weight tiles (more K per block, fewer partial sums);
-    # larger batches favour wide 256-column tiles that reuse each activation fragment more.
-    if m <= 16:
-        return [(8, 8), (16, 4), (4, 8), (4, 16)]
-    return [(16, 4), (8, 8), (4, 8), (4, 16)]
+# Above this many weight bytes per SM a layer is "big": wide 256x256 weight tiles with a short
+# pipeline win; below it, 128 x 256 (N x K) tiles with a deep pipeline (more bytes in flight per
+# SM and fewer blocks sharing each output tile). Measured with tools/sweep on H100
+# (tools/PERF.md).
+BIG_LAYER_BYTES_PER_SM = 360 * 1024
+
+
+def _preferences(profile: DeviceProfile, p: Problem) -> list[tuple[int, int, int]]:
+    """(tn, tk, max stages) in order of preference for problem `p`."""
+    bits = get_qtype(p.qtype).bits
+    big = p.n * p.k * bits // 8 >= BIG_LAYER_BYTES_PER_SM * profile.sms
+    if p.m <= 16:  # decode: stream weights, one m16 block
+        wide, narrow = (16, 16, 3), (8, 16, 8)
+        rest = [(16, 8, 6), (8, 8, 8), (4, 16, 8), (4, 8, 8), (16, 4, 8), (8, 4, 8)]
+    else:
+        wide, narrow = (16, 16, 2), (8, 16, 4)
+        rest = [(16, 8, 4), (8, 8, 4), (4, 16, 4), (4, 8, 4), (16, 4, 4), (8, 4, 4)]
+    return ([wide, narrow] if big else [narrow, wide]) + rest
 
 
 def choose_spec(profile: DeviceProfile, p: Problem) -> KernelSpec:
@@ -99,10 +111,10 @@ def choose_spec(profile: DeviceProfile, p: Problem) -> KernelSpec:
     tm = min(4, -(-p.m // 16))
     gb = -1 if p.group_size < 0 else p.group_size // 16
     fitting = []
-    for tn, tk in _tile_candidates(p.m):
+    for tn, tk, max_stages in _preferences(profile, p):
         if p.k % (16 * tk):
             continue
-        for stages in range(PATH_MAX_STAGES[path], 1, -1):
+        for stages in range(min(max_stages, PATH_MAX_STAGES[path]), 1, -1):
             spec = KernelSpec(path, p.qtype, p.act, gb, tm, tn, tk, stages)
             try:
                 spec.check()
@@ -116,7 +128,7 @@ def choose_spec(profile: DeviceProfile, p: Problem) -> KernelSpec:
             f"no tile configuration fits {profile.name} ({profile.smem_per_block} bytes of shared "
             f"memory per block) for M={p.m} N={p.n} K={p.k}"
         )
-    # Prefer a tile width that divides N (no idle columns); keep candidate order otherwise.
+    # Prefer a tile width that divides N (no idle columns); keep preference order otherwise.
     for spec in fitting:
         if p.n % spec.tile_n == 0:
             return spec

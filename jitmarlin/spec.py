@@ -88,8 +88,8 @@ class KernelSpec:
         return self.tile_m * (self.tile_n * 2 + 16)
 
     def smem_bytes(self) -> int:
-        """Dynamic shared memory the kernel needs, bytes (the largest area + a 16-byte flag)."""
-        return max(self.stages * self.stage_bytes(), self.reduce_bytes(), self.epilogue_bytes()) + 16
+        """Dynamic shared memory the kernel needs, bytes (the largest of its three uses)."""
+        return max(self.stages * self.stage_bytes(), self.reduce_bytes(), self.epilogue_bytes())
 
     def check(self) -> None:
         """Raise ValueError when the fields do not describe a buildable kernel."""

@@ -81,16 +81,33 @@ def _mutated_run(monkeypatch, old, new, rng):
     ("        bar_sync();\n        if (wk == 0) {", "        if (wk == 0) {"),
 ], ids=["missing-barrier", "shallow-wait", "missing-reduce-barrier"])
 def test_emulator_catches_planted_races(monkeypatch, rng, old, new):
-    _, out, ref = _mutated_run(monkeypatch, old, new, rng)
-    assert np.isnan(out).any() or rel_error(out, ref) > TOL["float16"]   # the suite would fail it
+    assert _caught(monkeypatch, old, new, rng)
+
+
+def _caught(monkeypatch, old, new, rng) -> bool:
+    """The planted bug is caught: the emulator reports an error, or the suite's own tolerance
+    would fail the result."""
+    try:
+        _, out, ref = _mutated_run(monkeypatch, old, new, rng)
+    except emu.EmuError:
+        return True
+    return bool(np.isnan(out).any()) or rel_error(out, ref) > TOL["float16"]
+
+
+def test_emulator_catches_finisher_not_waiting(monkeypatch, rng):
+    # The finishing block reads the others' partial sums before they are all stored. One
+    # schedule in ~6 lets the finisher arrive last anyway (then nothing is wrong); eight random
+    # schedules miss it with probability ~1e-6.
+    assert any(_caught(monkeypatch, "wait_count(locks + b_lo, b_hi - b_lo);", "", rng)
+               for _ in range(8))
 
 
 # Not every race is within reach: publishing a block's arrival before all of its partial sums are
-# stored needs the last block to overtake a straggler warp of another block, which a randomised
-# scheduler rarely produces. The emulator is a strong check, not a proof.
+# stored needs the finishing block to overtake a straggler warp of another block, which a
+# randomised scheduler rarely produces. The emulator is a strong check, not a proof.
 
 
 def test_emulator_catches_divergent_barrier(monkeypatch, rng):
     with pytest.raises(emu.EmuError, match="deadlock"):
-        _mutated_run(monkeypatch, "      fence_gpu();\n      bar_sync();",
-                     "      fence_gpu();\n      if (wk == 0) bar_sync();", rng)
+        _mutated_run(monkeypatch, "        fence_gpu();\n        bar_sync();",
+                     "        fence_gpu();\n        if (wk == 0) bar_sync();", rng)

@@ -26,10 +26,16 @@ def test_every_plan_fits_the_profile(prof):
         assert s.tm == min(4, -(-m // 16))
 
 
-def test_decode_uses_square_tiles_and_all_sms():
-    p = plan(get_profile("h100"), Problem(1, 6144, 4096, "float16", "uint4b8", 128))
-    assert (p.spec.tm, p.spec.tn, p.spec.tk) == (1, 8, 8)
-    assert p.grid >= 120
+def test_decode_tiles_follow_layer_size():
+    h100 = get_profile("h100")
+    small = plan(h100, Problem(1, 6144, 4096, "float16", "uint4b8", 128))
+    assert (small.spec.tm, small.spec.tn, small.spec.tk, small.spec.stages) == (1, 8, 16, 8)
+    assert small.grid >= 120
+    big = plan(h100, Problem(16, 57344, 8192, "float16", "uint4b8", 128))
+    assert (big.spec.tn, big.spec.tk, big.spec.stages) == (16, 16, 3)
+    # the same rule on a 99 KB part keeps the tile and trims the pipeline
+    sm120 = plan(get_profile("rtx-pro-6000"), Problem(1, 6144, 4096, "float16", "uint4b8", 128))
+    assert (sm120.spec.tn, sm120.spec.tk) == (8, 16) and sm120.spec.stages == 4
 
 
 def test_n_not_multiple_of_tile_prefers_dividing_tiles():

@@ -30,6 +30,11 @@ if [ "${TESTS:-1}" = 1 ]; then
     grep -E "^FAILED|^ERROR" "$OUT/pytest-$e.log" | head -10
   done
 fi
+if [ "${SWEEP:-0}" = 1 ]; then
+  t0=$(date +%s)
+  timeout ${SWEEP_TIMEOUT:-240} python3 tools/sweep --json "$OUT/sweep.json" ${SWEEP_ARGS:-} > "$OUT/sweep.log" 2>&1
+  echo "sweep rc=$? in $(( $(date +%s) - t0 )) s"; grep -v "^#" "$OUT/sweep.log" | cut -c1-230 | tail -30
+fi
 if [ "${BENCH:-1}" = 1 ]; then
   t0=$(date +%s)
   timeout ${BENCH_TIMEOUT:-300} python3 tools/bench --json "$OUT/bench.json" ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1

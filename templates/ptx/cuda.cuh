@@ -125,9 +125,15 @@ JM_DEV int4 ld_global_v4(const int4* p) { return *p; }
 JM_DEV float4 ld_cg_f32x4(const float4* p) { return __ldcg(p); }
 JM_DEV void st_cg_f32x4(float4* p, float4 v) { __stcg(p, v); }
 JM_DEV int atomic_add_gpu(int* p, int v) { return atomicAdd(p, v); }
+JM_DEV int ld_acquire_gpu(const int* p) {
+  int v;
+  asm volatile("ld.global.acquire.gpu.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
 JM_DEV void st_relaxed_gpu(int* p, int v) {
   asm volatile("st.global.relaxed.gpu.b32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
 }
 JM_DEV void fence_gpu() { __threadfence(); }
+JM_DEV void spin_pause() { __nanosleep(20); }
 JM_DEV void bar_sync() { __syncthreads(); }
 JM_DEV u32 shfl_idx(u32 v, int src_lane) { return __shfl_sync(0xffffffffu, v, src_lane); }

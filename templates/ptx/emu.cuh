@@ -153,12 +153,17 @@ JM_DEV int atomic_add_gpu(int* p, int v) {
   emu::g_rt->progress++;
   return old;
 }
+JM_DEV int ld_acquire_gpu(const int* p) {
+  emu::check_global(p, 4, "ld.acquire.gpu");
+  return *reinterpret_cast<const volatile int*>(p);
+}
 JM_DEV void st_relaxed_gpu(int* p, int v) {
   emu::check_global(p, 4, "st.relaxed.gpu");
   *reinterpret_cast<volatile int*>(p) = v;
   emu::g_rt->progress++;
 }
 JM_DEV void fence_gpu() {}
+JM_DEV void spin_pause() { emu::yield(); }
 JM_DEV void bar_sync() { emu::syncthreads(); }
 JM_DEV u32 shfl_idx(u32 v, int src_lane) {
   const int par = emu::warp_exchange(&v, 1, nullptr);
