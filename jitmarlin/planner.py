@@ -88,7 +88,7 @@ def check_problem(profile: DeviceProfile, p: Problem) -> None:
 # pipeline win; below it, 128 x 256 (N x K) tiles with a deep pipeline (more bytes in flight per
 # SM and fewer blocks sharing each output tile). Measured with tools/sweep on H100
 # (tools/PERF.md).
-BIG_LAYER_BYTES_PER_SM = 360 * 1024
+BIG_LAYER_BYTES_PER_SM = 192 * 1024
 
 
 def _preferences(profile: DeviceProfile, p: Problem) -> list[tuple[int, int, int]]:
