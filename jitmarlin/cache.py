@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import time
+import zlib
 from pathlib import Path
 
 from . import nvrtc
@@ -27,7 +28,7 @@ from .spec import KernelSpec
 
 log = logging.getLogger("jitmarlin")
 
-ENTRY_FORMAT = 1
+ENTRY_FORMAT = 2   # 2: cubin and PTX stored zlib-compressed
 
 
 def default_cache_dir() -> Path:
@@ -60,16 +61,22 @@ def _checksum(cubin: bytes, ptx: str) -> str:
 def _to_entry(spec: KernelSpec, art: nvrtc.Artifact) -> dict:
     return {
         "format": ENTRY_FORMAT, "spec": spec.canonical(), "name": art.name, "arch": art.arch,
-        "cubin": art.cubin, "ptx": art.ptx, "log": art.log, "options": list(art.options),
+        "cubin": zlib.compress(art.cubin, 6), "ptx": zlib.compress(art.ptx.encode(), 6),
+        "log": art.log, "options": list(art.options),
         "nvrtc": list(art.nvrtc_version), "compile_seconds": art.seconds,
         "resources": art.resources, "jitmarlin": __version__, "created": time.time(),
         "sha256": _checksum(art.cubin, art.ptx),
     }
 
 
+def _unpack(e: dict) -> tuple[bytes, str]:
+    return zlib.decompress(e["cubin"]), zlib.decompress(e["ptx"]).decode()
+
+
 def _from_entry(e: dict) -> nvrtc.Artifact:
+    cubin, ptx = _unpack(e)
     return nvrtc.Artifact(
-        name=e["name"], arch=e["arch"], cubin=e["cubin"], ptx=e["ptx"], log=e["log"],
+        name=e["name"], arch=e["arch"], cubin=cubin, ptx=ptx, log=e["log"],
         options=tuple(e["options"]), nvrtc_version=tuple(e["nvrtc"]),
         seconds=e["compile_seconds"], resources=e.get("resources", {}),
     )
@@ -80,9 +87,9 @@ def entry_ok(e) -> bool:
     try:
         return (
             isinstance(e, dict) and e.get("format") == ENTRY_FORMAT
-            and _checksum(e["cubin"], e["ptx"]) == e["sha256"]
+            and _checksum(*_unpack(e)) == e["sha256"]
         )
-    except (KeyError, TypeError):
+    except (KeyError, TypeError, zlib.error, UnicodeDecodeError):
         return False
 
 

@@ -22,6 +22,9 @@ PATH_QTYPES = {
 # Activation dtypes each path implements (Volta and Turing tensor cores have no bf16).
 PATH_ACTS = {"sm70": ("float16",), "sm75": ("float16",), "sm80": ("float16", "bfloat16")}
 PATH_MAX_STAGES = {"sm70": 2, "sm75": 2, "sm80": 8}
+# m16 blocks per tile: sm70 keeps 8 accumulators per n8 sub-tile (the m8n8k4 layout), so at most
+# two m16 blocks fit in registers; larger M takes more M chunks.
+PATH_MAX_TM = {"sm70": 2, "sm75": 4, "sm80": 4}
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,10 @@ def _preferences(profile: DeviceProfile, p: Problem) -> list[tuple[int, int, int
     """(tn, tk, max stages) in order of preference for problem `p`."""
     bits = get_qtype(p.qtype).bits
     big = p.n * p.k * bits // 8 >= BIG_LAYER_BYTES_PER_SM * profile.sms
+    if profile.path != "sm80":
+        # Register-staged pipelines hold a stage's chunks in registers: K tiles of 128 keep that
+        # small next to the accumulators (256-wide ones spill with group-32 scales).
+        return [(8, 8, 2), (16, 8, 2), (4, 8, 2), (16, 4, 2), (8, 4, 2), (4, 16, 2)]
     if p.m <= 16:  # decode: stream weights, one m16 block
         wide, narrow = (16, 16, 3), (8, 16, 8)
         rest = [(16, 8, 6), (8, 8, 8), (4, 16, 8), (4, 8, 8), (16, 4, 8), (8, 4, 8)]
@@ -108,7 +115,7 @@ def choose_spec(profile: DeviceProfile, p: Problem) -> KernelSpec:
     """Pick the kernel for problem `p` on `profile` (raises if none fits)."""
     check_problem(profile, p)
     path = profile.path
-    tm = min(4, -(-p.m // 16))
+    tm = min(PATH_MAX_TM[path], -(-p.m // 16))
     gb = -1 if p.group_size < 0 else p.group_size // 16
     fitting = []
     for tn, tk, max_stages in _preferences(profile, p):
@@ -140,7 +147,7 @@ def candidate_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
     search space of the autotuner. Pure."""
     check_problem(profile, p)
     path = profile.path
-    tm = min(4, -(-p.m // 16))
+    tm = min(PATH_MAX_TM[path], -(-p.m // 16))
     gb = -1 if p.group_size < 0 else p.group_size // 16
     stages = (2,) if path != "sm80" else (2, 3, 4, 5, 6, 8)
     out = []

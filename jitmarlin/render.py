@@ -49,7 +49,7 @@ def partials(spec: KernelSpec, target: str = "cuda") -> dict[str, str]:
         "ptx": f"ptx/{target}.cuh",
         "act": f"act/{spec.act}_{'sm70' if legacy else 'sm80'}.cuh",
         "mma": f"mma/{spec.path}.cuh",
-        "ldsm": "ldsm/emulated.cuh" if spec.path == "sm70" else "ldsm/native.cuh",
+        "ldsm": "ldsm/quadpair.cuh" if spec.path == "sm70" else "ldsm/native.cuh",
         "pipe": "copy/register_staged.cuh" if legacy else "copy/cp_async.cuh",
         "dequant": f"dequant/{spec.qtype}_{spec.act}.cuh",
         "reduce": "reduce/locks.cuh",

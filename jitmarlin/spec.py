@@ -103,8 +103,8 @@ class KernelSpec:
             raise ValueError("kernels use 256 threads")
         if self.tn not in (4, 8, 16):
             raise ValueError(f"tn must be 4, 8 or 16 (got {self.tn})")
-        if not 1 <= self.tm <= 4:
-            raise ValueError(f"tm must be 1..4 (got {self.tm})")
+        if not 1 <= self.tm <= (2 if self.path == "sm70" else 4):
+            raise ValueError(f"tm must be 1..4 (1..2 on sm70), got {self.tm}")
         if self.tk % self.warps_k or self.sub_steps < 1:
             raise ValueError(f"tk={self.tk} cannot be split over {self.warps_k} K-warps")
         if self.grouped and self.tk % self.group_blocks and self.group_blocks % self.tk:

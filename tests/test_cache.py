@@ -66,7 +66,11 @@ def test_corrupted_entry_is_dropped_and_recompiled(tmp_path, caplog):
     art, key, _ = c.get(SPEC, "sm_90")
     disk = c._open()
     e = disk.get(key)
-    e["cubin"] = e["cubin"][:-10] + b"0123456789"
+    import zlib
+
+    raw = bytearray(zlib.decompress(e["cubin"]))
+    raw[len(raw) // 2] ^= 0xFF                        # one flipped byte inside the cubin
+    e["cubin"] = zlib.compress(bytes(raw))
     disk.set(key, e)
     fresh = KernelCache(tmp_path)
     with caplog.at_level("WARNING", logger="jitmarlin"):

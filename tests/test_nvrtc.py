@@ -42,12 +42,40 @@ def test_sm80_path_compiles_with_expected_instructions(arch, m, act, group):
     assert p.smem_bytes + r["static_shared_bytes"] <= prof.smem_per_block
 
 
+LEGACY = [("v100", "sm_70"), ("t4", "sm_75")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("prof,arch", LEGACY)
+@pytest.mark.parametrize("m,group", [(1, 128), (16, -1), (33, 32), (200, 64)])
+def test_legacy_paths_compile_with_expected_instructions(prof, arch, m, group):
+    if arch not in nvrtc.supported_archs():
+        pytest.skip(f"NVRTC {nvrtc.version()} cannot target {arch} (install the cu12 extra)")
+    p = plan(get_profile(prof), Problem(m, 4096, 4096, "float16", "uint4b8", group))
+    art, _, _ = default_cache().get(p.spec, arch)
+    ptx = art.ptx
+    assert "cp.async" not in ptx and "m16n8k16" not in ptx
+    if arch == "sm_70":
+        assert "mma.sync.aligned.m8n8k4.row.col.f32.f16.f16.f32" in ptx
+        assert "ldmatrix" not in ptx and "m16n8k8" not in ptx
+    else:
+        assert "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" in ptx
+        assert "ldmatrix.sync.aligned.m8n8.x4" in ptx
+    r = art.resources
+    assert r["spill_stores"] == 0 and r["stack_bytes"] == 0, r
+    assert p.smem_bytes <= get_profile(prof).smem_per_block
+
+
 def test_partials_select_per_path():
     from jitmarlin.spec import KernelSpec
 
     s80 = KernelSpec("sm80", "uint4b8", "bfloat16", 8, 1, 8, 8, 4)
     assert partials(s80)["mma"] == "mma/sm80.cuh"
     assert partials(s80)["pipe"] == "copy/cp_async.cuh"
+    s70 = KernelSpec("sm70", "uint4b8", "float16", 8, 1, 8, 8, 2)
+    assert partials(s70)["mma"] == "mma/sm70.cuh"
+    assert partials(s70)["ldsm"] == "ldsm/quadpair.cuh"
+    assert partials(s70)["pipe"] == "copy/register_staged.cuh"
     s75 = KernelSpec("sm75", "uint4b8", "float16", 8, 1, 8, 8, 2)
     assert partials(s75)["mma"] == "mma/sm75.cuh"
     assert partials(s75)["pipe"] == "copy/register_staged.cuh"

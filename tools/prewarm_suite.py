@@ -27,8 +27,13 @@ def problems():
     for c in cases():
         yield c.m, c.n, c.k, c.act, c.group
     extra = [(2, 256, 4096, "float16", 128), (16, 6144, 4096, "float16", 128),
-             (7, 4096, 4096, "bfloat16", 128), (3, 256, 128, "float16", 64), (4, 256, 128, "float16", 64)]
+             (7, 4096, 4096, "bfloat16", 128), (7, 4096, 4096, "float16", 128),
+             (3, 256, 128, "float16", 64), (4, 256, 128, "float16", 64),
+             (33, 4096, 4096, "float16", -1), (33, 4096, 4096, "float16", 128)]
     yield from extra
+
+
+def bench_problems():
     bench = [(4096, 6144), (4096, 4096), (4096, 28672), (14336, 4096), (8192, 10240), (8192, 8192),
              (8192, 57344), (28672, 8192), (512, 512)]
     for k, n in bench:
@@ -51,8 +56,9 @@ def main():
                                  smem_per_block=min(get_profile(e).smem_per_block, live.smem_per_block))
                          for e in args.emulate.split(",") if e]
     seen, t0, n_new = set(), time.time(), 0
-    for prof in profiles:
-        for m, n, k, act, g in problems():
+    for i, prof in enumerate(profiles):
+        probs = list(problems()) + (list(bench_problems()) if i == 0 else [])
+        for m, n, k, act, g in probs:
             try:
                 spec = plan_for(prof, m, n, k, act, "uint4b8", g).spec
             except JitMarlinError:

@@ -119,6 +119,7 @@ template <int N>
 JM_DEV void cp_async_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N)); }
 
 JM_DEV int4 ld_global_v4(const int4* p) { return *p; }
+JM_DEV u64 ld_shared_u64(const void* p) { return *static_cast<const u64*>(p); }
 // L2-only (.cg) loads and stores for the cross-block partial sums: L1 is not coherent between
 // blocks. Written as the compiler intrinsics (not asm) so ptxas can schedule them against
 // register pressure; they stay ordered with __syncthreads like any memory access.
@@ -137,3 +138,6 @@ JM_DEV void fence_gpu() { __threadfence(); }
 JM_DEV void spin_pause() { __nanosleep(20); }
 JM_DEV void bar_sync() { __syncthreads(); }
 JM_DEV u32 shfl_idx(u32 v, int src_lane) { return __shfl_sync(0xffffffffu, v, src_lane); }
+JM_DEV u32 shfl_xor(u32 v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
+JM_DEV float shfl_xor_f(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
+JM_DEV float shfl_idx_f(float v, int src_lane) { return __shfl_sync(0xffffffffu, v, src_lane); }

@@ -126,6 +126,28 @@ JM_DEV void mma_m16n8k8_f16(float (&c)[4], u32 a0, u32 a1, u32 b0) {
   mma_m16n8<8, false>(c, a, b);
 }
 
+// m8n8k4 .row.col, f32 accumulate: four independent 8x8x4 products, one per quad-pair
+// (lanes 4q..4q+3 and 16+4q..16+4q+3). PTX ISA: A row r is held by the pair's lane r (r < 4) or
+// 16 + (r - 4), as elements k = 0..3; B column n likewise; accumulator element c[i] of lane L is
+// at row (L & 1) + (i & 2) + 4 * (L >= 16), column (i & 4) + (L & 2) + (i & 1).
+JM_DEV void mma_m8n8k4_f16(float (&c)[8], u32 a0, u32 a1, u32 b0, u32 b1) {
+  const u32 words[4] = {a0, a1, b0, b1};
+  const int par = emu::warp_exchange(words, 4, nullptr);
+  const emu::Warp& w = emu::cur_warp();
+  const int L = emu::lane(), q = (L >> 2) & 3;
+  auto holder = [&](int r) { return r < 4 ? 4 * q + r : 16 + 4 * q + (r - 4); };
+  auto elem = [&](int lane, int base, int k) {
+    const u32 v = w.words[par][lane][base + k / 2];
+    return emu::h2d((k & 1) ? (u16)(v >> 16) : (u16)(v & 0xffff));
+  };
+  for (int i = 0; i < 8; ++i) {
+    const int row = (L & 1) + (i & 2) + 4 * (L >= 16), col = (i & 4) + (L & 2) + (i & 1);
+    double s = c[i];
+    for (int k = 0; k < 4; ++k) s += elem(holder(row), 0, k) * elem(holder(col), 2, k);
+    c[i] = (float)s;
+  }
+}
+
 // ---- memory movement ----
 JM_DEV void cp_async16(void* smem, const void* gmem, int src_bytes) {
   emu::cp_async_issue(smem, gmem, src_bytes);
@@ -134,6 +156,29 @@ JM_DEV void cp_async_commit() { emu::cp_async_commit(); }
 template <int N>
 JM_DEV void cp_async_wait() { emu::cp_async_wait(N); }
 
+JM_DEV u64 ld_shared_u64(const void* p) {
+  emu::check_smem(p, 8, 8, "ld.shared.v2.u32");
+  return *static_cast<const u64*>(p);
+}
+JM_DEV u32 shfl_xor(u32 v, int mask) {
+  const int par = emu::warp_exchange(&v, 1, nullptr);
+  return emu::cur_warp().words[par][(emu::lane() ^ mask) & 31][0];
+}
+JM_DEV float shfl_xor_f(float v, int mask) {
+  u32 u;
+  std::memcpy(&u, &v, 4);
+  u = shfl_xor(u, mask);
+  std::memcpy(&v, &u, 4);
+  return v;
+}
+JM_DEV float shfl_idx_f(float v, int src) {
+  u32 u;
+  std::memcpy(&u, &v, 4);
+  const int par = emu::warp_exchange(&u, 1, nullptr);
+  u = emu::cur_warp().words[par][src & 31][0];
+  std::memcpy(&v, &u, 4);
+  return v;
+}
 JM_DEV int4 ld_global_v4(const int4* p) {
   emu::check_global(p, 16, "ld.global.v4");
   return *p;
