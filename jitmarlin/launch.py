@@ -111,7 +111,14 @@ def stream_object(stream_ptr: int):
     s = _streams.get(stream_ptr)
     if s is None:
         cp = _cp()
-        s = cp.cuda.Stream.null if stream_ptr == 0 else cp.cuda.ExternalStream(stream_ptr)
+        if stream_ptr == 0:
+            s = cp.cuda.Stream.null
+        else:
+            import warnings
+
+            with warnings.catch_warnings():  # CuPy 14 prefers Stream.from_external(obj), which
+                warnings.simplefilter("ignore", DeprecationWarning)  # needs an object, not a handle
+                s = cp.cuda.ExternalStream(stream_ptr)
         _streams[stream_ptr] = s
     return s
 

@@ -161,6 +161,26 @@ def test_linear_matches_float64_reference(case, rng):
 
 
 @pytest.mark.gpu
+def test_the_planned_generation_is_the_one_that_runs(capsys):
+    """Without JITMARLIN_EMULATE the live GPU's code path runs; with it, the emulated
+    generation's (so the suite run under JITMARLIN_EMULATE=v100 really exercises sm70 code)."""
+    import os
+
+    from jitmarlin.profiles import get_profile, live_profile
+
+    cp = _cp()
+    qw, _ = make_weight(256, 4096, 128, "float16")
+    x = cp.ones((3, 4096), dtype=cp.float16)
+    jitmarlin.linear(x, qw)
+    lz = qw._launchers[(0, "float16", 3, cp.cuda.get_current_stream().ptr)]
+    name = os.environ.get("JITMARLIN_EMULATE")
+    expected = get_profile(name).path if name else live_profile(0).path
+    with capsys.disabled():
+        print(f"\n[JITMARLIN_EMULATE={name}] ran {lz.plan.spec.name}, grid {lz.plan.grid}")
+    assert lz.plan.spec.path == expected
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("group", [-1, 128])
 def test_max_elementwise_error_bar(group, rng):
     """The sm70 seed's own bar, on any path: max element-wise relative error < 4% against the

@@ -16,18 +16,21 @@ python3 -m jitmarlin info | grep -E "nvrtc |gpus|cache_entries"
 t0=$(date +%s)
 JITMARLIN_LOG=info timeout 120 python3 tools/gpu_smoke.py 2>&1 | tee "$OUT/smoke.log" | grep -v "cache hit"
 echo "smoke: $(( $(date +%s) - t0 )) s"
-if [ "${TESTS:-1}" = 1 ]; then
+if [ "${TESTS:-1}" = 1 ] && [ "${NATIVE:-1}" = 1 ]; then
   t0=$(date +%s)
   timeout ${TEST_TIMEOUT:-300} python3 -m pytest tests -m gpu -q -p no:cacheprovider --maxfail=${MAXFAIL:-25} \
       -o addopts="" -rfE ${PYTEST_ARGS:-} > "$OUT/pytest.log" 2>&1
   echo "pytest rc=$? in $(( $(date +%s) - t0 )) s"; grep -E "passed|failed|error" "$OUT/pytest.log" | tail -3
   grep -E "^FAILED|^ERROR" "$OUT/pytest.log" | head -30
+fi
+if [ "${TESTS:-1}" = 1 ]; then
   for e in ${EMULATE:-}; do
     t0=$(date +%s)
     JITMARLIN_EMULATE=$e timeout ${TEST_TIMEOUT:-300} python3 -m pytest tests -m gpu -q -p no:cacheprovider \
         --maxfail=${MAXFAIL:-25} -o addopts="" -rfE ${PYTEST_ARGS:-} > "$OUT/pytest-$e.log" 2>&1
     echo "pytest EMULATE=$e rc=$? in $(( $(date +%s) - t0 )) s"; grep -E "passed|failed" "$OUT/pytest-$e.log" | tail -1
     grep -E "^FAILED|^ERROR" "$OUT/pytest-$e.log" | head -10
+    grep "JITMARLIN_EMULATE=" "$OUT/pytest-$e.log"
   done
 fi
 if [ "${SWEEP:-0}" = 1 ]; then
