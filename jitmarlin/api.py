@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from . import launch, planner
 from .arrays import is_cupy, is_torch
 from .cache import KernelCache, default_cache
-from .errors import CaptureError, InputError, JitMarlinError
+from .errors import CaptureError, InputError
 from .problem import Problem
-from .profiles import DeviceProfile, get_profile, live_profile, planning_profile
+from .profiles import DeviceProfile, live_profile, planning_profile
 from .qtypes import normalize_act
 from .quant import QuantizedWeight
 
@@ -169,34 +169,48 @@ def _torch_stream(torch, dev: int) -> int:
         return torch.cuda.current_stream(dev).cuda_stream
 
 
+_CUPY_ACT: dict = {}
+
+
+def _cupy_act(dtype) -> str:
+    a = _CUPY_ACT.get(dtype)
+    if a is None:
+        try:
+            a = normalize_act(dtype)
+        except InputError:
+            raise InputError(f"x must be float16 or bfloat16, got {dtype}") from None
+        _CUPY_ACT[dtype] = a
+    return a
+
+
 def _linear_cupy(x, qw, bias, out):
     import cupy
+    from cupy.cuda import runtime
 
-    try:
-        act = normalize_act(x.dtype)
-    except InputError:
-        raise InputError(f"x must be float16 or bfloat16, got {x.dtype}") from None
-    dev = x.device.id
+    act = _cupy_act(x.dtype)
+    dev = x.data.device_id
     item = x.itemsize
     shape = x.shape
     m, lda = _rows(shape, [s // item for s in x.strides], qw.k)
     out_shape = shape[:-1] + (qw.n,)
-    for name, a in (("out", out), ("bias", bias)):
-        if a is not None and (not is_cupy(a) or a.device.id != dev):
-            raise InputError(f"{name} must be a CuPy array on device {dev}")
-    _check_out_bias("cupy", x, out, bias, out_shape, qw.n, dev, x.dtype,
-                    lambda a: a.flags.c_contiguous, lambda a: a.data.ptr)
-    with cupy.cuda.Device(dev):
-        if out is None:
-            out = cupy.empty(out_shape, dtype=x.dtype)
-        if m == 0:
-            return out
-        ptr = x.data.ptr
-        if ptr % 16:
-            raise InputError("x's data must be 16-byte aligned")
-        stream = cupy.cuda.get_current_stream().ptr
-        lz = _launcher(qw, dev, act, m, stream)
-        lz(ptr, lda, out.data.ptr, 0 if bias is None else bias.data.ptr)
+    if out is not None or bias is not None:
+        for name, a in (("out", out), ("bias", bias)):
+            if a is not None and (not is_cupy(a) or a.data.device_id != dev):
+                raise InputError(f"{name} must be a CuPy array on device {dev}")
+        _check_out_bias("cupy", x, out, bias, out_shape, qw.n, dev, x.dtype,
+                        lambda a: a.flags.c_contiguous, lambda a: a.data.ptr)
+    if runtime.getDevice() != dev:   # a device context only when x lives on another GPU
+        with cupy.cuda.Device(dev):
+            return _linear_cupy(x, qw, bias, out)
+    if out is None:
+        out = cupy.empty(out_shape, dtype=x.dtype)
+    if m == 0:
+        return out
+    ptr = x.data.ptr
+    if ptr % 16:
+        raise InputError("x's data must be 16-byte aligned")
+    lz = _launcher(qw, dev, act, m, cupy.cuda.get_current_stream().ptr)
+    lz(ptr, lda, out.data.ptr, 0 if bias is None else bias.data.ptr)
     return out
 
 
@@ -219,30 +233,19 @@ def plan_for(profile: DeviceProfile, m: int, n: int, k: int, act: str = "float16
 
 
 def prewarm(profiles, shapes, ms=(1, 16, 64), *, act: str = "float16", qtype: str = "uint4b8",
-            group_size: int = 128, cache: KernelCache | None = None):
+            group_size: int = 128, cache: KernelCache | None = None, jobs: int = 1):
     """Compile (or find cached) every kernel the planner would pick for `shapes` (list of (K, N),
     as the CLI's KxN) and batch sizes `ms` on each profile (names, archs or DeviceProfiles).
-    Needs no GPU. Returns a list of PrewarmResult."""
-    cache = cache or default_cache()
-    results = []
-    seen = set()
-    for prof in profiles:
-        p = prof if isinstance(prof, DeviceProfile) else get_profile(prof)
-        for k, n in shapes:
-            for m in ms:
-                try:
-                    spec = plan_for(p, m, n, k, act, qtype, group_size).spec
-                except JitMarlinError as e:
-                    results.append(PrewarmResult(p.name, p.arch, "-", "failed", 0.0, str(e)))
-                    continue
-                if (spec, p.arch) in seen:
-                    continue
-                seen.add((spec, p.arch))
-                try:
-                    art, _, status = cache.get(spec, p.arch)
-                    results.append(PrewarmResult(
-                        p.name, p.arch, spec.name, "compiled" if status == "compiled" else "cached",
-                        art.seconds if status == "compiled" else 0.0))
-                except JitMarlinError as e:
-                    results.append(PrewarmResult(p.name, p.arch, spec.name, "failed", 0.0, str(e)))
+    Needs no GPU. Returns a list of PrewarmResult: one per distinct (kernel, arch), then one
+    'failed' entry (kernel '-') per profile and reason the planner rejects and per shape the
+    kernel cannot take. jitmarlin.fleet.prewarm_fleet is the multi-type, multi-process form."""
+    from .fleet import prewarm_fleet
+
+    report = prewarm_fleet(profiles, shapes, ms, (act,), (qtype,), (group_size,), jobs=jobs,
+                           cache=cache or default_cache())
+    results = list(report.results)
+    for (prof, arch, reason) in report.unsupported:
+        results.append(PrewarmResult(prof, arch, "-", "failed", 0.0, reason))
+    for sk in report.skipped:
+        results.append(PrewarmResult("-", "-", "-", "failed", 0.0, f"{sk.k}x{sk.n}: {sk.reason}"))
     return results

@@ -52,7 +52,12 @@ def cmd_info(args) -> int:
     info["gpus"] = [{"index": i, "name": n, "cc": cc} for i, n, cc in _gpus()]
     cache = default_cache()
     info["cache_dir"] = str(cache.directory)
-    info["cache_entries"] = sum(1 for _ in cache.entries())
+    try:
+        st = cache.stats()
+        info["cache_entries"] = st["entries"]
+        info["cache_mb"] = round(st["bytes"] / 2**20, 1)
+    except Exception as e:  # an unusable cache dir must not break `info`
+        info["cache_entries"] = f"unavailable ({e})"
     info["templates"] = str(templates_dir())
     info["templates_sha256"] = templates_digest()[:16]
     info["emulate"] = emulated_name()
@@ -88,6 +93,11 @@ def cmd_inspect(args) -> int:
     if args.ptx:
         print(art.ptx, end="")
         return 0
+    if args.sass:
+        from .nvrtc import disassemble
+
+        print(disassemble(art.cubin), end="")
+        return 0
     res = dict(art.resources)
     res["dynamic_shared_bytes"] = plan.smem_bytes
     res["shared_bytes"] = plan.smem_bytes + (res.get("static_shared_bytes") or 0)
@@ -112,63 +122,126 @@ def cmd_inspect(args) -> int:
 
 
 def _parse_shapes(text: str):
+    """'4096x4096,4096x14336' -> [(K, N), ...]: K = in_features, N = out_features (per rank)."""
+    from .errors import InputError
+
     shapes = []
     for part in text.split(","):
-        k, n = part.lower().split("x")
-        shapes.append((int(k), int(n)))
+        part = part.strip().lower()
+        if not part:
+            continue
+        k, _, n = part.partition("x")
+        try:
+            shapes.append((int(k), int(n)))
+        except ValueError:
+            raise InputError(f"--shapes takes KxN pairs such as 4096x14336, got {part!r}") from None
+    if not shapes:
+        raise InputError("--shapes is empty")
     return shapes
 
 
 def cmd_prewarm(args) -> int:
-    from .api import prewarm
+    """Plan and compile every kernel the named GPUs need for the given models or shapes."""
+    from . import fleet
     from .cache import KernelCache, default_cache
+    from .errors import InputError
 
-    names = []
-    if args.profile:
-        names += [s.strip() for s in args.profile.split(",") if s.strip()]
-    if args.arch:
-        names += [s.strip() for s in args.arch.split(",") if s.strip()]
+    if args.list_models:
+        print(fleet.describe_models())
+        return 0
+
+    def csv(text, conv=str, flag=""):
+        try:
+            return [conv(x.strip()) for x in (text or "").split(",") if x.strip()]
+        except ValueError:
+            raise InputError(f"{flag} takes a comma list of integers, got {text!r}") from None
+
+    names = csv(args.profile) + csv(args.arch)
     if not names:
-        print("prewarm: give --arch or --profile", file=sys.stderr)
+        print("prewarm: give --arch and/or --profile (comma lists)", file=sys.stderr)
         return 2
+    if not (args.model or args.manifest or args.shapes):
+        print("prewarm: give --model, --manifest or --shapes (see --list-models)", file=sys.stderr)
+        return 2
+    tp = csv(args.tp, int, "--tp") or None
+    shapes, skipped = [], []
+    if args.shapes:
+        if tp and not (args.model or args.manifest):
+            raise InputError("--tp splits manifest layers; --shapes are already per-rank KxN")
+        shapes += _parse_shapes(args.shapes)
+    for ref in csv(args.model) + ([args.manifest] if args.manifest else []):
+        s, sk = fleet.expand_shapes(fleet.load_manifest(ref), tp)
+        shapes += s
+        skipped += sk
+    jobs = args.jobs if args.jobs > 0 else (os.cpu_count() or 1)
     cache = KernelCache(args.cache_dir) if args.cache_dir else default_cache()
-    t0 = time.perf_counter()
-    results = prewarm(names, _parse_shapes(args.shapes), [int(m) for m in args.m.split(",")],
-                      act=args.act, qtype=args.quant, group_size=args.group, cache=cache)
-    wall = time.perf_counter() - t0
-    failed = [r for r in results if r.status == "failed"]
-    for r in results:
-        extra = f" {r.seconds:.2f}s" if r.status == "compiled" else ""
-        extra += f"  {r.detail}" if r.detail else ""
-        print(f"{r.status:9s} {r.arch:7s} {r.kernel}{extra}")
-    n_comp = sum(r.status == "compiled" for r in results)
-    n_cached = sum(r.status == "cached" for r in results)
-    print(f"prewarm: {n_comp} compiled, {n_cached} already cached, {len(failed)} failed "
-          f"in {wall:.1f} s -> {cache.directory}")
-    return 1 if failed else 0
+    bar = fleet.TextProgress(sys.stderr)
+    try:
+        report = fleet.prewarm_fleet(
+            names, shapes, csv(args.m, int, "--m"), csv(args.act), csv(args.quant),
+            csv(args.group, int, "--group"), jobs=jobs, cache=cache, progress=bar)
+    except KeyboardInterrupt:
+        print("\nprewarm: interrupted (kernels compiled so far are cached)", file=sys.stderr)
+        return 130
+    report.skipped[:0] = skipped     # TP splits that were skipped before planning
+    bar.finish(report)
+    print(fleet.format_report(report, cache.directory))
+    return 1 if report.failed else 0
 
 
 def cmd_cache(args) -> int:
-    from .cache import default_cache
+    """`jitmarlin cache ACTION`: ls, stats, verify, clear, export, import (see cache/README.md)."""
+    from .cache import MB, KernelCache, default_cache
 
-    cache = default_cache()
-    if args.action == "clear":
-        n = cache.clear()
-        print(f"removed {n} entries from {cache.directory}")
-        return 0
-    rows = []
-    total = 0
-    for key, e in cache.entries():
-        if not isinstance(e, dict):
-            continue
-        size = len(e.get("cubin", b"")) + len(e.get("ptx", ""))
-        total += size
-        rows.append((key[:16], e.get("name", "?"), e.get("arch", "?"), size,
-                     time.strftime("%Y-%m-%d %H:%M", time.localtime(e.get("created", 0)))))
+    cache = KernelCache(args.cache_dir) if args.cache_dir else default_cache()
+
+    def when(t):  # epoch seconds -> local time, '-' when unknown
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else "-"
+
     if args.action == "ls":
-        for r in rows:
-            print(f"{r[0]}  {r[2]:7s} {r[3]:>9d}  {r[4]}  {r[1]}")
-    print(f"{len(rows)} entries, {total / 1e6:.1f} MB in {cache.directory}")
+        rows = sorted(cache.usage().items(), key=lambda kv: (kv[1]["arch"], kv[1]["name"], kv[0]))
+        print(f"{'key':16}  {'arch':7} {'KiB':>8}  {'created':16}  {'last used':16}  kernel")
+        for key, r in rows:
+            print(f"{key[:16]}  {r['arch']:7} {r['size'] / 1024:8.1f}  {when(r['created'])}  "
+                  f"{when(r['last_used'])}  {r['name']}")
+        total = sum(r["size"] for _, r in rows)
+        print(f"{len(rows)} entries, {total / MB:.1f} MB in {cache.directory}")
+    elif args.action == "stats":
+        st = cache.stats()
+        if args.json:
+            print(json.dumps(st, indent=2))
+            return 0
+        archs = ", ".join(f"{a}: {n}" for a, n in st["archs"].items()) or "-"
+        cap = f"{st['cap_bytes'] / MB:.0f} MB" if st["cap_bytes"] else "none"
+        for label, value in (("directory", st["directory"]), ("entries", st["entries"]),
+                             ("size", f"{st['bytes'] / MB:.1f} MB (cap {cap})"), ("archs", archs),
+                             ("oldest", when(st["oldest"])), ("newest", when(st["newest"])),
+                             ("last used", when(st["last_used"])),
+                             ("read-only tier", st["read_only_tier"] or "-")):
+            print(f"{label:15} {value}")
+    elif args.action == "verify":
+        n = len(cache.keys())
+        bad = cache.verify(fix=args.fix)
+        for key, name, problem in bad:
+            print(f"{key[:16]}  {name}  {problem}")
+        done = ", removed" if args.fix and bad else ""
+        print(f"{n} entries checked, {len(bad)} bad{done} in {cache.directory}")
+        return 1 if bad else 0
+    elif args.action == "clear":
+        print(f"removed {cache.clear()} entries from {cache.directory}")
+    elif args.action == "export":
+        archs = [a.strip() for a in args.arch.split(",") if a.strip()] if args.arch else None
+        r = cache.export(args.file, archs=archs)
+        for key, why in r["skipped"]:
+            print(f"skipped {key[:16]}  {why}", file=sys.stderr)
+        print(f"exported {r['exported']} kernels to {r['path']}")
+    elif args.action == "import":
+        r = cache.import_bundle(args.file)
+        for key, why in r.rejected:
+            print(f"rejected {key[:16]}  {why}", file=sys.stderr)
+        print(f"imported {r.imported}, already present {r.present}, rejected {len(r.rejected)} "
+              f"into {cache.directory}")
+        return 1 if r.rejected else 0
     return 0
 
 
@@ -195,20 +268,49 @@ def build_parser() -> argparse.ArgumentParser:
     g = s.add_mutually_exclusive_group()
     g.add_argument("--source", action="store_true", help="the generated CUDA source")
     g.add_argument("--ptx", action="store_true", help="the PTX")
+    g.add_argument("--sass", action="store_true", help="the SASS (needs cuobjdump or nvdisasm)")
     g.add_argument("--resources", action="store_true", help="registers, shared memory, spills (default)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_inspect)
 
     s = sub.add_parser("prewarm", help="compile the kernels a fleet will need (no GPU needed)")
-    problem_args(s)
-    s.add_argument("--shapes", required=True, help="KxN list, e.g. 4096x4096,4096x14336")
-    s.add_argument("--m", default="1,16,64", help="batch sizes (M) to plan for")
+    s.add_argument("--arch", default=None, help="target archs, e.g. sm_70,sm_90 (each as its reference GPU)")
+    s.add_argument("--profile", default=None, help="GPU profiles, e.g. v100,t4,h100,rtx-pro-6000")
+    s.add_argument("--model", default=None, help="manifest names, e.g. llama-3-8b,qwen2.5-7b (see --list-models)")
+    s.add_argument("--manifest", default=None, help="a manifest JSON file (format: cache/README.md)")
+    s.add_argument("--shapes", default=None, help="per-rank KxN list, e.g. 4096x4096,4096x14336")
+    s.add_argument("--tp", default=None, help="tensor-parallel degrees, e.g. 1,2 (default: the manifest's)")
+    s.add_argument("--quant", default="uint4b8", help="quant types, comma list")
+    s.add_argument("--group", default="128", help="group sizes, comma list (-1: per channel)")
+    s.add_argument("--act", default="float16", help="activation dtypes: float16,bfloat16")
+    s.add_argument("--m", default="1,16,64", help="batch sizes (M buckets) to plan for")
+    s.add_argument("--jobs", type=int, default=1, help="compile processes (0: one per CPU)")
     s.add_argument("--cache-dir", default=None)
+    s.add_argument("--list-models", action="store_true", help="list the shipped manifests and exit")
     s.set_defaults(func=cmd_prewarm)
 
-    s = sub.add_parser("cache", help="list, summarise or clear the kernel cache")
-    s.add_argument("action", choices=["ls", "stats", "clear"])
+    s = sub.add_parser("cache", help="list, check, bundle or clear the kernel cache")
+    # --cache-dir is accepted before or after the action; SUPPRESS keeps the action's parser
+    # from overwriting a value given before it
+    s.add_argument("--cache-dir", default=None, help="cache directory (default: JITMARLIN_CACHE_DIR "
+                   "or ~/.cache/jitmarlin)")
     s.set_defaults(func=cmd_cache)
+    acts = s.add_subparsers(dest="action", required=True)
+
+    def cache_action(name, what):
+        a = acts.add_parser(name, help=what)
+        a.add_argument("--cache-dir", default=argparse.SUPPRESS, help="cache directory")
+        return a
+
+    cache_action("ls", "one line per kernel: key, arch, size, created, last used, name")
+    cache_action("stats", "entries, size, cap, per-arch counts").add_argument("--json", action="store_true")
+    cache_action("verify", "check every entry (exit 1 if any is bad)").add_argument(
+        "--fix", action="store_true", help="delete the bad entries")
+    cache_action("clear", "remove every entry")
+    a = cache_action("export", "write a portable bundle (tar) of the cached kernels")
+    a.add_argument("file")
+    a.add_argument("--arch", default=None, help="only these archs, e.g. sm_90,sm_80")
+    cache_action("import", "merge a bundle into the cache").add_argument("file")
     return p
 
 

@@ -39,7 +39,7 @@ def get_function(artifact: Artifact, key: str, device: int):
     f = _functions.get((device, key))
     if f is None:
         cp = _cp()
-        from cupy.cuda import driver, function
+        from cupy.cuda import function
 
         with cp.cuda.Device(device):
             mod = function.Module()

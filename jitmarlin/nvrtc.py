@@ -37,14 +37,34 @@ def _check(result, what: str):
     return result[1:] if len(result) > 2 else (result[1] if len(result) == 2 else None)
 
 
+# pip distributions that carry NVRTC (CUDA 12, CUDA 13 spellings)
+_NVRTC_DISTS = ("nvidia-cuda-nvrtc-cu12", "nvidia-cuda-nvrtc", "nvidia-cuda-nvrtc-cu13")
+
+
 @lru_cache(maxsize=1)
-def version() -> tuple[int, int]:
-    """(major, minor) of the NVRTC library in use."""
+def library_version() -> tuple[int, int]:
+    """(major, minor) reported by the NVRTC library itself (loads it: ~50 ms)."""
     nv = _nvrtc()
     err, major, minor = nv.nvrtcVersion()
     if int(err) != 0:
         raise UnsupportedError(f"NVRTC could not be loaded: {err}")
     return int(major), int(minor)
+
+
+@lru_cache(maxsize=1)
+def version() -> tuple[int, int]:
+    """(major, minor) of the NVRTC in use: from the installed NVRTC wheel's metadata when there
+    is one (cheap: a cache hit never loads the 60 MB library), else from the library. Compiles
+    check the library against it (compile_source)."""
+    from importlib import metadata
+
+    for dist in _NVRTC_DISTS:
+        try:
+            major, minor = metadata.version(dist).split(".")[:2]
+            return int(major), int(minor)
+        except (metadata.PackageNotFoundError, ValueError):
+            continue
+    return library_version()
 
 
 @lru_cache(maxsize=1)
@@ -98,6 +118,12 @@ def options_for(arch: str) -> tuple[str, ...]:
 def compile_source(source: str, name: str, arch: str, spec=None) -> Artifact:
     """Compile `source` (kernel symbol `name`) for `arch` ('sm_90'). Raises CompileError."""
     check_arch(arch)
+    if library_version() != version():
+        import logging
+
+        logging.getLogger("jitmarlin").warning(
+            "jitmarlin: the NVRTC library is %s but its wheel says %s; cache keys use the wheel's",
+            library_version(), version())
     nv = _nvrtc()
     opts = options_for(arch)
     t0 = time.perf_counter()
@@ -119,7 +145,7 @@ def compile_source(source: str, name: str, arch: str, spec=None) -> Artifact:
         raise CompileError("NVRTC produced no cubin", spec=spec, arch=arch, log=log)
     return Artifact(
         name=name, arch=arch, cubin=bytes(cubin), ptx=ptx, log=log, options=opts,
-        nvrtc_version=version(), seconds=seconds, resources=parse_resources(log, name),
+        nvrtc_version=library_version(), seconds=seconds, resources=parse_resources(log, name),
     )
 
 
@@ -166,3 +192,51 @@ def parse_resources(log: str, name: str) -> dict:
             if c:
                 out["param_bytes"] = int(c.group(1))
     return out
+
+
+def find_disassembler() -> tuple[str, str] | None:
+    """('cuobjdump' | 'nvdisasm', path) of a SASS disassembler: on PATH, under CUDA_HOME, or from
+    the pip packages nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm. None when there is none."""
+    import glob
+    import os
+    import shutil
+    import site
+
+    for tool in ("cuobjdump", "nvdisasm"):
+        path = shutil.which(tool)
+        if path:
+            return tool, path
+        cands = []
+        home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+        if home:
+            cands.append(os.path.join(home, "bin", tool))
+        for sp in site.getsitepackages() + [site.getusersitepackages()]:
+            cands += glob.glob(os.path.join(sp, "nvidia", "*", "bin", tool))
+        for c in cands:
+            if os.access(c, os.X_OK):
+                return tool, c
+    return None
+
+
+def disassemble(cubin: bytes) -> str:
+    """SASS of a cubin. Raises UnsupportedError naming what to install when no tool is found."""
+    import os
+    import subprocess
+    import tempfile
+
+    found = find_disassembler()
+    if found is None:
+        raise UnsupportedError(
+            "no SASS disassembler found (cuobjdump or nvdisasm): pip install nvidia-cuda-nvdisasm "
+            "(or put a CUDA toolkit's bin/ on PATH); --ptx and --resources work without one"
+        )
+    tool, path = found
+    with tempfile.TemporaryDirectory() as d:
+        f = os.path.join(d, "kernel.cubin")
+        with open(f, "wb") as fh:
+            fh.write(cubin)
+        cmd = [path, "-sass", f] if tool == "cuobjdump" else [path, "-c", f]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        raise UnsupportedError(f"{tool} failed: {r.stderr.strip()[-500:]}")
+    return r.stdout

@@ -91,3 +91,373 @@ def test_unwritable_cache_dir_compiles_in_memory(tmp_path):
     assert status == "compiled" and art.cubin
     _, _, again = c.get(SPEC, "sm_90")
     assert again == "memory"
+
+
+# ---- production cache: LRU cap, verify, bundles, read-only tier, CLI, processes ----------------
+
+import json
+import select
+import shutil
+import signal
+import tarfile
+import time
+import zlib
+
+from jitmarlin import cache as cache_mod
+from jitmarlin import nvrtc
+from jitmarlin.cli import main
+
+SPEC3 = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 8, 8, 3)
+SPEC2 = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 8, 8, 2)
+SPEC_TEXT = 'KernelSpec("sm80", "uint4b8", "float16", 8, 1, 8, 8, 4)'
+
+
+@pytest.fixture(scope="module")
+def seed(tmp_path_factory):
+    """A cache dir holding two real sm_90 kernels (SPEC, SPEC3); tests work on copies."""
+    d = tmp_path_factory.mktemp("seed")
+    c = KernelCache(d, ro_dir="")
+    keys = [c.get(s, "sm_90")[1] for s in (SPEC, SPEC3)]
+    c._open().close()          # flush SQLite's WAL so a plain copy holds everything
+    return d, keys
+
+
+def _copy(seed, dst):
+    shutil.copytree(seed[0], dst)
+    return dst
+
+
+def _no_compiles(monkeypatch):
+    def refuse(*a, **k):
+        raise AssertionError("NVRTC compile called")
+
+    monkeypatch.setattr(nvrtc, "compile_source", refuse)
+
+
+def _flip_cubin_byte(c: KernelCache, key: str) -> None:
+    """Corrupt one byte inside an entry's cubin, written back through diskcache."""
+    disk = c._open()
+    e = disk.get(key)
+    raw = bytearray(zlib.decompress(e["cubin"]))
+    raw[len(raw) // 2] ^= 0xFF
+    e["cubin"] = zlib.compress(bytes(raw))
+    disk.set(key, e)
+
+
+def test_usage_rows_track_size_and_last_used(tmp_path, seed, monkeypatch):
+    d = _copy(seed, tmp_path / "c")
+    rows = KernelCache(d).usage()
+    assert set(rows) == set(seed[1])
+    for key, r in rows.items():
+        assert r["arch"] == "sm_90" and r["size"] > 1000 and r["last_used"] >= r["created"]
+    monkeypatch.setattr(cache_mod, "TOUCH_RESOLUTION_S", 0.0)
+    before = rows[seed[1][0]]["last_used"]
+    time.sleep(0.01)
+    _, key, status = KernelCache(d).get(SPEC, "sm_90")        # disk hit: last_used moves
+    assert status == "disk" and KernelCache(d).usage()[key]["last_used"] > before
+    c = KernelCache(d)                                         # usage rows stay out of sight
+    assert sorted(c.keys()) == sorted(seed[1])
+    assert all(isinstance(e, dict) and e["format"] == 2 for _, e in c.entries())
+
+
+def test_lru_eviction_under_small_cap(tmp_path, monkeypatch):
+    monkeypatch.setattr(cache_mod, "TOUCH_RESOLUTION_S", 0.0)
+    c = KernelCache(tmp_path, max_mb=0, ro_dir="")             # no cap while filling
+    ka = c.get(SPEC, "sm_90")[1]
+    kb = c.get(SPEC3, "sm_90")[1]
+    time.sleep(0.01)
+    assert KernelCache(tmp_path).get(SPEC, "sm_90")[2] == "disk"   # A used after B: B is LRU
+    sizes = KernelCache(tmp_path).usage()
+    cap = sizes[ka]["size"] + sizes[kb]["size"] + min(s["size"] for s in sizes.values()) // 2
+    d = KernelCache(tmp_path)
+    d.max_bytes = cap                                          # room for ~2.5 kernels
+    _, kc, status = d.get(SPEC2, "sm_90")
+    assert status == "compiled"
+    assert set(d.keys()) == {ka, kc}                           # B, least recently used, went
+    assert KernelCache(tmp_path).get(SPEC3, "sm_90", compile_missing=False)[2] == "missing"
+    total = sum(r["size"] for r in d.usage().values())
+    assert total <= cap
+    # a cap smaller than one kernel still keeps the kernel just stored
+    e = KernelCache(tmp_path)
+    e.max_bytes = 1
+    assert e.get(SPEC3, "sm_90")[2] == "compiled"
+    assert e.keys() == [kb] and e.stats()["entries"] == 1
+
+
+def test_cap_from_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("JITMARLIN_CACHE_MAX_MB", "1.5")
+    assert KernelCache(tmp_path).max_bytes == int(1.5 * (1 << 20))
+    monkeypatch.delenv("JITMARLIN_CACHE_MAX_MB")
+    assert KernelCache(tmp_path).max_bytes == 2048 << 20
+    assert KernelCache(tmp_path, max_mb=3).max_bytes == 3 << 20
+
+
+def test_verify_finds_flipped_byte_and_fix_removes_it(tmp_path, seed):
+    d = _copy(seed, tmp_path / "c")
+    c = KernelCache(d)
+    assert c.verify() == []
+    bad_key, good_key = seed[1]
+    _flip_cubin_byte(c, bad_key)
+    bad = KernelCache(d).verify()
+    assert [(k, p) for k, _, p in bad] == [(bad_key, "checksum mismatch (cubin/ptx altered)")]
+    assert bad[0][1] == SPEC.name
+    assert len(KernelCache(d).verify(fix=True)) == 1
+    c = KernelCache(d)
+    assert c.verify() == [] and c.keys() == [good_key]
+
+
+def test_verify_finds_entry_under_the_wrong_key(tmp_path, seed):
+    d = _copy(seed, tmp_path / "c")
+    c = KernelCache(d)
+    disk = c._open()
+    disk.set("0" * 64, disk.get(seed[1][0]))                  # sound entry, foreign key
+    (key, name, problem), = c.verify()
+    assert key == "0" * 64 and "key does not match" in problem
+
+
+def test_export_import_into_empty_dir_needs_no_nvrtc(tmp_path, seed, monkeypatch):
+    src = KernelCache(_copy(seed, tmp_path / "src"))
+    bundle = tmp_path / "kernels.tar"
+    r = src.export(bundle)
+    assert r["exported"] == 2 and r["skipped"] == []
+    again = tmp_path / "again.tar"
+    src.export(again)
+    assert bundle.read_bytes() == again.read_bytes()          # deterministic
+    with tarfile.open(bundle) as tar:
+        names = tar.getnames()
+        manifest = json.loads(tar.extractfile("manifest.json").read())
+        assert all(m.mtime == 0 and m.uid == 0 for m in tar.getmembers())
+    assert names[0] == "manifest.json" and all(not n.startswith("/") and ".." not in n for n in names)
+    assert manifest["bundle_format"] == 1 and manifest["entry_format"] == 2
+    assert manifest["jitmarlin"] and sorted(e["key"] for e in manifest["entries"]) == sorted(seed[1])
+    one = manifest["entries"][0]
+    assert {"key", "name", "arch", "spec", "nvrtc", "sha256"} <= set(one)
+    assert one["arch"] == "sm_90" and KernelSpec.from_canonical(one["spec"])
+
+    _no_compiles(monkeypatch)
+    empty = tmp_path / "empty"
+    rep = KernelCache(empty).import_bundle(bundle)
+    assert (rep.imported, rep.present, rep.rejected) == (2, 0, [])
+    fresh = KernelCache(empty)
+    for spec, key in zip((SPEC, SPEC3), seed[1]):
+        art, k, status = fresh.get(spec, "sm_90", compile_missing=False)
+        assert status == "disk" and k == key and art.cubin[:4] == b"\x7fELF"
+    rep = KernelCache(empty).import_(bundle)                   # merge: existing keys kept
+    assert (rep.imported, rep.present) == (0, 2)
+
+
+def _rewrite_bundle(src, dst, edit):
+    """Copy bundle `src` to `dst`, passing {name: bytes} through edit() first."""
+    with tarfile.open(src) as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
+    edit(files)
+    with tarfile.open(dst, "w") as tar:
+        for name, data in files.items():
+            cache_mod._tar_add(tar, name, data)
+
+
+def test_tampered_bundle_entry_is_rejected_with_a_reason(tmp_path, seed):
+    import hashlib
+
+    bundle = tmp_path / "b.tar"
+    KernelCache(_copy(seed, tmp_path / "src")).export(bundle)
+    victim = f"entries/{seed[1][0]}.json"
+
+    def set_member(files, e, fix_manifest):
+        files[victim] = cache_mod.entry_to_json(e)
+        if fix_manifest:
+            m = json.loads(files["manifest.json"])
+            for item in m["entries"]:
+                if item["key"] == seed[1][0]:
+                    item["file_sha256"] = hashlib.sha256(files[victim]).hexdigest()
+            files["manifest.json"] = json.dumps(m).encode()
+
+    def flip_cubin(fix_manifest):
+        def edit(files):
+            e = cache_mod.entry_from_json(files[victim])
+            raw = bytearray(zlib.decompress(e["cubin"]))
+            raw[100] ^= 0x01
+            e["cubin"] = zlib.compress(bytes(raw))
+            set_member(files, e, fix_manifest)
+        return edit
+
+    def old_format(files):
+        e = cache_mod.entry_from_json(files[victim])
+        e["format"] = 1
+        set_member(files, e, True)
+
+    def other_spec(files):                 # consistent entry that claims another spec
+        e = cache_mod.entry_from_json(files[victim])
+        e["spec"] = e["key_inputs"]["spec"] = SPEC2.canonical()
+        set_member(files, e, True)
+
+    cases = [(flip_cubin(False), "altered"), (flip_cubin(True), "checksum mismatch"),
+             (old_format, "entry format 1"), (other_spec, "manifest and entry disagree on spec")]
+    for i, (edit, reason) in enumerate(cases):
+        bad = tmp_path / f"bad{i}.tar"
+        _rewrite_bundle(bundle, bad, edit)
+        rep = KernelCache(tmp_path / f"dst{i}").import_bundle(bad)
+        assert rep.imported == 1, reason                       # the other kernel still imports
+        (key, why), = rep.rejected
+        assert key == seed[1][0] and reason in why, why
+        assert KernelCache(tmp_path / f"dst{i}").keys() == [seed[1][1]]
+
+
+def test_not_a_bundle_is_an_input_error(tmp_path):
+    from jitmarlin.errors import InputError
+
+    junk = tmp_path / "junk.tar"
+    junk.write_bytes(b"not a tar file at all" * 100)
+    with pytest.raises(InputError):
+        KernelCache(tmp_path / "c").import_bundle(junk)
+
+
+def test_read_only_tier_serves_a_hit(tmp_path, seed, monkeypatch):
+    ro = _copy(seed, tmp_path / "ro")                          # a cache dir ...
+    unpacked = tmp_path / "unpacked"                           # ... and an unpacked bundle
+    KernelCache(_copy(seed, tmp_path / "src")).export(tmp_path / "b.tar")
+    with tarfile.open(tmp_path / "b.tar") as tar:
+        tar.extractall(unpacked)
+    _no_compiles(monkeypatch)
+    def contents(tier):   # (SQLite may add its -shm/-wal index files beside a WAL database)
+        return {p: p.read_bytes() for p in tier.rglob("*") if p.is_file()}
+
+    for tier in (ro, unpacked):
+        before = contents(tier)
+        monkeypatch.setenv("JITMARLIN_CACHE_RO", str(tier))
+        w = KernelCache(tmp_path / f"w-{tier.name}")
+        art, key, status = w.get(SPEC, "sm_90")
+        assert status == "disk" and key == seed[1][0] and art.cubin
+        assert w.keys() == []                                 # served, not copied
+        after = contents(tier)
+        assert {p: after[p] for p in before} == before            # nothing written
+
+
+def test_read_only_tier_bad_entry_is_ignored(tmp_path, seed, monkeypatch):
+    unpacked = tmp_path / "unpacked"
+    KernelCache(_copy(seed, tmp_path / "src")).export(tmp_path / "b.tar")
+    with tarfile.open(tmp_path / "b.tar") as tar:
+        tar.extractall(unpacked)
+    member = unpacked / "entries" / f"{seed[1][0]}.json"
+    e = cache_mod.entry_from_json(member.read_bytes())
+    e["sha256"] = "0" * 64
+    member.write_bytes(cache_mod.entry_to_json(e))
+    w = KernelCache(tmp_path / "w", ro_dir=unpacked)
+    assert w.get(SPEC, "sm_90", compile_missing=False)[2] == "missing"
+    assert w.get(SPEC3, "sm_90", compile_missing=False)[2] == "disk"
+
+
+def test_stats(tmp_path, seed):
+    st = KernelCache(_copy(seed, tmp_path / "c"), max_mb=64).stats()
+    assert st["entries"] == 2 and st["archs"] == {"sm_90": 2} and st["bytes"] > 0
+    assert st["oldest"] <= st["newest"] and st["cap_bytes"] == 64 << 20
+    empty = KernelCache(tmp_path / "e").stats()
+    assert empty["entries"] == 0 and empty["oldest"] is None
+
+
+def test_cli_cache_subcommands(tmp_path, seed, capsys):
+    d = str(_copy(seed, tmp_path / "c"))
+    assert main(["cache", "ls", "--cache-dir", d]) == 0
+    out = capsys.readouterr().out
+    assert SPEC.name in out and SPEC3.name in out and "2 entries" in out
+    assert seed[1][0][:16] in out
+    assert main(["cache", "--cache-dir", d, "stats"]) == 0
+    out = capsys.readouterr().out
+    assert "entries" in out and "sm_90: 2" in out
+    assert main(["cache", "stats", "--json", "--cache-dir", d]) == 0
+    assert json.loads(capsys.readouterr().out)["entries"] == 2
+    assert main(["cache", "verify", "--cache-dir", d]) == 0
+    assert "0 bad" in capsys.readouterr().out
+
+    bundle = str(tmp_path / "k.tar")
+    assert main(["cache", "export", bundle, "--arch", "sm_90", "--cache-dir", d]) == 0
+    assert "exported 2 kernels" in capsys.readouterr().out
+    assert main(["cache", "export", str(tmp_path / "none.tar"), "--arch", "sm_80", "--cache-dir", d]) == 0
+    assert "exported 0 kernels" in capsys.readouterr().out
+    other = str(tmp_path / "other")
+    assert main(["cache", "import", bundle, "--cache-dir", other]) == 0
+    assert "imported 2, already present 0, rejected 0" in capsys.readouterr().out
+    assert main(["cache", "import", str(tmp_path / "missing.tar"), "--cache-dir", other]) == 2
+    assert "jitmarlin:" in capsys.readouterr().err
+
+    _flip_cubin_byte(KernelCache(d), seed[1][0])
+    assert main(["cache", "verify", "--cache-dir", d]) == 1
+    out = capsys.readouterr().out
+    assert seed[1][0][:16] in out and "checksum mismatch" in out and "1 bad" in out
+    assert main(["cache", "verify", "--fix", "--cache-dir", d]) == 1
+    assert "removed" in capsys.readouterr().out
+    assert main(["cache", "verify", "--cache-dir", d]) == 0
+    capsys.readouterr()
+    assert main(["cache", "clear", "--cache-dir", d]) == 0
+    assert "removed 1 entries" in capsys.readouterr().out
+    assert main(["cache", "ls", "--cache-dir", d]) == 0
+    assert "0 entries" in capsys.readouterr().out
+
+
+def _child_env(cache_dir):
+    return dict(os.environ, JITMARLIN_CACHE_DIR=str(cache_dir), JITMARLIN_LOG="info",
+                PYTHONPATH=str(ROOT))
+
+
+GET_SNIPPET = ("from jitmarlin.cache import KernelCache; from jitmarlin.spec import KernelSpec; "
+               f"print(KernelCache().get({SPEC_TEXT}, 'sm_90')[2])")
+
+
+def test_eight_cold_processes_compile_once(tmp_path):
+    env = _child_env(tmp_path)
+    procs = [subprocess.Popen([sys.executable, "-c", GET_SNIPPET], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(8)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err for _, err in outs]
+    lines = [line for _, err in outs for line in err.splitlines()]
+    assert len([line for line in lines if "compiled" in line]) == 1, lines
+    assert sum("cache hit" in err for _, err in outs) == 7, lines
+    assert sorted(out.strip() for out, _ in outs) == ["compiled"] + ["disk"] * 7
+
+
+HOLDER_SNIPPET = f"""
+import time
+from jitmarlin import nvrtc
+from jitmarlin.cache import KernelCache
+from jitmarlin.spec import KernelSpec
+
+def stuck(*args, **kwargs):      # inside the compile, i.e. while holding the key's flock
+    print("holding", flush=True)
+    time.sleep(60)
+
+nvrtc.compile_source = stuck
+KernelCache().get({SPEC_TEXT}, 'sm_90')
+"""
+
+
+def test_killed_compile_does_not_stall_the_next_process(tmp_path):
+    import fcntl
+
+    env = _child_env(tmp_path)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER_SNIPPET], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        ready, _, _ = select.select([holder.stdout], [], [], 120)
+        assert ready and holder.stdout.readline().strip() == "holding", holder.stderr.read()
+        lock = tmp_path / "locks" / f"{cache_key(SPEC, render(SPEC), 'sm_90')[:32]}.lock"
+        fd = os.open(lock, os.O_RDWR)
+        try:                                                   # the holder really has the lock
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+        waiter = subprocess.Popen([sys.executable, "-c", GET_SNIPPET], env=env, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(1.0)                                        # let it queue on the lock
+        t0 = time.monotonic()
+        os.kill(holder.pid, signal.SIGKILL)
+        out, err = waiter.communicate(timeout=60)
+        waited = time.monotonic() - t0
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        holder.wait()
+    assert holder.returncode == -signal.SIGKILL
+    assert waiter.returncode == 0, err
+    assert out.strip() == "compiled" and "compiled" in err
+    assert waited < 15, waited

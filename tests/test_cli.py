@@ -38,3 +38,14 @@ def test_prewarm_then_cached(capsys, tmp_path):
 def test_bad_arguments_are_clear(capsys):
     assert main(["inspect", "--arch", "sm_90", "--act", "bfloat16", "--profile", "t4"]) == 2
     assert "bfloat16" in capsys.readouterr().err
+
+
+def test_inspect_sass_or_clear_hint(capsys, monkeypatch):
+    from jitmarlin import nvrtc
+
+    if nvrtc.find_disassembler() is not None:
+        assert main(["inspect", "--arch", "sm_90", "--m", "1", "--sass"]) == 0
+        assert "HMMA" in capsys.readouterr().out          # the tensor-core instructions are there
+    monkeypatch.setattr(nvrtc, "find_disassembler", lambda: None)
+    assert main(["inspect", "--arch", "sm_90", "--m", "1", "--sass"]) == 2
+    assert "nvidia-cuda-nvdisasm" in capsys.readouterr().err

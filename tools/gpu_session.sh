@@ -38,6 +38,14 @@ if [ "${SWEEP:-0}" = 1 ]; then
   timeout ${SWEEP_TIMEOUT:-240} python3 tools/sweep --json "$OUT/sweep.json" ${SWEEP_ARGS:-} > "$OUT/sweep.log" 2>&1
   echo "sweep rc=$? in $(( $(date +%s) - t0 )) s"; grep -v "^#" "$OUT/sweep.log" | cut -c1-230 | tail -30
 fi
+if [ "${FIRST_CALL:-0}" = 1 ]; then
+  timeout 120 python3 tools/first_call.py 5 2>&1 | tee "$OUT/first_call.log"
+fi
+if [ "${TORCH_TESTS:-0}" = 1 ]; then
+  t0=$(date +%s)
+  timeout 200 python3 -m pytest tests/test_torch.py -q -p no:cacheprovider -o addopts="" -rfE > "$OUT/pytest-torch.log" 2>&1
+  echo "pytest torch rc=$? in $(( $(date +%s) - t0 )) s"; tail -3 "$OUT/pytest-torch.log"; grep -E "^FAILED|^ERROR" "$OUT/pytest-torch.log" | head
+fi
 if [ "${BENCH:-1}" = 1 ]; then
   t0=$(date +%s)
   timeout ${BENCH_TIMEOUT:-300} python3 tools/bench --json "$OUT/bench.json" ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1

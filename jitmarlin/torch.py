@@ -1,0 +1,246 @@
+"""torch integration: the `jitmarlin::linear` custom op, `MarlinLinear` and `quantize_model`.
+
+    import jitmarlin.torch as jmt
+    model = jmt.quantize_model(model, "uint4b8", group_size=128)   # nn.Linear -> MarlinLinear
+    model = torch.compile(model, fullgraph=True)                     # traces through the custom op
+
+Importing this module needs torch (>= 2.4); `import jitmarlin` never imports it.
+
+Why a custom op: torch.compile cannot trace into jitmarlin.linear (CuPy launches, Python-side
+caches), so the call is wrapped as an opaque operator with a fake implementation that only says
+the output's shape, dtype and device. Operators take tensors and scalars, not Python objects, so
+the QuantizedWeight travels as an int handle into a module-level registry (see `register`).
+"""
+import copy
+import fnmatch
+import itertools
+import logging
+import weakref
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence
+
+import torch
+from torch import nn
+
+from . import api
+from .errors import InputError
+from .quant import QuantizedWeight, quantize
+
+__all__ = ["MarlinLinear", "quantize_model", "select_linears", "Selection", "register", "unregister"]
+
+log = logging.getLogger("jitmarlin.torch")
+
+# ---- weight registry -----------------------------------------------------------------------------
+
+_weights: Dict[int, QuantizedWeight] = {}
+_next_handle = itertools.count(1)
+
+
+def register(qw: QuantizedWeight, owner: object = None) -> int:
+    """Make `qw` reachable from `torch.ops.jitmarlin.linear` and return its int handle.
+
+    Lifetime: the registry holds `qw` strongly. With `owner` given (MarlinLinear passes itself),
+    the entry is removed when the owner is garbage collected (weakref.finalize), so a module owns
+    its weight's registration; without an owner, call `unregister(handle)` when done.
+    """
+    if not isinstance(qw, QuantizedWeight):
+        raise InputError(f"qw must be a jitmarlin.QuantizedWeight, got {type(qw).__name__}")
+    handle = next(_next_handle)
+    _weights[handle] = qw
+    if owner is not None:
+        # The callback holds only the handle, never the owner, so it cannot keep it alive.
+        weakref.finalize(owner, _weights.pop, handle, None)
+    return handle
+
+
+def unregister(handle: int) -> None:
+    """Drop a registration made by `register` (no error if it is already gone)."""
+    _weights.pop(handle, None)
+
+
+def _lookup(handle: int) -> QuantizedWeight:
+    qw = _weights.get(handle)
+    if qw is None:
+        raise InputError(f"no QuantizedWeight is registered under handle {handle} "
+                         "(was its MarlinLinear garbage collected, or unregister()ed?)")
+    return qw
+
+
+# ---- the custom op -------------------------------------------------------------------------------
+
+def _kernel_ready(x: torch.Tensor, k: int) -> bool:
+    """Whether jitmarlin can read x's rows in place (compiled graphs may hand us any strides)."""
+    try:
+        api._rows(tuple(x.shape), x.stride(), k)
+    except InputError:
+        return False
+    return x.data_ptr() % 16 == 0
+
+
+# No `from __future__ import annotations` in this file: custom_op infers the operator schema from
+# these annotations, and older torch releases do not resolve string annotations.
+@torch.library.custom_op("jitmarlin::linear", mutates_args=())
+def _linear_op(x: torch.Tensor, handle: int, n: int, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """x (..., K) fp16/bf16 CUDA -> (..., N) = x @ W.T (+ bias), W = the weight under `handle`.
+
+    `n` (= W's out_features) is only used by the fake implementation; it must match the weight.
+    jitmarlin's own errors (InputError, CaptureError, ...) propagate unchanged.
+    """
+    qw = _lookup(handle)
+    if n != qw.n:
+        raise InputError(f"n = {n} but the weight under handle {handle} has out_features = {qw.n}")
+    if x.is_cuda and not _kernel_ready(x, qw.k):
+        x = x.contiguous()
+    if bias is not None:
+        bias = bias.contiguous()
+    return api.linear(x, qw, bias)
+
+
+@_linear_op.register_fake
+def _linear_fake(x: torch.Tensor, handle: int, n: int, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    # Shape/dtype/device only; the real op returns a fresh contiguous tensor, as new_empty does.
+    return x.new_empty((*x.shape[:-1], n))
+
+
+# ---- the module ----------------------------------------------------------------------------------
+
+class MarlinLinear(nn.Module):
+    """A drop-in for nn.Linear with a jitmarlin-quantized weight: y = x @ W.T (+ bias).
+
+    x: (..., in_features) float16/bfloat16 on a CUDA device -> (..., out_features), same dtype.
+    The QuantizedWeight stays on the host and jitmarlin uploads it lazily on first use on each
+    device, so `.to(device)`/`.cuda()` only move the bias (a buffer). The bias keeps the dtype it
+    was given; forward casts it to x's dtype when they differ. The state_dict holds the bias only.
+    """
+
+    def __init__(self, qweight: QuantizedWeight, bias: Optional[torch.Tensor] = None):
+        super().__init__()
+        if not isinstance(qweight, QuantizedWeight):
+            raise InputError(f"qweight must be a jitmarlin.QuantizedWeight, got {type(qweight).__name__}")
+        if bias is not None and tuple(bias.shape) != (qweight.n,):
+            raise InputError(f"bias must have shape ({qweight.n},), got {tuple(bias.shape)}")
+        self.qweight = qweight
+        self.in_features = qweight.k
+        self.out_features = qweight.n
+        self.register_buffer("bias", None if bias is None else bias.detach().clone())
+        self._handle = register(qweight, owner=self)
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, qtype: str = "uint4b8", group_size: int = 128,
+                    scale_dtype: Optional[str] = None) -> "MarlinLinear":
+        """Quantize `linear.weight` (round to nearest, jitmarlin.quantize) into a MarlinLinear.
+
+        scale_dtype: "float16" or "bfloat16"; default: the linear's dtype if it is one of those,
+        else float16. The bias is copied as it is (dtype and device of the linear).
+        """
+        w = linear.weight.detach()
+        if scale_dtype is None:
+            scale_dtype = "bfloat16" if w.dtype == torch.bfloat16 else "float16"
+        qw = quantize(w, qtype, group_size, scale_dtype=scale_dtype)
+        return cls(qw, linear.bias)
+
+    @classmethod
+    def from_quantized(cls, qw: QuantizedWeight, bias: Optional[torch.Tensor] = None) -> "MarlinLinear":
+        """Wrap an already quantized weight (a converter's output, say); bias: (out_features,)."""
+        return cls(qw, bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        bias = self.bias
+        if bias is not None and bias.dtype != x.dtype:
+            bias = bias.to(x.dtype)
+        return torch.ops.jitmarlin.linear(x, self._handle, self.out_features, bias)
+
+    def extra_repr(self) -> str:
+        qw = self.qweight
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"qtype={qw.qtype}, group_size={qw.group_size}, bias={self.bias is not None}")
+
+    def __setstate__(self, state):
+        # deepcopy/unpickle make a new module whose handle would still be the original's, and
+        # that registration dies with the original: give the copy its own.
+        super().__setstate__(state)
+        self._handle = register(self.qweight, owner=self)
+
+    def __deepcopy__(self, memo):
+        # The QuantizedWeight is never modified, so copies share it, and with it its device
+        # copies and launchers (CuPy objects that cannot be deep-copied).
+        memo[id(self.qweight)] = self.qweight
+        new = self.__class__.__new__(self.__class__)
+        memo[id(self)] = new
+        new.__setstate__(copy.deepcopy(self.__dict__, memo))
+        return new
+
+
+# ---- whole models --------------------------------------------------------------------------------
+
+@dataclass
+class Selection:
+    """Which nn.Linear layers of a model quantize_model converts (qualified names), and which it
+    leaves alone, with the reason."""
+
+    convert: List[str] = field(default_factory=list)
+    skipped: Dict[str, str] = field(default_factory=dict)
+
+
+def _unsupported(linear: nn.Linear, group_size: int) -> Optional[str]:
+    """Why the kernel cannot take this layer's shape, or None if it can."""
+    n, k = linear.out_features, linear.in_features
+    if n % 64 or k % 64:
+        return f"shape (out={n}, in={k}): both must be multiples of 64"
+    if group_size != -1 and k % group_size:
+        return f"in_features={k} is not a multiple of group_size={group_size}"
+    return None
+
+
+def select_linears(model: nn.Module, group_size: int = 128,
+                   skip: Sequence[str] = ("lm_head",)) -> Selection:
+    """Decide, without changing anything, which layers quantize_model would convert.
+
+    Only modules of type exactly nn.Linear are considered: subclasses may use their weight
+    elsewhere (nn.MultiheadAttention reads its out_proj's weight directly).
+    skip: fnmatch patterns matched against the qualified name, e.g. "lm_head", "*.gate".
+    """
+    sel = Selection()
+    # remove_duplicate=False: a layer reachable under two names is converted under both.
+    for name, mod in model.named_modules(remove_duplicate=False):
+        if type(mod) is not nn.Linear:
+            continue
+        if not name:
+            sel.skipped[name] = "the model itself is an nn.Linear: use MarlinLinear.from_linear"
+            continue
+        pattern = next((p for p in skip if fnmatch.fnmatchcase(name, p)), None)
+        reason = f"matches skip pattern {pattern!r}" if pattern else _unsupported(mod, group_size)
+        if reason:
+            sel.skipped[name] = reason
+        else:
+            sel.convert.append(name)
+    return sel
+
+
+def _set_submodule(model: nn.Module, name: str, new: nn.Module) -> None:
+    parent, _, leaf = name.rpartition(".")
+    setattr(model.get_submodule(parent) if parent else model, leaf, new)
+
+
+def quantize_model(model: nn.Module, qtype: str = "uint4b8", group_size: int = 128,
+                   skip: Sequence[str] = ("lm_head",), scale_dtype: Optional[str] = None) -> nn.Module:
+    """Replace, in place, every supported nn.Linear of `model` by a MarlinLinear; return `model`.
+
+    A layer is left as it is when its qualified name matches a `skip` pattern (fnmatch) or the
+    kernel cannot take its shape (out/in_features not multiples of 64, in_features not a multiple
+    of group_size). `select_linears` returns the same decision; each one is logged (logger
+    "jitmarlin.torch": one line per skipped layer, a summary at INFO level).
+    """
+    sel = select_linears(model, group_size, skip)
+    done: Dict[int, MarlinLinear] = {}   # id(nn.Linear) -> its replacement: shared layers stay shared
+    for name in sel.convert:
+        linear = model.get_submodule(name)
+        new = done.get(id(linear))
+        if new is None:
+            new = done[id(linear)] = MarlinLinear.from_linear(linear, qtype, group_size, scale_dtype)
+        _set_submodule(model, name, new)
+    for name, reason in sel.skipped.items():
+        log.info("quantize_model: kept %s as nn.Linear (%s)", name, reason)
+    log.info("quantize_model: converted %d linear layers to MarlinLinear, kept %d",
+             len(sel.convert), len(sel.skipped))
+    return model
