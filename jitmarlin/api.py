@@ -32,7 +32,7 @@ def _torch_act(dtype) -> str | None:
 
 
 def _launcher(qw: QuantizedWeight, device: int, act: str, m: int, stream: int) -> launch.Launcher:
-    launchers = qw.__dict__.setdefault("_launchers", {})
+    launchers = qw._launchers
     key = (device, act, m, stream)
     lz = launchers.get(key)
     if lz is None:
@@ -60,10 +60,12 @@ def _prepare(qw: QuantizedWeight, device: int, act: str, m: int, stream: int,
     func = launch.get_function(art, key, device)
     if capturing and (device, act) not in qw._device:
         raise CaptureError("the weight has not been uploaded to this GPU yet; warm up before capture")
-    b, s = qw.to_device(device, act)
+    b, s, z, _ = qw.to_device(device, act)
     # Slots for the largest grid this GPU can run, so the workspace never has to grow.
     ws = launch.workspace(device, stream, live_profile(device).sms)
-    return launch.Launcher(plan, func, device, stream, b.data.ptr, s.data.ptr, ws)
+    ptrs = {"B": b.data.ptr, "S": s.data.ptr, "Z": 0 if z is None else z.data.ptr}
+    return launch.Launcher(plan, func, device, stream, ptrs, ws, qw.out_features, qw.in_features,
+                           qw.global_scale)
 
 
 def _rows(shape, strides, k: int, what: str = "x"):
@@ -142,12 +144,12 @@ def _linear_torch(x, qw, bias, out):
         raise InputError(f"x must be float16 or bfloat16, got {x.dtype}")
     dev = x.device.index
     shape = tuple(x.shape)
-    m, lda = _rows(shape, x.stride(), qw.k)
-    out_shape = shape[:-1] + (qw.n,)
+    m, lda = _rows(shape, x.stride(), qw.in_features)
+    out_shape = shape[:-1] + (qw.out_features,)
     for name, t in (("out", out), ("bias", bias)):
         if t is not None and (not is_torch(t) or t.device != x.device):
             raise InputError(f"{name} must be a torch tensor on {x.device}")
-    _check_out_bias("torch", x, out, bias, out_shape, qw.n, dev, x.dtype,
+    _check_out_bias("torch", x, out, bias, out_shape, qw.out_features, dev, x.dtype,
                     lambda t: t.is_contiguous(), lambda t: t.data_ptr())
     if out is None:
         out = torch.empty(out_shape, dtype=x.dtype, device=x.device)
@@ -158,8 +160,23 @@ def _linear_torch(x, qw, bias, out):
         raise InputError("x's data must be 16-byte aligned")
     stream = _torch_stream(torch, dev)
     lz = _launcher(qw, dev, act, m, stream)
+    if qw.perm is not None:   # act-order: the kernel reads x's columns in the weight's order
+        g = lz.gather or _torch_gather(torch, lz, qw, x, m, stream)
+        torch.index_select(x.reshape(m, qw.in_features), 1, g[1], out=g[0])
+        ptr, lda = g[0].data_ptr(), qw.in_features
     lz(ptr, lda, out.data_ptr(), 0 if bias is None else bias.data_ptr())
     return out
+
+
+def _torch_gather(torch, lz, qw, x, m, stream):
+    """The act-order buffer (m, in_features) and index for this launcher, made once."""
+    if launch.is_capturing(stream):
+        raise CaptureError("act-order needs a gather buffer, which cannot be allocated during "
+                           "CUDA-graph capture: warm up this shape first")
+    perm = qw.to_device(lz.device, _torch_act(x.dtype))[3]
+    lz.gather = (torch.empty((m, qw.in_features), dtype=x.dtype, device=x.device),
+                 torch.from_dlpack(perm))
+    return lz.gather
 
 
 def _torch_stream(torch, dev: int) -> int:
@@ -191,13 +208,13 @@ def _linear_cupy(x, qw, bias, out):
     dev = x.data.device_id
     item = x.itemsize
     shape = x.shape
-    m, lda = _rows(shape, [s // item for s in x.strides], qw.k)
-    out_shape = shape[:-1] + (qw.n,)
+    m, lda = _rows(shape, [s // item for s in x.strides], qw.in_features)
+    out_shape = shape[:-1] + (qw.out_features,)
     if out is not None or bias is not None:
         for name, a in (("out", out), ("bias", bias)):
             if a is not None and (not is_cupy(a) or a.data.device_id != dev):
                 raise InputError(f"{name} must be a CuPy array on device {dev}")
-        _check_out_bias("cupy", x, out, bias, out_shape, qw.n, dev, x.dtype,
+        _check_out_bias("cupy", x, out, bias, out_shape, qw.out_features, dev, x.dtype,
                         lambda a: a.flags.c_contiguous, lambda a: a.data.ptr)
     if runtime.getDevice() != dev:   # a device context only when x lives on another GPU
         with cupy.cuda.Device(dev):
@@ -209,7 +226,16 @@ def _linear_cupy(x, qw, bias, out):
     ptr = x.data.ptr
     if ptr % 16:
         raise InputError("x's data must be 16-byte aligned")
-    lz = _launcher(qw, dev, act, m, cupy.cuda.get_current_stream().ptr)
+    stream = cupy.cuda.get_current_stream().ptr
+    lz = _launcher(qw, dev, act, m, stream)
+    if qw.perm is not None:   # act-order: the kernel reads x's columns in the weight's order
+        if lz.gather is None:
+            if launch.is_capturing(stream):
+                raise CaptureError("act-order needs a gather buffer, which cannot be allocated "
+                                   "during CUDA-graph capture: warm up this shape first")
+            lz.gather = (cupy.empty((m, qw.in_features), dtype=x.dtype), qw.to_device(dev, act)[3])
+        cupy.take(x.reshape(m, qw.in_features), lz.gather[1], axis=1, out=lz.gather[0])
+        ptr, lda = lz.gather[0].data.ptr, qw.in_features
     lz(ptr, lda, out.data.ptr, 0 if bias is None else bias.data.ptr)
     return out
 

@@ -61,8 +61,7 @@ def build(spec: KernelSpec) -> ctypes.CDLL:
     lib.jm_emu_launch.restype = ctypes.c_int
     lib.jm_emu_launch.argtypes = [
         ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_longlong),
-        ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_uint,
-        ctypes.c_char_p, ctypes.c_int,
+        ctypes.POINTER(ctypes.c_int), ctypes.c_float, ctypes.c_uint, ctypes.c_char_p, ctypes.c_int,
     ]
     _libs[digest] = lib
     return lib
@@ -74,31 +73,36 @@ class EmuError(RuntimeError):
 
 def run(plan: Plan, x_bits: np.ndarray, qw: QuantizedWeight, bias_bits: np.ndarray | None = None,
         *, seed: int = 1, poison: int = 0x7E00) -> np.ndarray:
-    """Launch `plan` on the CPU. x_bits: (M, K) uint16 patterns of plan's activation dtype.
+    """Launch `plan` on the CPU. x_bits: (M, in_features) uint16 patterns of the plan's
+    activation dtype, already in the weight's column order (x[:, qw.perm] for act-order).
 
-    Returns the (M, N) output bit patterns. The output buffer starts poisoned (NaN) with guard
-    rows after it; an untouched guard and no NaN left in the output are checked by the caller.
+    Returns the (M, out_features) output bit patterns. The output buffer starts poisoned (NaN)
+    with guard rows after it; the guard must be untouched and the locks back at zero.
     """
     spec, p = plan.spec, plan.problem
     lib = build(spec)
-    m, k = x_bits.shape
-    assert (m, k) == (p.m, p.k)
+    m, k_in = x_bits.shape
+    assert m == p.m and k_in == qw.in_features and (p.n, p.k) == (qw.n, qw.k)
+    n_out = qw.out_features
     a = np.ascontiguousarray(x_bits, dtype=np.uint16)
     b = np.ascontiguousarray(qw.packed)
     s = np.ascontiguousarray(qw.scales_for(spec.act))
+    z = qw.offsets_for(spec.act)
+    z = None if z is None else np.ascontiguousarray(z)
     guard_rows = 2
-    c = np.full((m + guard_rows, p.n), poison, dtype=np.uint16)
+    c = np.full((m + guard_rows, n_out), poison, dtype=np.uint16)
     slot_floats = spec.tile_m * spec.tile_n
     partials = np.full(plan.grid * slot_floats, np.nan, dtype=np.float32)
     locks = np.zeros(plan.grid, dtype=np.int32)
     bias = None if bias_bits is None else np.ascontiguousarray(bias_bits, dtype=np.uint16)
-    arrays = [a, b, s, bias, c, partials, locks]
-    ptrs = (ctypes.c_void_p * 7)(*[None if v is None else v.ctypes.data for v in arrays])
-    sizes = (ctypes.c_longlong * 7)(*[0 if v is None else v.nbytes for v in arrays])
-    sizes[4] = m * p.n * 2            # C: the guard rows are not part of the buffer
+    arrays = [a, b, s, z, bias, c, partials, locks]
+    ptrs = (ctypes.c_void_p * 8)(*[None if v is None else v.ctypes.data for v in arrays])
+    sizes = (ctypes.c_longlong * 8)(*[0 if v is None else v.nbytes for v in arrays])
+    sizes[5] = m * n_out * 2          # C: the guard rows are not part of the buffer
+    dims = (ctypes.c_int * 7)(p.m, p.n, p.k, n_out, k_in, k_in, plan.iters)
     err = ctypes.create_string_buffer(512)
-    rc = lib.jm_emu_launch(plan.grid, plan.smem_bytes, ptrs, sizes, p.m, p.n, p.k, p.k,
-                           plan.iters, seed, err, len(err))
+    rc = lib.jm_emu_launch(plan.grid, plan.smem_bytes, ptrs, sizes, dims, qw.global_scale, seed,
+                           err, len(err))
     if rc:
         raise EmuError(f"{spec.name}: {err.value.decode()}")
     if not np.all(c[m:] == poison):
@@ -111,6 +115,9 @@ def run(plan: Plan, x_bits: np.ndarray, qw: QuantizedWeight, bias_bits: np.ndarr
 def run_values(plan: Plan, x: np.ndarray, qw: QuantizedWeight, bias=None, seed: int = 1) -> np.ndarray:
     """Like run() with float inputs (rounded to the activation dtype); returns float32 output."""
     act = plan.spec.act
+    x = np.asarray(x)
+    if qw.perm is not None:
+        x = x[:, qw.perm]
     xb = halves.to_bits(x, act)
     bb = None if bias is None else halves.to_bits(bias, act)
     return halves.from_bits(run(plan, xb, qw, bb, seed=seed), act)

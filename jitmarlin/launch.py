@@ -125,31 +125,35 @@ def stream_object(stream_ptr: int):
 
 class Launcher:
     """Everything fixed for one (weight, device, activation dtype, M, stream): the call only adds
-    the pointers of x, out and bias."""
+    the pointers of x, out and bias. `gather` holds the act-order buffer and index (or None)."""
 
-    __slots__ = ("func", "grid", "block", "smem", "stream", "static", "plan", "device", "keep")
+    __slots__ = ("func", "grid", "block", "smem", "stream", "static", "plan", "device", "keep",
+                 "iters", "gather")
 
-    def __init__(self, plan: Plan, func, device: int, stream_ptr: int, b_ptr: int, s_ptr: int,
-                 ws: Workspace):
+    def __init__(self, plan: Plan, func, device: int, stream_ptr: int, ptrs: dict, ws: Workspace,
+                 n_out: int, k_in: int, gscale: float):
         self.plan = plan
         self.func = func
-        self.keep = ws  # the workspace must outlive every launcher that points into it
         self.device = device
+        self.keep = ws  # the workspace must outlive every launcher that points into it
+        self.gather = None
         self.grid = (plan.grid, 1, 1)
         self.block = (plan.spec.threads, 1, 1)
         self.smem = plan.smem_bytes
         self.stream = stream_object(stream_ptr)
         p = plan.problem
-        self.static = (np.uint64(b_ptr), np.uint64(s_ptr), np.uint64(ws.partials_ptr),
-                       np.uint64(ws.locks_ptr), np.int32(p.m), np.int32(p.n), np.int32(p.k))
+        self.iters = np.int32(plan.iters)
+        self.static = (np.uint64(ptrs["B"]), np.uint64(ptrs["S"]), np.uint64(ptrs["Z"]),
+                       np.float32(gscale), np.uint64(ws.partials_ptr), np.uint64(ws.locks_ptr),
+                       np.int32(p.m), np.int32(p.n), np.int32(p.k), np.int32(n_out), np.int32(k_in))
         from cupy.cuda import driver
 
         with _cp().cuda.Device(device):
             driver.funcSetAttribute(func.ptr, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.smem)
 
     def __call__(self, x_ptr: int, lda: int, out_ptr: int, bias_ptr: int) -> None:
-        b, s, part, locks, m, n, k = self.static
+        b, s, z, gscale, part, locks, m, n, k, n_out, k_in = self.static
         self.func(self.grid, self.block,
-                  (np.uint64(x_ptr), b, s, np.uint64(bias_ptr), np.uint64(out_ptr), part, locks,
-                   m, n, k, np.int32(lda), np.int32(self.plan.iters)),
+                  (np.uint64(x_ptr), b, s, z, np.uint64(bias_ptr), np.uint64(out_ptr), gscale, part,
+                   locks, m, n, k, n_out, k_in, np.int32(lda), self.iters),
                   shared_mem=self.smem, stream=self.stream)

@@ -14,6 +14,12 @@ Nibble p of the word holds v[NIBBLE_VALUE[p]] = v0 v2 v4 v6 v1 v3 v5 v7: then a 
 Packed array: int32, shape (K/16, 2N); row kb is the N/64 blocks of k16 row kb, each 32 lanes x
 4 words, so one k16 row of a tile is a contiguous run and each lane's words are one 16-byte load.
 
+8-bit codes ("marlin-v1-8bit") give each n8 sub-tile a word of its own: word w of a lane holds
+the four codes of sub-tile w (column 8w + g) in fragment order, bytes B[2t], B[2t+1], B[2t+8],
+B[2t+9]. A lane's 8 words are two 16-byte chunks; chunk c (sub-tiles 4c..4c+3) of all 32 lanes
+comes first, then chunk c + 1, so each warp load is 512 contiguous bytes. Packed shape
+(K/16, 4N) int32.
+
 Grouped scales (G, N) are permuted inside each 64 columns so that lane g finds the scales of
 columns 8s + g (s = 0..7) in one 16-byte load: position 8g + s holds column 8s + g. Per-channel
 scales stay in natural order (they are applied in the epilogue to columns 2t, 2t+1).
@@ -41,6 +47,22 @@ def _fragment_index() -> tuple[np.ndarray, np.ndarray]:
 
 
 _K_IDX, _N_IDX = _fragment_index()
+
+
+def _fragment_index8() -> tuple[np.ndarray, np.ndarray]:
+    """(k, n) offsets inside a 16 x 64 block of byte b of word j of chunk c of lane L: (2, 32, 4, 4)."""
+    c = np.arange(2)[:, None, None, None]
+    lane = np.arange(32)[None, :, None, None]
+    j = np.arange(4)[None, None, :, None]
+    b = np.arange(4)[None, None, None, :]
+    g, t = lane // 4, lane % 4
+    k = 2 * t + np.array([0, 1, 8, 9])[b]
+    n = 8 * (4 * c + j) + g
+    shape = (2, 32, 4, 4)
+    return np.broadcast_to(k, shape), np.broadcast_to(n, shape)
+
+
+_K_IDX8, _N_IDX8 = _fragment_index8()
 # position p (0..63) of the permuted scale row holds column SCALE_COLUMN[p]
 SCALE_COLUMN = np.array([8 * (p % 8) + p // 8 for p in range(64)])
 
@@ -70,6 +92,34 @@ def pack_int4(q) -> np.ndarray:
     shifts = xp.asarray((4 * VALUE_NIBBLE).astype(np.uint32))
     words = (vals << shifts).sum(axis=-1, dtype=xp.uint32)
     return words.reshape(k // 16, 2 * n).view(xp.int32)
+
+
+def pack_int8(q) -> np.ndarray:
+    """q: (N, K) integers in [0, 255] -> packed int32 (K/16, 4N). NumPy or CuPy, like pack_int4."""
+    xp = _xp(q)
+    q = xp.asarray(q)
+    n, k = q.shape
+    if n % 64 or k % 16:
+        raise ValueError(f"pack_int8 needs N % 64 == 0 and K % 16 == 0, got {q.shape}")
+    blocks = q.T.astype(xp.uint8).reshape(k // 16, 16, n // 64, 64).transpose(0, 2, 1, 3)
+    vals = xp.ascontiguousarray(blocks[:, :, xp.asarray(_K_IDX8), xp.asarray(_N_IDX8)])  # (.., 2, 32, 4, 4)
+    return vals.view(xp.uint32).reshape(k // 16, 4 * n).view(xp.int32)
+
+
+def unpack_int8(packed: np.ndarray, n: int, k: int) -> np.ndarray:
+    """Inverse of pack_int8: packed int32 (K/16, 4N) -> (N, K) uint8."""
+    vals = np.ascontiguousarray(packed).view(np.uint8).reshape(k // 16, n // 64, 2, 32, 4, 4)
+    blocks = np.empty((k // 16, n // 64, 16, 64), dtype=np.uint8)
+    blocks[:, :, _K_IDX8, _N_IDX8] = vals
+    return blocks.transpose(0, 2, 1, 3).reshape(k, n).T.copy()
+
+
+def pack(q, bits: int):
+    return pack_int4(q) if bits == 4 else pack_int8(q)
+
+
+def unpack(packed, n: int, k: int, bits: int) -> np.ndarray:
+    return unpack_int4(packed, n, k) if bits == 4 else unpack_int8(packed, n, k)
 
 
 def unpack_int4(packed: np.ndarray, n: int, k: int) -> np.ndarray:

@@ -13,12 +13,11 @@ from .profiles import DeviceProfile
 from .qtypes import ACT_DTYPES, GROUP_SIZES, get_qtype
 from .spec import KernelSpec
 
-# Quant types each code path implements today.
-PATH_QTYPES = {
-    "sm70": ("uint4b8",),
-    "sm75": ("uint4b8",),
-    "sm80": ("uint4b8",),
-}
+# Quant types each code path implements. Every type is dequantised with integer bit tricks and
+# packed half arithmetic (sm_53+), so the FP8/FP4 formats, whose own MMAs need sm_89+/sm_100+,
+# run on every generation here.
+ALL_QTYPES = ("uint4b8", "uint4", "uint8b128", "uint8", "float8_e4m3fn", "nvfp4", "mxfp4")
+PATH_QTYPES = {"sm70": ALL_QTYPES, "sm75": ALL_QTYPES, "sm80": ALL_QTYPES}
 # Activation dtypes each path implements (Volta and Turing tensor cores have no bf16).
 PATH_ACTS = {"sm70": ("float16",), "sm75": ("float16",), "sm80": ("float16", "bfloat16")}
 PATH_MAX_STAGES = {"sm70": 2, "sm75": 2, "sm80": 8}
@@ -71,7 +70,7 @@ def check_problem(profile: DeviceProfile, p: Problem) -> None:
             f"quant type {p.qtype} is not implemented on the {path} path ({profile.arch}); "
             f"supported there: {', '.join(PATH_QTYPES[path])}"
         )
-    if p.group_size not in GROUP_SIZES:
+    if p.group_size not in GROUP_SIZES + (16,):
         raise UnsupportedError(
             f"group_size must be one of {GROUP_SIZES} (-1 = per output channel), got {p.group_size}"
         )
@@ -92,6 +91,22 @@ def check_problem(profile: DeviceProfile, p: Problem) -> None:
 # SM and fewer blocks sharing each output tile). Measured with tools/sweep on H100
 # (tools/PERF.md).
 BIG_LAYER_BYTES_PER_SM = 192 * 1024
+
+
+def max_tm(path: str, p: Problem) -> int:
+    """Most m16 blocks per tile: register-staged paths also hold a stage of 8-bit codes (twice
+    the chunks of 4-bit ones) in registers, which leaves room for two m16 blocks only."""
+    if path == "sm75" and get_qtype(p.qtype).bits == 8:
+        return 2
+    return PATH_MAX_TM[path]
+
+
+def group_blocks(p: Problem) -> int:
+    """The spec's group_blocks: -1 per-channel (scales applied to the fp32 sums), 0 per-channel
+    with zero points (scales and offsets applied in the K loop), else group_size / 16."""
+    if p.group_size > 0:
+        return p.group_size // 16
+    return 0 if get_qtype(p.qtype).zero_points else -1
 
 
 def _preferences(profile: DeviceProfile, p: Problem) -> list[tuple[int, int, int]]:
@@ -115,8 +130,8 @@ def choose_spec(profile: DeviceProfile, p: Problem) -> KernelSpec:
     """Pick the kernel for problem `p` on `profile` (raises if none fits)."""
     check_problem(profile, p)
     path = profile.path
-    tm = min(PATH_MAX_TM[path], -(-p.m // 16))
-    gb = -1 if p.group_size < 0 else p.group_size // 16
+    tm = min(max_tm(path, p), -(-p.m // 16))
+    gb = group_blocks(p)
     fitting = []
     for tn, tk, max_stages in _preferences(profile, p):
         if p.k % (16 * tk):
@@ -147,8 +162,8 @@ def candidate_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
     search space of the autotuner. Pure."""
     check_problem(profile, p)
     path = profile.path
-    tm = min(PATH_MAX_TM[path], -(-p.m // 16))
-    gb = -1 if p.group_size < 0 else p.group_size // 16
+    tm = min(max_tm(path, p), -(-p.m // 16))
+    gb = group_blocks(p)
     stages = (2,) if path != "sm80" else (2, 3, 4, 5, 6, 8)
     out = []
     for tn in (4, 8, 16):

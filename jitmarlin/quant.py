@@ -1,7 +1,12 @@
-"""QuantizedWeight, the reference round-to-nearest quantizer, and the exact dequantizer.
+"""QuantizedWeight, the constructor every format goes through (from_codes), the reference
+round-to-nearest quantizer, and the exact dequantizer.
 
-`dequantize` is the oracle every converter and kernel test is checked against: it reads the
-packed layout back, so it is exactly what the kernel computes with.
+Every weight is w = decode(q) * s + m (times a global scale for nvfp4), with
+  decode(q) = q - 8 (4-bit integers), q - 128 (8-bit integers), the e4m3 value, or the e2m1 value;
+  s the scale of the weight's group and column; m the offset of zero-point types (0 otherwise).
+A zero point z enters as m = (bias - z) * s, so (q - z) * s = decode(q) * s + m for integer and
+float zero points alike. `dequantize` reads the packed layout back: it is what the kernel
+computes with, and the oracle every converter and kernel test is checked against.
 """
 from __future__ import annotations
 
@@ -14,16 +19,52 @@ from .arrays import to_host
 from .errors import InputError, UnsupportedError
 from .qtypes import GROUP_SIZES, get_qtype
 
-QUANTIZE_QTYPES = ("uint4b8",)
+# ---- value decoders (host) -----------------------------------------------------------------------
+
+
+def _e4m3_table() -> np.ndarray:
+    v = np.arange(256)
+    sign = np.where(v & 0x80, -1.0, 1.0)
+    e, m = (v >> 3) & 0xF, v & 0x7
+    mag = np.where(e == 0, m / 8 * 2.0 ** -6, (1 + m / 8) * 2.0 ** (e - 7))
+    mag = np.where((v & 0x7F) == 0x7F, np.nan, mag)   # e4m3fn: S.1111.111 is NaN, no infinities
+    return (sign * mag).astype(np.float64)
+
+
+E4M3 = _e4m3_table()
+E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], dtype=np.float64)
+
+
+def decode(codes: np.ndarray, qtype: str) -> np.ndarray:
+    """decode(q) as float64: the value a code stands for before scale and offset."""
+    q = get_qtype(qtype)
+    c = np.asarray(codes)
+    if q.kind == "int":
+        return c.astype(np.float64) - (8 if q.bits == 4 else 128)
+    if qtype == "float8_e4m3fn":
+        return E4M3[c.astype(np.int64)]
+    return E2M1[c.astype(np.int64) & 0xF]
+
+
+def implicit_bias(qtype: str) -> int:
+    q = get_qtype(qtype)
+    return (8 if q.bits == 4 else 128) if q.kind == "int" else 0
+
+
+# ---- the weight ----------------------------------------------------------------------------------
 
 
 @dataclass(eq=False)
 class QuantizedWeight:
-    """A weight of shape (n, k) = (out_features, in_features) in the kernel's layout.
+    """A weight of shape (out_features, in_features) in the kernel's layout.
 
-    packed: int32 (k/16, 2n), layout `layout` (see jitmarlin.packing).
-    scales: uint16 bit patterns of `scale_dtype`; (k/group_size, n) permuted for grouped
-    quantization, (n,) in natural order for group_size -1.
+    n, k: the kernel's dimensions (out/in features padded to multiples of 64, and k to whole
+    groups). packed: int32 (k/16, 2n) for 4-bit codes, (k/16, 4n) for 8-bit (jitmarlin.packing).
+    scales: uint16 bit patterns of `scale_dtype`: (k/group_size, n) permuted for grouped
+    quantization and for per-channel zero-point types, (n,) in natural order for symmetric
+    per-channel. offsets: like scales, for zero-point types (w = decode(q) * s + m), else None.
+    global_scale: fp32 factor applied to every output (nvfp4). perm: int32 (in_features,) for
+    act-order checkpoints: the kernel computes x[..., perm] @ W[:, perm].T.
     Device copies are made on first use on a device and kept (`to_device`).
     """
 
@@ -34,25 +75,42 @@ class QuantizedWeight:
     packed: np.ndarray
     scales: np.ndarray
     scale_dtype: str = "float16"
+    offsets: np.ndarray | None = None
+    global_scale: float = 1.0
+    perm: np.ndarray | None = None
+    out_features: int = 0
+    in_features: int = 0
     layout: str = packing.LAYOUT
     _device: dict = field(default_factory=dict, repr=False)
+    _launchers: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        self.out_features = self.out_features or self.n
+        self.in_features = self.in_features or self.k
 
     @property
     def shape(self) -> tuple[int, int]:
-        return (self.n, self.k)
+        """(out_features, in_features), as torch.nn.Linear's weight."""
+        return (self.out_features, self.in_features)
+
+    @property
+    def bits(self) -> int:
+        return get_qtype(self.qtype).bits
 
     @property
     def nbytes(self) -> int:
-        return self.packed.nbytes + self.scales.nbytes
+        return self.packed.nbytes + self.scales.nbytes + (0 if self.offsets is None else self.offsets.nbytes)
 
     def scales_for(self, act: str) -> np.ndarray:
         """Scale bit patterns the kernel uses with `act` activations (rounded if dtypes differ)."""
-        if act == self.scale_dtype:
-            return self.scales
-        return halves.to_bits(halves.from_bits(self.scales, self.scale_dtype), act)
+        return _half_for(self.scales, self.scale_dtype, act, "scales")
+
+    def offsets_for(self, act: str):
+        return None if self.offsets is None else _half_for(self.offsets, self.scale_dtype, act, "offsets")
 
     def to_device(self, device: int, act: str):
-        """CuPy copies (packed, scales in `act`) on GPU `device`, made once and cached."""
+        """CuPy copies (packed, scales, offsets or None, perm or None) on GPU `device`, in `act`'s
+        scale dtype, made once and cached."""
         key = (device, act)
         d = self._device.get(key)
         if d is None:
@@ -62,67 +120,242 @@ class QuantizedWeight:
 
             s = private_stream(device)
             with cp.cuda.Device(device), s:
-                packed = cp.ascontiguousarray(cp.asarray(self.packed))
-                scales = cp.ascontiguousarray(cp.asarray(self.scales_for(act)))
+                def up(a):
+                    return None if a is None else cp.ascontiguousarray(cp.asarray(a))
+
+                d = (up(self.packed), up(self.scales_for(act)), up(self.offsets_for(act)),
+                     up(None if self.perm is None else self.perm.astype(np.int64)))
             s.synchronize()
-            d = (packed, scales)
             self._device[key] = d
         return d
 
 
-def quantize(weight, qtype: str = "uint4b8", group_size: int = 128, *,
-             scale_dtype: str = "float16") -> QuantizedWeight:
-    """Round-to-nearest quantization of `weight` (n, k) (NumPy, CuPy or torch; any float dtype).
+def _half_for(bits, have: str, want: str, what: str):
+    if want == have:
+        return bits
+    if type(bits).__module__.split(".")[0] == "cupy":
+        raise UnsupportedError(f"{what} are {have} on the device; quantize with scale_dtype={want!r}")
+    vals = halves.from_bits(bits, have)
+    out = halves.to_bits(vals, want)
+    back = halves.from_bits(out, want)
+    if np.any(np.isfinite(vals) & ~np.isfinite(back)) or np.any((vals != 0) & (back == 0)):
+        raise UnsupportedError(f"{what} stored as {have} do not fit {want}; use {have} activations")
+    return out
 
-    uint4b8: symmetric, scale = max|w| / 7.5 per group of `group_size` along k (-1: one group per
-    output channel), q = clip(round(w / scale) + 8, 0, 15). Scales are stored as `scale_dtype`.
+
+# ---- construction ------------------------------------------------------------------------------
+
+
+def _round64(v: int, multiple: int = 64) -> int:
+    return -(-v // multiple) * multiple
+
+
+def from_codes(qtype: str, codes, scales, group_size: int, *, zeros=None, offsets=None,
+               global_scale: float = 1.0, g_idx=None, scale_dtype: str = "float16") -> QuantizedWeight:
+    """Build a QuantizedWeight from unpacked codes. Every converter ends here.
+
+    codes: (N, K) integers, one code per weight (4-bit: 0..15, 8-bit: 0..255).
+    scales: (G, N) floats, G = K / group_size (group_size -1: G = 1, or shape (N,)).
+    zeros: (G, N) zero points (integer or float) for zero-point types: w = (q - z) * s.
+    offsets: instead of zeros, the offset m itself: w = decode(q) * s + m.
+    global_scale: multiplies every weight (nvfp4's per-tensor scale).
+    g_idx: (K,) group of each input column (GPTQ act-order); columns are sorted by group.
+    Pads N and K up to multiples of 64 (and K to whole groups): the padding never reaches the
+    output. Scales/offsets are stored as `scale_dtype` (rounded).
     """
-    q_t = get_qtype(qtype)
-    if qtype not in QUANTIZE_QTYPES:
-        raise UnsupportedError(f"quantize() implements {', '.join(QUANTIZE_QTYPES)}; got {qtype}")
-    if group_size not in GROUP_SIZES:
-        raise InputError(f"group_size must be one of {GROUP_SIZES}, got {group_size}")
+    qt = get_qtype(qtype)
+    codes = np.asarray(to_host(codes))
+    if codes.ndim != 2:
+        raise InputError(f"codes must be 2-D (out_features, in_features), got {codes.shape}")
+    n0, k0 = codes.shape
+    if group_size not in GROUP_SIZES + (16,) and not (qt.fixed_group and group_size == qt.fixed_group):
+        raise InputError(f"group_size must be one of {GROUP_SIZES} (or 16), got {group_size}")
+    if qt.fixed_group and group_size != qt.fixed_group:
+        raise InputError(f"{qtype} uses groups of {qt.fixed_group}, got group_size={group_size}")
+    if n0 % 8 or k0 % 8:
+        raise InputError(f"out_features and in_features must be multiples of 8 (16-byte rows), got {codes.shape}")
+    top = (1 << qt.bits) - 1
+    if codes.size and (codes.min() < 0 or codes.max() > top):
+        raise InputError(f"{qtype} codes must lie in [0, {top}]")
+    if qtype == "float8_e4m3fn" and np.any((codes & 0x7F) == 0x7F):
+        raise InputError("float8_e4m3fn codes include NaN (0x7f / 0xff)")
     if scale_dtype not in ("float16", "bfloat16"):
         raise InputError(f"scale_dtype must be float16 or bfloat16, got {scale_dtype}")
+    gs = k0 if group_size == -1 else group_size
+    g0 = -(-k0 // gs)
+    s = np.asarray(to_host(scales), dtype=np.float64).reshape(-1, n0)
+    if s.shape[0] != g0:
+        raise InputError(f"scales must have {g0} rows (groups of {gs} over {k0} inputs), got {s.shape[0]}")
+    if not np.all(np.isfinite(s)):
+        raise InputError("scales contain NaN or Inf")
+    if zeros is not None and offsets is not None:
+        raise InputError("give zeros or offsets, not both")
+    affine = qt.zero_points
+    if affine and zeros is None and offsets is None:
+        raise InputError(f"{qtype} needs zero points (zeros=) or offsets (offsets=)")
+    if not affine and (zeros is not None or offsets is not None):
+        raise InputError(f"{qtype} has no zero points; use {'uint4' if qt.bits == 4 else 'uint8'} for asymmetric weights")
+
+    perm = None
+    if g_idx is not None:
+        gi = np.asarray(to_host(g_idx)).astype(np.int64).reshape(-1)
+        if gi.shape != (k0,):
+            raise InputError(f"g_idx must have in_features={k0} entries, got {gi.shape}")
+        if group_size == -1:
+            raise InputError("g_idx (act-order) needs grouped scales")
+        if k0 % gs:
+            raise InputError(f"act-order needs in_features ({k0}) to be a multiple of group_size ({gs}): "
+                             "padding would split a group")
+        perm = np.argsort(gi, kind="stable")
+        if not np.array_equal(gi[perm], np.repeat(np.arange(g0), gs)):
+            raise InputError("g_idx must put exactly group_size input columns in every group")
+        codes = codes[:, perm]
+        if np.array_equal(perm, np.arange(k0)):
+            perm = None                                     # already in order: no gather needed
+
+    # offsets m (w = decode(q) * s + m) in float64, before rounding to the scale dtype
+    s_bits = halves.to_bits(s, scale_dtype)
+    s_used = halves.from_bits(s_bits, scale_dtype).astype(np.float64)
+    m = None
+    if affine:
+        if zeros is not None:
+            z = np.asarray(to_host(zeros), dtype=np.float64).reshape(-1, n0)
+            if z.shape[0] != g0:
+                raise InputError(f"zeros must have {g0} rows, got {z.shape[0]}")
+            m = (implicit_bias(qtype) - z) * s_used
+        else:
+            m = np.asarray(to_host(offsets), dtype=np.float64).reshape(-1, n0)
+            if m.shape[0] != g0:
+                raise InputError(f"offsets must have {g0} rows, got {m.shape[0]}")
+
+    # pad: N to 64, K to 64 and to whole groups (padded inputs are zero in the kernel)
+    n = _round64(n0)
+    k = _round64(k0, int(np.lcm(64, gs)) if group_size != -1 else 64)
+    g = 1 if group_size == -1 else k // gs
+    if (n, k) != (n0, k0):
+        codes = np.pad(codes, ((0, n - n0), (0, k - k0)))
+    if (g, n) != s_bits.shape:
+        s_bits = np.pad(s_bits, ((0, g - g0), (0, n - n0)))
+        if m is not None:
+            m = np.pad(m, ((0, g - g0), (0, n - n0)))
+
+    packed = packing.pack(codes.astype(np.uint8), qt.bits)
+    if group_size == -1 and not affine:
+        sc = s_bits.reshape(n)                  # applied to the fp32 sums: natural order
+        off = None
+    else:
+        sc = packing.permute_scales(s_bits)
+        off = None if m is None else packing.permute_scales(halves.to_bits(m, scale_dtype))
+    return QuantizedWeight(qtype, group_size, n, k, packed, sc, scale_dtype, off,
+                           float(np.float32(global_scale)), None if perm is None else perm.astype(np.int32),
+                           n0, k0)
+
+
+# ---- reference quantizer -------------------------------------------------------------------------
+
+
+def _nearest(values: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """Index of the nearest finite entry of `table` for each value (ties to the lower index)."""
+    finite = np.flatnonzero(np.isfinite(table))
+    order = finite[np.argsort(table[finite], kind="stable")]
+    t = table[order]
+    pos = np.clip(np.searchsorted(t, values), 1, len(t) - 1)
+    lo, hi = t[pos - 1], t[pos]
+    pick = np.where(np.abs(values - lo) <= np.abs(hi - values), pos - 1, pos)
+    return order[pick]
+
+
+QUANTIZE_QTYPES = ("uint4b8", "uint4", "uint8b128", "uint8", "float8_e4m3fn", "nvfp4", "mxfp4")
+
+
+def quantize(weight, qtype: str = "uint4b8", group_size: int = 128, *,
+             scale_dtype: str = "float16") -> QuantizedWeight:
+    """Round-to-nearest quantization of `weight` (out_features, in_features) (NumPy, CuPy or
+    torch; any float dtype), one scale per group of `group_size` inputs (-1: per channel).
+
+    uint4b8 / uint8b128: symmetric, s = max|w| / 7.5 (127.5). uint4 / uint8: asymmetric with an
+    integer zero point, s = (max - min) / 15 (255). float8_e4m3fn: s = max|w| / 448, nearest e4m3.
+    nvfp4: groups of 16, s = max|w| / 6 rounded to e4m3 under a global scale max|w| / (448 * 6).
+    mxfp4: groups of 32, s = a power of two (e8m0) with max|w| / s <= 6.
+    """
+    qt = get_qtype(qtype)
+    if qt.fixed_group:
+        group_size = qt.fixed_group
     w = np.asarray(to_host(weight), dtype=np.float64)
     if w.ndim != 2:
         raise InputError(f"weight must be 2-D (out_features, in_features), got shape {w.shape}")
+    if not np.all(np.isfinite(w)):
+        raise InputError("weight contains NaN or Inf")
     n, k = w.shape
-    if n % 64 or k % 64:
-        raise InputError(f"weight shape {w.shape}: out_features and in_features must be multiples of 64")
+    if group_size not in GROUP_SIZES + (16,):
+        raise InputError(f"group_size must be one of {GROUP_SIZES}, got {group_size}")
     gs = k if group_size == -1 else group_size
     if k % gs:
         raise InputError(f"in_features={k} is not a multiple of group_size={group_size}")
-    if not np.all(np.isfinite(w)):
-        raise InputError("weight contains NaN or Inf")
-    g = w.reshape(n, k // gs, gs)
-    absmax = np.abs(g).max(axis=2)                        # (n, G)
-    scale = absmax / (2 ** (q_t.bits - 1) - 0.5)
-    scale[scale == 0] = 1.0
-    sbits = halves.to_bits(scale, scale_dtype)
-    s = halves.from_bits(sbits, scale_dtype).astype(np.float64)
-    s[s == 0] = np.finfo(np.float16).tiny                 # never divide by an underflowed scale
-    q = np.clip(np.rint(g / s[:, :, None]) + q_t.bias, 0, 2 ** q_t.bits - 1).astype(np.uint8)
-    q = q.reshape(n, k)
-    packed = packing.pack_int4(q)
-    sb = sbits.T.copy()                                    # (G, n)
-    scales = packing.permute_scales(sb) if group_size != -1 else sb.reshape(n)
-    return QuantizedWeight(qtype, group_size, n, k, packed, scales, scale_dtype)
+    grp = w.reshape(n, k // gs, gs)
+    amax = np.abs(grp).max(axis=2)                                   # (n, G)
+    global_scale, zeros = 1.0, None
+    if qt.kind == "int" and not qt.zero_points:
+        s = amax / ((1 << (qt.bits - 1)) - 0.5)
+    elif qt.kind == "int":
+        lo, hi = np.minimum(grp.min(axis=2), 0), np.maximum(grp.max(axis=2), 0)
+        s = (hi - lo) / ((1 << qt.bits) - 1)
+    elif qtype == "float8_e4m3fn":
+        s = amax / 448
+    elif qtype == "nvfp4":
+        global_scale = max(float(amax.max()), 1e-30) / (448 * 6)
+        s = E4M3[_nearest(amax / 6 / global_scale, E4M3)] * 1.0    # block scales, e4m3 values
+    else:  # mxfp4
+        s = 2.0 ** np.ceil(np.log2(np.maximum(amax, 1e-30) / 6))
+    s = np.where(s == 0, 1.0, s)
+    s_used = halves.from_bits(halves.to_bits(s, scale_dtype), scale_dtype).astype(np.float64)
+    s_used = np.where(s_used == 0, np.finfo(np.float16).tiny, s_used)
+    eff = s_used[:, :, None] * global_scale                           # (n, G, 1)
+    if qt.kind == "int":
+        top = (1 << qt.bits) - 1
+        if qt.zero_points:
+            z = np.clip(np.rint(-lo / s_used), 0, top)
+            zeros = z.T
+            q = np.clip(np.rint(grp / eff) + z[:, :, None], 0, top)
+        else:
+            q = np.clip(np.rint(grp / eff) + implicit_bias(qtype), 0, top)
+    elif qtype == "float8_e4m3fn":
+        q = _nearest(np.clip(grp / eff, -448, 448), E4M3)
+    else:
+        q = _nearest(np.clip(grp / eff, -6, 6), E2M1)
+    codes = q.reshape(n, k).astype(np.uint8)
+    return from_codes(qtype, codes, s.T, group_size, zeros=zeros, global_scale=global_scale,
+                      scale_dtype=scale_dtype)
+
+
+# ---- the oracle ----------------------------------------------------------------------------------
 
 
 def dequantize(qw: QuantizedWeight, act: str | None = None) -> np.ndarray:
-    """Exact host-side inverse of the packed layout: float32 (n, k) weights.
+    """Exact host-side inverse of the packed layout: float32 (out_features, in_features) weights,
+    in the caller's column order (act-order permutation undone, padding removed).
 
     act: the activation dtype whose scale rounding to apply (default: the stored scale dtype).
     """
-    q_t = get_qtype(qw.qtype)
-    if q_t.bits != 4 or q_t.bias is None:
-        raise UnsupportedError(f"dequantize() does not know {qw.qtype} yet")
-    q = packing.unpack_int4(qw.packed, qw.n, qw.k).astype(np.float32) - q_t.bias
-    sbits = qw.scales_for(act or qw.scale_dtype)
-    if qw.group_size == -1:
-        s = halves.from_bits(sbits, act or qw.scale_dtype)[:, None]
-        return q * s
-    s = halves.from_bits(packing.unpermute_scales(sbits), act or qw.scale_dtype)   # (G, n)
-    s = np.repeat(s.T, qw.group_size, axis=1)                                          # (n, k)
-    return q * s
+    act = act or qw.scale_dtype
+    n, k = qw.n, qw.k
+    codes = packing.unpack(np.asarray(to_host(qw.packed)), n, k, qw.bits)
+    vals = decode(codes, qw.qtype)                                   # (n, k) float64
+    sb = np.asarray(to_host(qw.scales_for(act)))
+    if qw.group_size == -1 and qw.offsets is None:
+        s = halves.from_bits(sb, act).astype(np.float64)[:, None]
+        w = vals * s
+    else:
+        gs = k if qw.group_size == -1 else qw.group_size
+        s = halves.from_bits(packing.unpermute_scales(sb.reshape(-1, n)), act).astype(np.float64)
+        w = vals * np.repeat(s.T, gs, axis=1)
+        if qw.offsets is not None:
+            ob = np.asarray(to_host(qw.offsets_for(act)))
+            m = halves.from_bits(packing.unpermute_scales(ob.reshape(-1, n)), act).astype(np.float64)
+            w = w + np.repeat(m.T, gs, axis=1)
+    w = (w * qw.global_scale)[: qw.out_features, : qw.in_features]
+    if qw.perm is not None:
+        out = np.empty_like(w)
+        out[:, qw.perm] = w                                         # back to checkpoint order
+        w = out
+    return w.astype(np.float32)

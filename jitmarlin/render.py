@@ -58,6 +58,14 @@ def _env() -> jinja2.Environment:
     )
 
 
+# quant type -> dequant partial family (affine types share their symmetric sibling's bit trick:
+# their offsets absorb the implicit bias)
+DEQUANT_FAMILY = {
+    "uint4b8": "int4", "uint4": "int4", "uint8b128": "int8", "uint8": "int8",
+    "float8_e4m3fn": "fp8", "nvfp4": "fp4", "mxfp4": "fp4",
+}
+
+
 def partials(spec: KernelSpec, target: str = "cuda") -> dict[str, str]:
     """Which primitive partial each concern uses for `spec` (template paths)."""
     legacy = spec.path in ("sm70", "sm75")
@@ -67,7 +75,7 @@ def partials(spec: KernelSpec, target: str = "cuda") -> dict[str, str]:
         "mma": f"mma/{spec.path}.cuh",
         "ldsm": "ldsm/quadpair.cuh" if spec.path == "sm70" else "ldsm/native.cuh",
         "pipe": "copy/register_staged.cuh" if legacy else "copy/cp_async.cuh",
-        "dequant": f"dequant/{spec.qtype}_{spec.act}.cuh",
+        "dequant": f"dequant/{DEQUANT_FAMILY[spec.qtype]}_{spec.act}.cuh",
         "reduce": "reduce/locks.cuh",
     }
 
@@ -84,6 +92,8 @@ def render(spec: KernelSpec, target: str = "cuda") -> str:
         version=__version__,
         partials=partials(spec, target),
         act_ptx="bf16" if spec.act == "bfloat16" else "f16",
+        bits=spec.bits,
+        affine=spec.affine,
     )
 
 

@@ -15,7 +15,9 @@ class KernelSpec:
     """One specialised GEMM kernel.
 
     path: instruction path ('sm70', 'sm75', 'sm80'); qtype, act: weight and activation types;
-    group_blocks: scale group size in units of 16 along K, or -1 for one scale per output channel;
+    group_blocks: scale group size in units of 16 along K; -1: one scale per output channel,
+    applied to the fp32 sums; 0: one scale (and offset) per output channel applied in the K loop
+    (zero-point types, whose offsets cannot move past the sum);
     tm, tn, tk: tile size in 16-element blocks along M, N and K; stages: shared-memory pipeline depth.
     """
 
@@ -46,19 +48,31 @@ class KernelSpec:
         return self.tk // self.warps_k
 
     @property
+    def bits(self) -> int:
+        return QTYPES[self.qtype].bits
+
+    @property
+    def affine(self) -> bool:
+        """Weights carry an offset per group and column (zero points): w = decode(q) * s + m."""
+        return QTYPES[self.qtype].zero_points
+
+    @property
     def grouped(self) -> bool:
-        return self.group_blocks > 0
+        """Scales are applied in the K loop (grouped, or per-channel with offsets)."""
+        return self.group_blocks >= 0
 
     @property
     def group_size(self) -> int:
-        return -1 if self.group_blocks < 0 else 16 * self.group_blocks
+        return -1 if self.group_blocks <= 0 else 16 * self.group_blocks
 
     @property
     def scale_rows(self) -> int:
-        """Scale rows fetched per stage (one per group that starts inside the K tile)."""
+        """Scale rows fetched per stage (one per group that starts inside the K tile); the
+        offsets of affine types add as many rows again."""
         if not self.grouped:
             return 0
-        return max(1, self.tk // self.group_blocks)
+        rows = 1 if self.group_blocks == 0 else max(1, self.tk // self.group_blocks)
+        return rows * (2 if self.affine else 1)
 
     @property
     def tile_m(self) -> int:
@@ -73,7 +87,7 @@ class KernelSpec:
         return 16 * self.tk
 
     def stage_bytes(self) -> int:
-        bits = QTYPES[self.qtype].bits
+        bits = self.bits
         a = self.tile_m * self.tile_k * 2
         b = self.tile_k * self.tile_n * bits // 8
         s = self.scale_rows * self.tile_n * 2
@@ -107,8 +121,10 @@ class KernelSpec:
             raise ValueError(f"tm must be 1..4 (1..2 on sm70), got {self.tm}")
         if self.tk % self.warps_k or self.sub_steps < 1:
             raise ValueError(f"tk={self.tk} cannot be split over {self.warps_k} K-warps")
-        if self.grouped and self.tk % self.group_blocks and self.group_blocks % self.tk:
+        if self.group_blocks > 0 and self.tk % self.group_blocks and self.group_blocks % self.tk:
             raise ValueError("group size and K tile must divide one another")
+        if self.group_blocks < 0 and self.affine:
+            raise ValueError("zero-point types apply per-channel scales in the K loop (group_blocks 0)")
         if self.path != "sm80" and self.stages != 2:
             raise ValueError("register-staged paths (sm70, sm75) use 2 stages")
         if self.stages < 2:
@@ -128,7 +144,7 @@ class KernelSpec:
     @property
     def name(self) -> str:
         """Kernel symbol, readable in profilers: jm_sm80_uint4b8_f16_g128_m1n8k8s4."""
-        g = "gc" if self.group_blocks < 0 else f"g{16 * self.group_blocks}"
+        g = {-1: "gc", 0: "gk"}.get(self.group_blocks, f"g{16 * self.group_blocks}")
         return (
             f"jm_{self.path}_{self.qtype}_{ACT_DTYPES[self.act]}_{g}"
             f"_m{self.tm}n{self.tn}k{self.tk}s{self.stages}"

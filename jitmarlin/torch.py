@@ -87,9 +87,9 @@ def _linear_op(x: torch.Tensor, handle: int, n: int, bias: Optional[torch.Tensor
     jitmarlin's own errors (InputError, CaptureError, ...) propagate unchanged.
     """
     qw = _lookup(handle)
-    if n != qw.n:
-        raise InputError(f"n = {n} but the weight under handle {handle} has out_features = {qw.n}")
-    if x.is_cuda and not _kernel_ready(x, qw.k):
+    if n != qw.out_features:
+        raise InputError(f"n = {n} but the weight under handle {handle} has out_features = {qw.out_features}")
+    if x.is_cuda and not _kernel_ready(x, qw.in_features):
         x = x.contiguous()
     if bias is not None:
         bias = bias.contiguous()
@@ -117,11 +117,11 @@ class MarlinLinear(nn.Module):
         super().__init__()
         if not isinstance(qweight, QuantizedWeight):
             raise InputError(f"qweight must be a jitmarlin.QuantizedWeight, got {type(qweight).__name__}")
-        if bias is not None and tuple(bias.shape) != (qweight.n,):
-            raise InputError(f"bias must have shape ({qweight.n},), got {tuple(bias.shape)}")
+        if bias is not None and tuple(bias.shape) != (qweight.out_features,):
+            raise InputError(f"bias must have shape ({qweight.out_features},), got {tuple(bias.shape)}")
         self.qweight = qweight
-        self.in_features = qweight.k
-        self.out_features = qweight.n
+        self.in_features = qweight.in_features
+        self.out_features = qweight.out_features
         self.register_buffer("bias", None if bias is None else bias.detach().clone())
         self._handle = register(qweight, owner=self)
 
@@ -185,8 +185,8 @@ class Selection:
 def _unsupported(linear: nn.Linear, group_size: int) -> Optional[str]:
     """Why the kernel cannot take this layer's shape, or None if it can."""
     n, k = linear.out_features, linear.in_features
-    if n % 64 or k % 64:
-        return f"shape (out={n}, in={k}): both must be multiples of 64"
+    if n % 8 or k % 8:   # other sizes are padded to the kernel's tiles
+        return f"shape (out={n}, in={k}): both must be multiples of 8"
     if group_size != -1 and k % group_size:
         return f"in_features={k} is not a multiple of group_size={group_size}"
     return None
@@ -227,7 +227,7 @@ def quantize_model(model: nn.Module, qtype: str = "uint4b8", group_size: int = 1
     """Replace, in place, every supported nn.Linear of `model` by a MarlinLinear; return `model`.
 
     A layer is left as it is when its qualified name matches a `skip` pattern (fnmatch) or the
-    kernel cannot take its shape (out/in_features not multiples of 64, in_features not a multiple
+    kernel cannot take its shape (out/in_features not multiples of 8, in_features not a multiple
     of group_size). `select_linears` returns the same decision; each one is logged (logger
     "jitmarlin.torch": one line per skipped layer, a summary at INFO level).
     """

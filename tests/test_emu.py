@@ -116,3 +116,61 @@ def test_emulator_catches_divergent_barrier(monkeypatch, rng):
     with pytest.raises(emu.EmuError, match="deadlock"):
         _mutated_run(monkeypatch, "        fence_gpu();\n        bar_sync();",
                      "        fence_gpu();\n        if (wk == 0) bar_sync();", rng)
+
+
+# Every quant type on the emulator: (qtype, group, act, path profile, m)
+QTYPE_CASES = [
+    ("uint4", 128, "float16", "h100", 9), ("uint4", -1, "bfloat16", "h100", 17),
+    ("uint8b128", 64, "float16", "h100", 9), ("uint8b128", -1, "bfloat16", "h100", 3),
+    ("uint8", 32, "bfloat16", "h100", 33), ("uint8", -1, "float16", "h100", 5),
+    ("float8_e4m3fn", 128, "float16", "h100", 9), ("float8_e4m3fn", -1, "bfloat16", "h100", 2),
+    ("nvfp4", 16, "float16", "h100", 9), ("nvfp4", 16, "bfloat16", "h100", 20),
+    ("mxfp4", 32, "bfloat16", "h100", 9),
+    ("uint8", 64, "float16", "v100", 20), ("nvfp4", 16, "float16", "v100", 3),
+    ("uint4", 32, "float16", "t4", 7), ("float8_e4m3fn", -1, "float16", "t4", 18),
+]
+
+
+def _run_qw(qw, m, act, prof_name, rng, sms=3):
+    prof = replace(get_profile(prof_name), sms=sms)
+    x = rng.standard_normal((m, qw.in_features)).astype(np.float32)
+    b = rng.standard_normal(qw.out_features).astype(np.float32)
+    pl = plan(prof, Problem(m, qw.n, qw.k, act, qw.qtype, qw.group_size))
+    out = emu.run_values(pl, x, qw, bias=b, seed=int(rng.integers(1, 1 << 30)))
+    ref = linear_reference(halves.round_to(x, act), qw, halves.round_to(b, act))
+    return pl, out, ref
+
+
+@pytest.mark.parametrize("case", QTYPE_CASES, ids=lambda c: f"{c[0]}-g{c[1]}-{c[2][:2]}-{c[3]}")
+def test_every_quant_type_on_emulator(case, rng):
+    qtype, group, act, prof, m = case
+    w = rng.standard_normal((192, 256)) * 0.05
+    qw = quantize(w, qtype, group, scale_dtype=act)
+    pl, out, ref = _run_qw(qw, m, act, prof, rng)
+    assert pl.spec.qtype == qtype and pl.spec.path == get_profile(prof).path
+    err = rel_error(out, ref)
+    assert err <= TOL[act], f"{pl.spec.name}: relative error {err:.3e}"
+
+
+def test_padded_shapes_and_float_zero_points_on_emulator(rng):
+    from jitmarlin.quant import from_codes
+
+    qw = from_codes("uint4b8", rng.integers(0, 16, (200, 136)), rng.random((1, 200)) * 0.01 + 0.001, -1)
+    assert (qw.n, qw.k) == (256, 192)
+    _, out, ref = _run_qw(qw, 5, "float16", "h100", rng)
+    assert out.shape == (5, 200) and rel_error(out, ref) <= TOL["float16"]
+    qw = from_codes("uint4", rng.integers(0, 16, (72, 200)), rng.random((7, 72)) * 0.01 + 0.001, 32,
+                    zeros=rng.random((7, 72)) * 15)              # HQQ-style float zero points
+    _, out, ref = _run_qw(qw, 3, "float16", "h100", rng)
+    assert out.shape == (3, 72) and rel_error(out, ref) <= TOL["float16"]
+
+
+def test_act_order_on_emulator(rng):
+    from jitmarlin.quant import from_codes
+
+    g_idx = rng.permutation(np.repeat(np.arange(4), 64))
+    qw = from_codes("uint4b8", rng.integers(0, 16, (128, 256)), rng.random((4, 128)) * 0.01 + 0.001, 64,
+                    g_idx=g_idx)
+    assert qw.perm is not None
+    _, out, ref = _run_qw(qw, 7, "float16", "h100", rng)
+    assert rel_error(out, ref) <= TOL["float16"]

@@ -27,7 +27,7 @@ def test_every_plan_fits_the_profile(prof):
         assert k % s.tile_k == 0
         assert 1 <= p.grid <= prof.sms
         assert p.grid * p.iters >= p.total_iters > (p.grid - 1) * p.iters   # no idle block
-        assert s.tm == min(2 if prof.path == "sm70" else 4, -(-m // 16))
+        assert s.tm == min(2 if prof.path == "sm70" else 4, -(-m // 16))   # 4-bit codes
         if prof.path != "sm80":
             assert s.stages == 2
 
@@ -57,7 +57,7 @@ def test_bf16_on_old_gpus_is_clear(prof, act, msg):
 
 @pytest.mark.parametrize("kw,msg", [
     (dict(n=96), "multiple of 64"), (dict(k=96), "multiple of 64"), (dict(m=0), ">= 1"),
-    (dict(group_size=48), "group_size"), (dict(qtype="uint8"), "not implemented"),
+    (dict(group_size=48), "group_size"), (dict(qtype="nvfp4"), "groups of 16"),
     (dict(k=192, group_size=128), "multiple of group_size"),
 ])
 def test_bad_problems(kw, msg):

@@ -174,7 +174,7 @@ def test_from_linear_without_bias_and_repr():
 
 
 def test_from_linear_unsupported_shape():
-    with pytest.raises(InputError, match="multiples of 64"):
+    with pytest.raises(InputError, match="multiples of 8"):
         jmt.MarlinLinear.from_linear(_linear(256, 100))
 
 
@@ -194,7 +194,7 @@ class Block(nn.Module):
         super().__init__()
         self.proj = nn.Linear(128, 256)
         self.gate = nn.Linear(128, 64)      # skipped by pattern "*.gate"
-        self.odd = nn.Linear(128, 100)      # out_features not a multiple of 64
+        self.odd = nn.Linear(128, 100)      # out_features not a multiple of 8
         self.wide = nn.Linear(192, 64)      # in_features 192: fine for group 64, not for 128
 
 
@@ -227,7 +227,7 @@ def test_select_linears_reasons():
     assert sel.convert == ["layers.0.proj", "layers.1.proj"]
     assert "skip pattern '*.gate'" in sel.skipped["layers.0.gate"]
     assert "skip pattern 'lm_head'" in sel.skipped["lm_head"]
-    assert "multiples of 64" in sel.skipped["layers.0.odd"]
+    assert "multiples of 8" in sel.skipped["layers.0.odd"]
     assert "group_size=128" in sel.skipped["layers.1.wide"]
     assert not any("attn" in name for name in [*sel.convert, *sel.skipped])
     sel64 = jmt.select_linears(_model(), group_size=64, skip=())

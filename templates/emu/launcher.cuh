@@ -1,19 +1,20 @@
 // ---- emulator entry point (CPU builds only) ------------------------------------------------------
-// bufs: A, B, S, bias (may be null), C, partials, locks; bytes: their sizes for bounds checks.
+// bufs: A, B, S, Z, bias, C, partials, locks (Z and bias may be null); bytes: their sizes, for
+// bounds checks. dims: M, N, K, n_out, k_in, lda, iters.
 extern "C" int jm_emu_launch(int grid, int smem_bytes, void* const* bufs, const long long* bytes,
-                             int M, int N, int K, int lda, int iters, unsigned seed, char* err,
-                             int errlen) {
+                             const int* dims, float gscale, unsigned seed, char* err, int errlen) {
   emu::Runtime rt;
-  static const char* names[7] = {"A", "B", "S", "bias", "C", "partials", "locks"};
-  for (int i = 0; i < 7; ++i)
+  static const char* names[8] = {"A", "B", "S", "Z", "bias", "C", "partials", "locks"};
+  for (int i = 0; i < 8; ++i)
     if (bufs[i])
       rt.buffers.push_back(emu::Buffer{static_cast<const unsigned char*>(bufs[i]),
                                        static_cast<const unsigned char*>(bufs[i]) + bytes[i], names[i]});
   rt.entry = [&] {
     {{ spec.name }}(static_cast<const int4*>(bufs[0]), static_cast<const int4*>(bufs[1]),
-                    static_cast<const int4*>(bufs[2]), static_cast<const u32*>(bufs[3]),
-                    static_cast<u32*>(bufs[4]), static_cast<float4*>(bufs[5]),
-                    static_cast<int*>(bufs[6]), M, N, K, lda, iters);
+                    static_cast<const int4*>(bufs[2]), static_cast<const int4*>(bufs[3]),
+                    static_cast<const u32*>(bufs[4]), static_cast<u32*>(bufs[5]), gscale,
+                    static_cast<float4*>(bufs[6]), static_cast<int*>(bufs[7]), dims[0], dims[1],
+                    dims[2], dims[3], dims[4], dims[5], dims[6]);
   };
   return emu::run(rt, grid, {{ spec.threads }}, smem_bytes, seed, err, errlen);
 }
