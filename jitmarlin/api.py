@@ -51,15 +51,16 @@ def _prepare(qw: QuantizedWeight, device: int, act: str, m: int, stream: int,
     arch = live_profile(device).arch
     cache = default_cache()
     capturing = launch.is_capturing(stream)
+    if capturing and (device, act) not in qw._device:
+        raise CaptureError("the weight has not been uploaded to this GPU yet: call linear() once "
+                           "with it before capturing (warm-up)")
     art, key, status = cache.get(plan.spec, arch, compile_missing=not capturing)
     if art is None:
         raise CaptureError(
             f"kernel {plan.spec.name} for M={m} is not compiled yet and CUDA-graph capture is in "
-            "progress: run linear() once with this shape before capturing, or prewarm the cache"
+            "progress: run linear() once with this shape before capturing (warm-up), or prewarm"
         )
     func = launch.get_function(art, key, device)
-    if capturing and (device, act) not in qw._device:
-        raise CaptureError("the weight has not been uploaded to this GPU yet; warm up before capture")
     b, s, z, _ = qw.to_device(device, act)
     # Slots for the largest grid this GPU can run, so the workspace never has to grow.
     ws = launch.workspace(device, stream, live_profile(device).sms)

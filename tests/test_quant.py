@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 import jitmarlin
-from jitmarlin import InputError, UnsupportedError, halves, packing
+from jitmarlin import InputError, halves, packing
 
 
 @pytest.mark.parametrize("group", [-1, 32, 64, 128])
@@ -53,8 +53,6 @@ ALL = ["uint4b8", "uint4", "uint8b128", "uint8", "float8_e4m3fn", "nvfp4", "mxfp
 
 @pytest.mark.parametrize("qtype", ALL)
 def test_every_type_quantizes_within_its_step(qtype, rng):
-    from jitmarlin.quant import E2M1, E4M3
-
     w = rng.standard_normal((128, 256)) * 0.05
     sdt = "bfloat16" if qtype == "mxfp4" else "float16"
     qw = jitmarlin.quantize(w, qtype, 64, scale_dtype=sdt)
