@@ -299,3 +299,101 @@ def test_unsupported_shape_is_clear():
     qw.n = 96  # a shape the kernel cannot take
     with pytest.raises(InputError, match="multiple of 64"):
         jitmarlin.linear(cp.ones((2, 128), dtype=cp.float16), qw)
+
+
+# ---- every quant type on the GPU (issue: real checkpoints) --------------------------------------
+
+TYPE_CASES = [
+    (qt, g, act)
+    for qt, groups in [("uint4b8", (128, -1)), ("uint4", (128, 32, -1)), ("uint8b128", (64, -1)),
+                       ("uint8", (128, -1)), ("float8_e4m3fn", (128, -1)), ("nvfp4", (16,)),
+                       ("mxfp4", (32,))]
+    for g in groups
+    for act in ("float16", "bfloat16")
+]
+
+
+def _host_case(qw, m, act, rng, kind, bias=True):
+    """x (m, in_features), bias, in the array kind; the float64 reference from dequantize()."""
+    from jitmarlin import halves
+    from jitmarlin.reference import linear_reference
+
+    cp = _cp()
+    x = halves.round_to(rng.standard_normal((m, qw.in_features)), act)
+    b = halves.round_to(rng.standard_normal(qw.out_features), act) if bias else None
+    ref = linear_reference(x, qw, b, act)
+    if kind == "torch":
+        import torch
+
+        dt = _torch_dtype(act)
+        xa = torch.from_numpy(x).to("cuda", dt)
+        ba = None if b is None else torch.from_numpy(b).to("cuda", dt)
+    else:
+        xa = cp.asarray(x).astype(cp.float16)
+        ba = None if b is None else cp.asarray(b).astype(cp.float16)
+    return xa, ba, ref
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("qt,g,act", TYPE_CASES, ids=lambda v: str(v))
+def test_every_quant_type(qt, g, act, rng):
+    kind = "torch" if act == "bfloat16" else "cupy"      # CuPy has no bfloat16 arrays
+    if kind == "torch":
+        pytest.importorskip("torch")
+    w = rng.standard_normal((1088, 1536)) * 0.05
+    qw = jitmarlin.quantize(w, qt, g, scale_dtype=act)
+    for m in (1, 33, 300):
+        x, b, ref = _host_case(qw, m, act, rng, kind)
+        if act == "bfloat16" and _path() in ("sm70", "sm75"):
+            with pytest.raises(jitmarlin.UnsupportedError, match="bfloat16"):
+                jitmarlin.linear(x, qw, bias=b)
+            return
+        y = jitmarlin.linear(x, qw, bias=b)
+        err = _rel(y, ref)
+        assert err <= TOL[act], f"{qt} g{g} {act} M={m}: relative error {err:.3e}"
+
+
+def _rel(y, ref):
+    from jitmarlin.reference import rel_error
+
+    if type(y).__module__.startswith("torch"):
+        return rel_error(y.float().cpu().numpy(), ref)
+    return rel_error(_cp().asnumpy(y), ref)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["cupy", "torch"])
+def test_padded_shapes_with_bias(kind, rng):
+    from jitmarlin.quant import from_codes
+
+    if kind == "torch":
+        pytest.importorskip("torch")
+    # out 200 / in 136: neither a multiple of 64; float (HQQ-style) zero points on another
+    qws = [from_codes("uint4b8", rng.integers(0, 16, (200, 136)), rng.random((1, 200)) * 0.01 + 0.001, -1),
+           from_codes("uint4", rng.integers(0, 16, (72, 200)), rng.random((7, 72)) * 0.01 + 0.001, 32,
+                      zeros=rng.random((7, 72)) * 15)]
+    for qw in qws:
+        assert (qw.n, qw.k) != qw.shape
+        for m in (3, 70):
+            x, b, ref = _host_case(qw, m, "float16", rng, kind)
+            y = jitmarlin.linear(x, qw, bias=b)
+            assert tuple(y.shape) == (m, qw.out_features)
+            assert _rel(y, ref) <= TOL["float16"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["cupy", "torch"])
+def test_act_order(kind, rng):
+    from jitmarlin.quant import from_codes
+
+    if kind == "torch":
+        pytest.importorskip("torch")
+    g_idx = rng.permutation(np.repeat(np.arange(8), 128))
+    qw = from_codes("uint4b8", rng.integers(0, 16, (512, 1024)), rng.random((8, 512)) * 0.01 + 0.001, 128,
+                    g_idx=g_idx)
+    assert qw.perm is not None
+    for m in (1, 40):
+        x, b, ref = _host_case(qw, m, "float16", rng, kind)
+        for _ in range(2):                              # the gather buffer is reused
+            y = jitmarlin.linear(x, qw, bias=b)
+            assert _rel(y, ref) <= TOL["float16"]
