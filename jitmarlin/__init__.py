@@ -9,6 +9,8 @@ with NVRTC, cached on disk and launched from CuPy on the caller's stream.
 from ._version import __version__
 from .api import PrewarmResult, linear, plan_for, prewarm
 from .errors import CaptureError, CompileError, InputError, JitMarlinError, UnsupportedError
+from .formats import (from_awq, from_compressed_tensors, from_gguf, from_gptq, from_hqq, from_mxfp4,
+                      from_nvfp4)
 from .profiles import PROFILES as profiles
 from .profiles import DeviceProfile, get_profile
 from .qtypes import QTYPES
@@ -19,4 +21,6 @@ __all__ = [
     "__version__", "linear", "prewarm", "plan_for", "PrewarmResult", "quantize", "dequantize",
     "QuantizedWeight", "KernelSpec", "DeviceProfile", "get_profile", "profiles", "QTYPES",
     "JitMarlinError", "InputError", "UnsupportedError", "CompileError", "CaptureError",
+    "from_gptq", "from_awq", "from_compressed_tensors", "from_hqq", "from_gguf", "from_nvfp4",
+    "from_mxfp4",
 ]
