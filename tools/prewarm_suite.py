@@ -25,12 +25,24 @@ def problems():
     from gpu_cases import cases
 
     for c in cases():
-        yield c.m, c.n, c.k, c.act, c.group
+        yield c.m, c.n, c.k, c.act, c.group, "uint4b8"
+    # tests/test_api.py: every quant type (1088 x 1536), padded shapes, act-order
+    from test_api import TYPE_CASES
+
+    for qt, g, act in TYPE_CASES:
+        for m in (1, 33, 300):
+            yield m, 1088, 1536, act, g, qt
+    for m in (3, 70):
+        yield m, 256, 192, "float16", -1, "uint4b8"
+        yield m, 128, 256, "float16", 32, "uint4"
+    for m in (1, 40):
+        yield m, 512, 1024, "float16", 128, "uint4b8"
     extra = [(2, 256, 4096, "float16", 128), (16, 6144, 4096, "float16", 128),
              (7, 4096, 4096, "bfloat16", 128), (7, 4096, 4096, "float16", 128),
              (3, 256, 128, "float16", 64), (4, 256, 128, "float16", 64),
              (33, 4096, 4096, "float16", -1), (33, 4096, 4096, "float16", 128)]
-    yield from extra
+    for e in extra:
+        yield e + ("uint4b8",)
 
 
 def bench_problems():
@@ -39,7 +51,7 @@ def bench_problems():
     for k, n in bench:
         for m in (1, 16, 64, 256, 1024, 4096):
             for act in ("float16", "bfloat16"):
-                yield m, n, k, act, 128
+                yield m, n, k, act, 128, "uint4b8"
 
 
 def main():
@@ -58,9 +70,9 @@ def main():
     seen, t0, n_new = set(), time.time(), 0
     for i, prof in enumerate(profiles):
         probs = list(problems()) + (list(bench_problems()) if i == 0 else [])
-        for m, n, k, act, g in probs:
+        for m, n, k, act, g, qt in probs:
             try:
-                spec = plan_for(prof, m, n, k, act, "uint4b8", g).spec
+                spec = plan_for(prof, m, n, k, act, qt, g).spec
             except JitMarlinError:
                 continue
             if spec in seen:
