@@ -10,7 +10,7 @@ a killed compile never leaves a stale lock. Entries carry a checksum; a corrupte
 dropped, recompiled and reported.
 
 For fleets: a size cap with least-recently-used eviction, verify(), portable bundles
-(export / import_bundle) and an optional read-only tier (JITMARLIN_CACHE_RO) looked at before
+(bundles: jitmarlin.bundle) and an optional read-only tier (JITMARLIN_CACHE_RO) looked at before
 compiling. The on-disk layout and formats are described in cache/README.md.
 """
 from __future__ import annotations
@@ -19,23 +19,19 @@ import base64
 import contextlib
 import fcntl
 import hashlib
-import io
 import json
 import logging
 import os
 import pickle
 import re
 import sqlite3
-import tarfile
 import time
 import zlib
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import nvrtc
 from ._version import __version__
-from .errors import InputError
 from .render import render
 from .settings import cache_root
 from .spec import KernelSpec
@@ -43,7 +39,6 @@ from .spec import KernelSpec
 log = logging.getLogger("jitmarlin")
 
 ENTRY_FORMAT = 2   # 2: cubin and PTX stored zlib-compressed
-BUNDLE_FORMAT = 1  # layout of the tar written by KernelCache.export
 
 MB = 1 << 20                 # "MB" in sizes and JITMARLIN_CACHE_MAX_MB means MiB
 DEFAULT_MAX_MB = 2048
@@ -57,7 +52,6 @@ TOUCH_RESOLUTION_S = 60.0
 # the entries, so a hit opens one SQLite database, not two.
 USAGE_PREFIX = "usage:"
 
-MANIFEST_NAME = "manifest.json"
 ENTRY_DIR = "entries"
 _KEY_RE = re.compile(r"[0-9a-f]{64}\Z")
 _REQUIRED = ("spec", "name", "arch", "cubin", "ptx", "log", "options", "nvrtc",
@@ -239,74 +233,6 @@ def entry_from_json(data: bytes) -> dict:
         d[f] = base64.b64decode(d[f], validate=True)
     return d
 
-
-def _tar_add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
-    """Add a member with fixed metadata (mtime 0, root, 0644): same entries -> same bytes."""
-    info = tarfile.TarInfo(name)
-    info.size = len(data)
-    info.mtime = 0
-    info.mode = 0o644
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    tar.addfile(info, io.BytesIO(data))
-
-
-def _read_manifest(tar: tarfile.TarFile, path) -> dict:
-    try:
-        f = tar.extractfile(MANIFEST_NAME)
-        manifest = json.loads(f.read()) if f is not None else None
-    except (KeyError, ValueError) as exc:
-        raise InputError(f"{path}: no readable {MANIFEST_NAME} ({exc}); not a jitmarlin bundle") from None
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("entries"), list):
-        raise InputError(f"{path}: {MANIFEST_NAME} is not a jitmarlin bundle manifest")
-    if manifest.get("bundle_format") != BUNDLE_FORMAT:
-        raise InputError(f"{path}: bundle format {manifest.get('bundle_format')!r}, this "
-                         f"jitmarlin reads format {BUNDLE_FORMAT}")
-    return manifest
-
-
-def _bundle_entry(tar: tarfile.TarFile, item) -> tuple[str, dict | None, str | None]:
-    """(key, entry, None) for a sound bundle entry, else (key, None, reason)."""
-    key = item.get("key") if isinstance(item, dict) else None
-    if not isinstance(key, str) or not _KEY_RE.match(key):
-        return str(key), None, "malformed manifest entry"
-    # The member name is derived from the key, never taken from the bundle (no path games).
-    name = f"{ENTRY_DIR}/{key}.json"
-    try:
-        f = tar.extractfile(name)
-        data = f.read() if f is not None else None
-    except KeyError:
-        data = None
-    if data is None:
-        return key, None, f"{name} missing from the bundle"
-    if hashlib.sha256(data).hexdigest() != item.get("file_sha256"):
-        return key, None, f"{name} altered (its sha256 does not match the manifest)"
-    try:
-        e = entry_from_json(data)
-    except (ValueError, KeyError, TypeError) as exc:
-        return key, None, f"{name} is not a valid entry ({exc})"
-    problem = entry_problem(e)
-    if problem is None:
-        for f in ("name", "arch", "spec", "sha256"):
-            if item.get(f) != e.get(f):
-                problem = f"manifest and entry disagree on {f}"
-                break
-    if problem is None:
-        problem = key_problem(key, e, strict=True)
-    return (key, None, problem) if problem else (key, e, None)
-
-
-@dataclass
-class ImportReport:
-    """What import_bundle did: counts of entries, and (key, reason) for each one refused."""
-
-    imported: int = 0
-    present: int = 0
-    rejected: list = field(default_factory=list)
-    evicted: int = 0
-
-
-# ---- read-only tier ------------------------------------------------------------------------------
 
 def _connect_ro(db: Path) -> sqlite3.Connection:
     """A read-only SQLite connection. Plain mode=ro still needs to create the WAL index next to
@@ -659,96 +585,23 @@ class KernelCache:
         return bad
 
     # ---- bundles ----
-    def export(self, path: str | os.PathLike, keys=None, *, archs=None) -> dict:
-        """Write a bundle (uncompressed tar: manifest.json + entries/<key>.json, fixed member
-        metadata, sorted: the same entries give the same bytes) of every sound entry, or only
-        `keys` / only `archs` (e.g. {'sm_90'}). Returns {'exported': n, 'skipped': [(key,
-        reason)], 'path': str}."""
-        want = set(keys) if keys is not None else None
-        archs = set(archs) if archs else None
-        skipped, members, listed = [], [], []
-        for key in sorted(self.keys()):
-            if want is not None and key not in want:
-                continue
-            try:
-                e = self._open().get(key)
-            except Exception as exc:
-                skipped.append((key, f"unreadable ({exc})"))
-                continue
-            if archs is not None and (not isinstance(e, dict) or e.get("arch") not in archs):
-                continue
-            problem = entry_problem(e) or key_problem(key, e, strict=True)
-            if problem:
-                skipped.append((key, problem))
-                continue
-            # bundles always carry key inputs, so every import can re-derive the key
-            e = dict(e, key_inputs=entry_key_inputs(e))
-            data = entry_to_json(e)
-            members.append((f"{ENTRY_DIR}/{key}.json", data))
-            listed.append({
-                "key": key, "name": e["name"], "arch": e["arch"], "spec": e["spec"],
-                "nvrtc": list(e["nvrtc"]), "sha256": e["sha256"],
-                "file_sha256": hashlib.sha256(data).hexdigest(),
-            })
-        if want is not None:
-            skipped += [(k, "not in the cache") for k in sorted(want - set(self.keys()))]
-        manifest = {"bundle_format": BUNDLE_FORMAT, "entry_format": ENTRY_FORMAT,
-                    "jitmarlin": __version__, "entries": listed}
-        self._write_bundle(Path(path), manifest, members)
-        return {"exported": len(listed), "skipped": skipped, "path": str(path)}
+    # ---- raw entries (for jitmarlin.bundle) ----
+    @property
+    def writable(self) -> bool:
+        return self._open() is not None
 
-    @staticmethod
-    def _write_bundle(path: Path, manifest: dict, members) -> None:
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            with tarfile.open(tmp, "w", format=tarfile.USTAR_FORMAT) as tar:
-                _tar_add(tar, MANIFEST_NAME, json.dumps(manifest, indent=1, sort_keys=True).encode())
-                for name, data in members:
-                    _tar_add(tar, name, data)
-            os.replace(tmp, path)   # readers never see a half-written bundle
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise InputError(f"cannot write bundle {path}: {exc}") from None
+    def raw(self, key: str):
+        """The stored entry of `key` as it is on disk (unchecked), or None."""
+        disk = self._open()
+        return None if disk is None else disk.get(key)
 
-    def import_bundle(self, path: str | os.PathLike) -> ImportReport:
-        """Merge a bundle written by export(): every entry is checked (its member's sha256
-        against the manifest, entry format, checksum, key re-derived from its inputs) and stored
-        unless its key is already here (existing entries are kept). Raises InputError when the
-        file is not a bundle or this cache cannot be written."""
-        if self._open() is None:
-            raise InputError(f"cannot import into {self.directory}: the cache is not writable")
-        try:
-            tar = tarfile.open(path, "r:*")
-        except (OSError, tarfile.TarError) as exc:
-            raise InputError(f"{path} is not a readable bundle ({exc})") from None
-        report, added, seen = ImportReport(), [], set()
-        with tar:
-            manifest = _read_manifest(tar, path)
-            if manifest.get("jitmarlin") != __version__:
-                log.warning("jitmarlin: bundle %s was built by jitmarlin %s (this is %s): its "
-                            "kernels are only found by that version", path,
-                            manifest.get("jitmarlin"), __version__)
-            for item in manifest["entries"]:
-                key, e, problem = _bundle_entry(tar, item)
-                if problem is None and key in seen:
-                    problem = "listed twice in the manifest"
-                if problem:
-                    report.rejected.append((key, problem))
-                    continue
-                seen.add(key)
-                if key in self._disk:
-                    report.present += 1
-                elif self._store(key, e):
-                    report.imported += 1
-                    added.append(key)
-                else:
-                    report.rejected.append((key, "could not be stored"))
-        if added:
-            report.evicted = len(self.enforce_cap(keep=set(added)))
-        return report
+    def has(self, key: str) -> bool:
+        disk = self._open()
+        return disk is not None and key in disk
 
-    import_ = import_bundle
+    def put_entry(self, key: str, e: dict) -> bool:
+        """Store an already checked entry under `key`; False when the cache cannot be written."""
+        return self._open() is not None and self._store(key, e)
 
 
 _default: KernelCache | None = None

@@ -231,12 +231,16 @@ def cmd_cache(args) -> int:
         print(f"removed {cache.clear()} entries from {cache.directory}")
     elif args.action == "export":
         archs = [a.strip() for a in args.arch.split(",") if a.strip()] if args.arch else None
-        r = cache.export(args.file, archs=archs)
+        from .bundle import export_bundle
+
+        r = export_bundle(cache, args.file, archs=archs)
         for key, why in r["skipped"]:
             print(f"skipped {key[:16]}  {why}", file=sys.stderr)
         print(f"exported {r['exported']} kernels to {r['path']}")
     elif args.action == "import":
-        r = cache.import_bundle(args.file)
+        from .bundle import import_bundle
+
+        r = import_bundle(cache, args.file)
         for key, why in r.rejected:
             print(f"rejected {key[:16]}  {why}", file=sys.stderr)
         print(f"imported {r.imported}, already present {r.present}, rejected {len(r.rejected)} "

@@ -126,6 +126,15 @@ def _preferences(profile: DeviceProfile, p: Problem) -> list[tuple[int, int, int
     return ([wide, narrow] if big else [narrow, wide]) + rest
 
 
+def _fits(profile: DeviceProfile, spec: KernelSpec) -> bool:
+    """`spec` is a buildable kernel and its shared memory fits `profile`."""
+    try:
+        spec.check()
+    except ValueError:
+        return False
+    return spec.smem_bytes() <= profile.smem_per_block
+
+
 def choose_spec(profile: DeviceProfile, p: Problem) -> KernelSpec:
     """Pick the kernel for problem `p` on `profile` (raises if none fits)."""
     check_problem(profile, p)
@@ -138,11 +147,7 @@ def choose_spec(profile: DeviceProfile, p: Problem) -> KernelSpec:
             continue
         for stages in range(min(max_stages, PATH_MAX_STAGES[path]), 1, -1):
             spec = KernelSpec(path, p.qtype, p.act, gb, tm, tn, tk, stages)
-            try:
-                spec.check()
-            except ValueError:
-                break
-            if spec.smem_bytes() <= profile.smem_per_block:
+            if _fits(profile, spec):
                 fitting.append(spec)
                 break
     if not fitting:
@@ -172,11 +177,7 @@ def candidate_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
                 continue
             for st in stages:
                 spec = KernelSpec(path, p.qtype, p.act, gb, tm, tn, tk, st)
-                try:
-                    spec.check()
-                except ValueError:
-                    continue
-                if spec.smem_bytes() <= profile.smem_per_block:
+                if _fits(profile, spec):
                     out.append(spec)
     return out
 

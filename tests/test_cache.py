@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from jitmarlin import bundle as bundle_mod
+from jitmarlin.bundle import export_bundle, import_bundle
 from jitmarlin.cache import KernelCache, cache_key
 from jitmarlin.render import render
 from jitmarlin.spec import KernelSpec
@@ -218,10 +220,10 @@ def test_verify_finds_entry_under_the_wrong_key(tmp_path, seed):
 def test_export_import_into_empty_dir_needs_no_nvrtc(tmp_path, seed, monkeypatch):
     src = KernelCache(_copy(seed, tmp_path / "src"))
     bundle = tmp_path / "kernels.tar"
-    r = src.export(bundle)
+    r = export_bundle(src, bundle)
     assert r["exported"] == 2 and r["skipped"] == []
     again = tmp_path / "again.tar"
-    src.export(again)
+    export_bundle(src, again)
     assert bundle.read_bytes() == again.read_bytes()          # deterministic
     with tarfile.open(bundle) as tar:
         names = tar.getnames()
@@ -236,13 +238,13 @@ def test_export_import_into_empty_dir_needs_no_nvrtc(tmp_path, seed, monkeypatch
 
     _no_compiles(monkeypatch)
     empty = tmp_path / "empty"
-    rep = KernelCache(empty).import_bundle(bundle)
+    rep = import_bundle(KernelCache(empty), bundle)
     assert (rep.imported, rep.present, rep.rejected) == (2, 0, [])
     fresh = KernelCache(empty)
     for spec, key in zip((SPEC, SPEC3), seed[1]):
         art, k, status = fresh.get(spec, "sm_90", compile_missing=False)
         assert status == "disk" and k == key and art.cubin[:4] == b"\x7fELF"
-    rep = KernelCache(empty).import_(bundle)                   # merge: existing keys kept
+    rep = import_bundle(KernelCache(empty), bundle)                   # merge: existing keys kept
     assert (rep.imported, rep.present) == (0, 2)
 
 
@@ -253,18 +255,18 @@ def _rewrite_bundle(src, dst, edit):
     edit(files)
     with tarfile.open(dst, "w") as tar:
         for name, data in files.items():
-            cache_mod._tar_add(tar, name, data)
+            bundle_mod._tar_add(tar, name, data)
 
 
 def test_tampered_bundle_entry_is_rejected_with_a_reason(tmp_path, seed):
     import hashlib
 
     bundle = tmp_path / "b.tar"
-    KernelCache(_copy(seed, tmp_path / "src")).export(bundle)
+    export_bundle(KernelCache(_copy(seed, tmp_path / "src")), bundle)
     victim = f"entries/{seed[1][0]}.json"
 
     def set_member(files, e, fix_manifest):
-        files[victim] = cache_mod.entry_to_json(e)
+        files[victim] = bundle_mod.entry_to_json(e)
         if fix_manifest:
             m = json.loads(files["manifest.json"])
             for item in m["entries"]:
@@ -274,7 +276,7 @@ def test_tampered_bundle_entry_is_rejected_with_a_reason(tmp_path, seed):
 
     def flip_cubin(fix_manifest):
         def edit(files):
-            e = cache_mod.entry_from_json(files[victim])
+            e = bundle_mod.entry_from_json(files[victim])
             raw = bytearray(zlib.decompress(e["cubin"]))
             raw[100] ^= 0x01
             e["cubin"] = zlib.compress(bytes(raw))
@@ -282,12 +284,12 @@ def test_tampered_bundle_entry_is_rejected_with_a_reason(tmp_path, seed):
         return edit
 
     def old_format(files):
-        e = cache_mod.entry_from_json(files[victim])
+        e = bundle_mod.entry_from_json(files[victim])
         e["format"] = 1
         set_member(files, e, True)
 
     def other_spec(files):                 # consistent entry that claims another spec
-        e = cache_mod.entry_from_json(files[victim])
+        e = bundle_mod.entry_from_json(files[victim])
         e["spec"] = e["key_inputs"]["spec"] = SPEC2.canonical()
         set_member(files, e, True)
 
@@ -296,7 +298,7 @@ def test_tampered_bundle_entry_is_rejected_with_a_reason(tmp_path, seed):
     for i, (edit, reason) in enumerate(cases):
         bad = tmp_path / f"bad{i}.tar"
         _rewrite_bundle(bundle, bad, edit)
-        rep = KernelCache(tmp_path / f"dst{i}").import_bundle(bad)
+        rep = import_bundle(KernelCache(tmp_path / f"dst{i}"), bad)
         assert rep.imported == 1, reason                       # the other kernel still imports
         (key, why), = rep.rejected
         assert key == seed[1][0] and reason in why, why
@@ -309,13 +311,13 @@ def test_not_a_bundle_is_an_input_error(tmp_path):
     junk = tmp_path / "junk.tar"
     junk.write_bytes(b"not a tar file at all" * 100)
     with pytest.raises(InputError):
-        KernelCache(tmp_path / "c").import_bundle(junk)
+        import_bundle(KernelCache(tmp_path / "c"), junk)
 
 
 def test_read_only_tier_serves_a_hit(tmp_path, seed, monkeypatch):
     ro = _copy(seed, tmp_path / "ro")                          # a cache dir ...
     unpacked = tmp_path / "unpacked"                           # ... and an unpacked bundle
-    KernelCache(_copy(seed, tmp_path / "src")).export(tmp_path / "b.tar")
+    export_bundle(KernelCache(_copy(seed, tmp_path / "src")), tmp_path / "b.tar")
     with tarfile.open(tmp_path / "b.tar") as tar:
         tar.extractall(unpacked)
     _no_compiles(monkeypatch)
@@ -335,13 +337,13 @@ def test_read_only_tier_serves_a_hit(tmp_path, seed, monkeypatch):
 
 def test_read_only_tier_bad_entry_is_ignored(tmp_path, seed, monkeypatch):
     unpacked = tmp_path / "unpacked"
-    KernelCache(_copy(seed, tmp_path / "src")).export(tmp_path / "b.tar")
+    export_bundle(KernelCache(_copy(seed, tmp_path / "src")), tmp_path / "b.tar")
     with tarfile.open(tmp_path / "b.tar") as tar:
         tar.extractall(unpacked)
     member = unpacked / "entries" / f"{seed[1][0]}.json"
-    e = cache_mod.entry_from_json(member.read_bytes())
+    e = bundle_mod.entry_from_json(member.read_bytes())
     e["sha256"] = "0" * 64
-    member.write_bytes(cache_mod.entry_to_json(e))
+    member.write_bytes(bundle_mod.entry_to_json(e))
     w = KernelCache(tmp_path / "w", ro_dir=unpacked)
     assert w.get(SPEC, "sm_90", compile_missing=False)[2] == "missing"
     assert w.get(SPEC3, "sm_90", compile_missing=False)[2] == "disk"

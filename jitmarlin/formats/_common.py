@@ -187,3 +187,18 @@ def regroup(gs: int, k: int, scales: np.ndarray, extra: list, g_idx):
         g_idx = g_idx * f + rank // sub
         src = np.repeat(np.arange(scales.shape[0]), f)
     return sub, scales[src], [None if e is None else e[src] for e in extra], g_idx
+
+
+def finish_grouped(qtype: str, codes: np.ndarray, s: np.ndarray, zeros, k: int, g: int, group_size,
+                   g_idx_raw, scale_dtype, scale_src, scale_name: str):
+    """The common tail of the grouped integer formats (GPTQ, compressed-tensors): settle the
+    group size (from g_idx, K / G or the override), check act-order and that the scales fit the
+    scale dtype, split unsupported group sizes, and build the QuantizedWeight."""
+    from ..quant import from_codes
+
+    gs = group_size_of(k, g, group_size, g_idx_raw)
+    gi = check_g_idx(g_idx_raw, k, g, gs)
+    sdt = pick_scale_dtype(scale_dtype, scale_src)
+    check_fits(s, sdt, scale_name)
+    gs, s, (zeros,), gi = regroup(gs, k, s, [zeros], gi)
+    return from_codes(qtype, codes, s, gs, zeros=zeros, g_idx=gi, scale_dtype=sdt)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InputError, UnsupportedError
-from ..quant import QuantizedWeight, from_codes
-from ._common import (check_fits, check_g_idx, floats, group_size_of, ints, pick_scale_dtype,
-                      regroup, unpack_words, words)
+from ..quant import QuantizedWeight
+from ._common import finish_grouped, floats, ints, unpack_words, words
 
 
 def from_compressed_tensors(weight_packed, weight_scale, weight_shape, weight_zero_point=None,
@@ -85,9 +84,5 @@ def from_compressed_tensors(weight_packed, weight_scale, weight_shape, weight_ze
     gi_raw = None if weight_g_idx is None else ints(weight_g_idx, "weight_g_idx").reshape(-1)
     if gi_raw is not None and np.all(gi_raw == -1):
         gi_raw = None
-    gs = group_size_of(k, g, group_size, gi_raw)
-    gi = check_g_idx(gi_raw, k, g, gs)
-    sdt = pick_scale_dtype(scale_dtype, weight_scale)
-    check_fits(s, sdt, "weight_scale")
-    gs, s, (zeros,), gi = regroup(gs, k, s, [zeros], gi)
-    return from_codes(qtype, codes, s, gs, zeros=zeros, g_idx=gi, scale_dtype=sdt)
+    return finish_grouped(qtype, codes, s, zeros, k, g, group_size, gi_raw, scale_dtype, weight_scale,
+                          "weight_scale")

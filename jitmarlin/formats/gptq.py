@@ -4,9 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InputError, UnsupportedError
-from ..quant import QuantizedWeight, from_codes
-from ._common import (check_fits, check_g_idx, floats, group_size_of, ints, pick_scale_dtype,
-                      regroup, unpack_words, words)
+from ..quant import QuantizedWeight
+from ._common import finish_grouped, floats, ints, unpack_words, words
 
 
 def from_gptq(qweight, qzeros, scales, g_idx=None, bits: int = 4, sym: bool = True,
@@ -72,9 +71,4 @@ def from_gptq(qweight, qzeros, scales, g_idx=None, bits: int = 4, sym: bool = Tr
         qtype, zeros = ("uint4" if bits == 4 else "uint8"), z
 
     gi_raw = None if g_idx is None else ints(g_idx, "g_idx").reshape(-1)
-    gs = group_size_of(k, g, group_size, gi_raw)
-    gi = check_g_idx(gi_raw, k, g, gs)
-    sdt = pick_scale_dtype(scale_dtype, scales)
-    check_fits(s, sdt, "scales")
-    gs, s, (zeros,), gi = regroup(gs, k, s, [zeros], gi)
-    return from_codes(qtype, codes, s, gs, zeros=zeros, g_idx=gi, scale_dtype=sdt)
+    return finish_grouped(qtype, codes, s, zeros, k, g, group_size, gi_raw, scale_dtype, scales, "scales")
