@@ -249,6 +249,41 @@ def cmd_cache(args) -> int:
     return 0
 
 
+def cmd_bench(args) -> int:
+    try:
+        import cupy
+        import torch
+    except ImportError as e:
+        print(f"jitmarlin bench needs torch and CuPy ({e}); tools/bench is the full benchmark",
+              file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("jitmarlin bench needs a CUDA GPU", file=sys.stderr)
+        return 2
+    from . import bench
+
+    shapes = _parse_shapes(args.shapes)
+    ms = [int(m) for m in args.m.split(",")]
+    bw, rows = bench.quick(shapes, ms, args.act, args.group)
+    report = {"gpu": torch.cuda.get_device_name(), "copy_tbps": round(bw, 3), "rows": rows}
+    if args.overhead:
+        report["host_overhead_us"] = bench.host_overhead(torch, cupy)
+    if args.json:
+        print(json.dumps(report, indent=1))
+        return 0
+    print(f"{report['gpu']}: copy bandwidth {bw:.2f} TB/s (read + write); graph replay, weights past 4x L2")
+    print(f"{'K x N':>13} {'M':>5} {'jitmarlin us':>13} {'floor us':>9} {'x floor':>8} {'cuBLAS fp16 us':>15} {'x cuBLAS':>9}")
+    for r in rows:
+        print(f"{r['K']:>6}x{r['N']:<6} {r['M']:>5} {r['jitmarlin_us']:>13.1f} {r['floor_us']:>9.1f} "
+              f"{r['jitmarlin_us'] / r['floor_us']:>8.2f} {r['cublas_fp16_us']:>15.1f} "
+              f"{r['jitmarlin_us'] / r['cublas_fp16_us']:>9.2f}")
+    if args.overhead:
+        o = report["host_overhead_us"]
+        print(f"host overhead per eager call: jitmarlin {o['jitmarlin_torch_us']:.1f} us (torch input), "
+              f"{o['jitmarlin_cupy_us']:.1f} us (CuPy input); torch fp16 matmul {o['torch_matmul_fp16_us']:.1f} us")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="jitmarlin", description=f"jitmarlin {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -315,6 +350,14 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("file")
     a.add_argument("--arch", default=None, help="only these archs, e.g. sm_90,sm_80")
     cache_action("import", "merge a bundle into the cache").add_argument("file")
+    s = sub.add_parser("bench", help="quick GPU benchmark: time vs byte floor and fp16 cuBLAS, host overhead")
+    s.add_argument("--shapes", default="4096x4096,4096x14336", help="KxN list")
+    s.add_argument("--m", default="1,16,64")
+    s.add_argument("--act", default="float16", choices=["float16", "bfloat16"])
+    s.add_argument("--group", type=int, default=128)
+    s.add_argument("--overhead", action="store_true", help="also host overhead per eager call")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_bench)
     return p
 
 

@@ -49,3 +49,15 @@ def test_inspect_sass_or_clear_hint(capsys, monkeypatch):
     monkeypatch.setattr(nvrtc, "find_disassembler", lambda: None)
     assert main(["inspect", "--arch", "sm_90", "--m", "1", "--sass"]) == 2
     assert "nvidia-cuda-nvdisasm" in capsys.readouterr().err
+
+
+def test_bench_says_what_it_needs_without_a_gpu(capsys):
+    import pytest
+
+    from conftest import HAS_GPU
+
+    if HAS_GPU:
+        pytest.skip("a GPU is present: bench runs there (tools/gpu_session.sh)")
+    assert main(["bench", "--m", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "needs" in err and ("GPU" in err or "torch" in err)

@@ -1,11 +1,15 @@
 """Shared measurement code for tools/bench and tools/sweep (see ../shared/BENCH.md)."""
 from __future__ import annotations
 
-import math
 import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from jitmarlin.bench import (Timer, copies_needed, copy_bandwidth, floor_us,  # noqa: E402
+                             host_overhead, random_weights)
+
+__all__ = ["SHAPES", "IST_MARLIN", "BENCH_CUBLAS", "select_shapes", "make_tinygemm", "Timer",
+           "copies_needed", "copy_bandwidth", "floor_us", "host_overhead", "random_weights"]
 
 SHAPES = {
     "L3-8B qkv": (4096, 6144), "L3-8B o": (4096, 4096), "L3-8B gate_up": (4096, 28672),
@@ -47,96 +51,6 @@ def select_shapes(text):
     return out
 
 
-class Timer:
-    """GPU time per call of `fns` (a list of no-argument callables cycled in order) by CUDA-graph
-    replay: one graph holds `len(fns) * reps` calls; replays are timed with events."""
-
-    def __init__(self, torch, target_ms):
-        self.torch = torch
-        self.target_ms = target_ms
-
-    def __call__(self, fns, use_graph=True):
-        torch = self.torch
-        for f in fns:              # warm-up: compiles, uploads, autotune, allocator
-            f()
-        torch.cuda.synchronize()
-        # estimate with one eager pass
-        t0 = torch.cuda.Event(enable_timing=True)
-        t1 = torch.cuda.Event(enable_timing=True)
-        t0.record()
-        for f in fns:
-            f()
-        t1.record()
-        torch.cuda.synchronize()
-        est = max(t0.elapsed_time(t1) / len(fns), 1e-3)   # ms per call
-        calls = max(len(fns), min(2000, int(self.target_ms / est)))
-        reps = max(1, calls // len(fns))
-        if not use_graph:
-            return self._eager(fns, reps)
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.stream(s):
-            for f in fns:          # warm the capture stream too
-                f()
-            torch.cuda.synchronize()
-            with torch.cuda.graph(g, stream=s):
-                for _ in range(reps):
-                    for f in fns:
-                        f()
-        torch.cuda.synchronize()
-        g.replay()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(5):
-            t0.record()
-            g.replay()
-            t1.record()
-            torch.cuda.synchronize()
-            times.append(t0.elapsed_time(t1) * 1e3 / (reps * len(fns)))
-        del g
-        times.sort()
-        return times[len(times) // 2]
-
-    def _eager(self, fns, reps):
-        torch = self.torch
-        t0 = torch.cuda.Event(enable_timing=True)
-        t1 = torch.cuda.Event(enable_timing=True)
-        t0.record()
-        for _ in range(reps):
-            for f in fns:
-                f()
-        t1.record()
-        torch.cuda.synchronize()
-        return t0.elapsed_time(t1) * 1e3 / (reps * len(fns))
-
-
-def copy_bandwidth(torch):
-    """Device-to-device copy, bytes read + written per second (TB/s), median of 10."""
-    n = 1 << 30
-    a = torch.empty(n, dtype=torch.uint8, device="cuda")
-    b = torch.empty_like(a)
-    a.random_()
-    for _ in range(3):
-        b.copy_(a)
-    torch.cuda.synchronize()
-    ts = []
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for _ in range(10):
-        e0.record()
-        b.copy_(a)
-        e1.record()
-        torch.cuda.synchronize()
-        ts.append(e0.elapsed_time(e1) / 1e3)
-    ts.sort()
-    del a, b
-    return 2 * n / ts[len(ts) // 2] / 1e12
-
-
-def copies_needed(bytes_per_copy, l2_bytes):
-    return max(1, math.ceil(4 * l2_bytes / bytes_per_copy))
-
-
 def make_tinygemm(torch, n, k, g, ncopies):
     """torch's int4 tinygemm operands: (packed weight, scales_and_zeros), `ncopies` of them."""
     out = []
@@ -150,23 +64,3 @@ def make_tinygemm(torch, n, k, g, ncopies):
 
 
 
-def random_weights(n, k, group, act, copies):
-    """`copies` random QuantizedWeights on the current GPU: random 32-bit words are valid packed
-    4-bit weights; scales random positive, rounded to `act`."""
-    import cupy as cp
-
-    from jitmarlin import QuantizedWeight, halves, packing
-
-    out = []
-    for _ in range(copies):
-        packed = cp.random.randint(-2**31, 2**31 - 1, size=(k // 16, 2 * n), dtype=cp.int64).astype(cp.int32)
-        g = 1 if group == -1 else k // group
-        s = cp.asarray(halves.to_bits(cp.asnumpy(cp.random.random((g, n), dtype=cp.float32) * 0.01 + 0.001), act))
-        scales = packing.permute_scales(s) if group != -1 else s.reshape(n)
-        out.append(QuantizedWeight("uint4b8", group, n, k, packed, scales, scale_dtype=act))
-    return out
-
-
-def floor_us(m, n, k, group, bw_tbps):
-    g = k if group == -1 else group
-    return (n * k / 2 + n * (k // g) * 2 + m * k * 2 + m * n * 2) / (bw_tbps * 1e12) * 1e6

@@ -38,6 +38,9 @@ if [ "${SWEEP:-0}" = 1 ]; then
   timeout ${SWEEP_TIMEOUT:-240} python3 tools/sweep --json "$OUT/sweep.json" ${SWEEP_ARGS:-} > "$OUT/sweep.log" 2>&1
   echo "sweep rc=$? in $(( $(date +%s) - t0 )) s"; grep -v "^#" "$OUT/sweep.log" | cut -c1-230 | tail -30
 fi
+if [ "${CLI_BENCH:-0}" = 1 ]; then
+  timeout 120 python3 -m jitmarlin bench ${CLI_BENCH_ARGS:---m 1,16,64 --overhead} 2>&1 | tee "$OUT/cli_bench.log"
+fi
 if [ "${FIRST_CALL:-0}" = 1 ]; then
   timeout 120 python3 tools/first_call.py 5 2>&1 | tee "$OUT/first_call.log"
 fi
