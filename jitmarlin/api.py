@@ -162,22 +162,29 @@ def _linear_torch(x, qw, bias, out):
     stream = _torch_stream(torch, dev)
     lz = _launcher(qw, dev, act, m, stream)
     if qw.perm is not None:   # act-order: the kernel reads x's columns in the weight's order
-        g = lz.gather or _torch_gather(torch, lz, qw, x, m, stream)
-        torch.index_select(x.reshape(m, qw.in_features), 1, g[1], out=g[0])
-        ptr, lda = g[0].data_ptr(), qw.in_features
+        buf, perm = _gather_buffer(qw, dev, stream, m, x.dtype, "torch",
+                                   lambda rows: torch.empty((rows, qw.in_features), dtype=x.dtype, device=x.device),
+                                   lambda: torch.from_dlpack(qw.to_device(dev, act)[3]))
+        torch.index_select(x.reshape(m, qw.in_features), 1, perm, out=buf)
+        ptr, lda = buf.data_ptr(), qw.in_features
     lz(ptr, lda, out.data_ptr(), 0 if bias is None else bias.data_ptr())
     return out
 
 
-def _torch_gather(torch, lz, qw, x, m, stream):
-    """The act-order buffer (m, in_features) and index for this launcher, made once."""
-    if launch.is_capturing(stream):
-        raise CaptureError("act-order needs a gather buffer, which cannot be allocated during "
-                           "CUDA-graph capture: warm up this shape first")
-    perm = qw.to_device(lz.device, _torch_act(x.dtype))[3]
-    lz.gather = (torch.empty((m, qw.in_features), dtype=x.dtype, device=x.device),
-                 torch.from_dlpack(perm))
-    return lz.gather
+def _gather_buffer(qw, dev, stream, m, dtype, kind, alloc, index):
+    """(buffer view of m rows, column index) for act-order weights: one buffer per (weight,
+    device, stream, dtype), grown by doubling to the largest M seen, so varying batch sizes cost
+    at most twice the largest one. Outgrown buffers are kept alive: CUDA graphs captured earlier
+    still point into them."""
+    st = qw._gather.get((dev, stream, str(dtype), kind))
+    if st is None or st[0].shape[0] < m:
+        if launch.is_capturing(stream):
+            raise CaptureError("act-order needs a larger gather buffer, which cannot be allocated "
+                               "during CUDA-graph capture: warm up with the largest batch first")
+        rows = max(m, 2 * st[0].shape[0]) if st is not None else m
+        st = (alloc(rows), st[1] if st is not None else index(), (st[0],) + st[2] if st else ())
+        qw._gather[(dev, stream, str(dtype), kind)] = st
+    return st[0][:m], st[1]
 
 
 def _torch_stream(torch, dev: int) -> int:
@@ -230,13 +237,11 @@ def _linear_cupy(x, qw, bias, out):
     stream = cupy.cuda.get_current_stream().ptr
     lz = _launcher(qw, dev, act, m, stream)
     if qw.perm is not None:   # act-order: the kernel reads x's columns in the weight's order
-        if lz.gather is None:
-            if launch.is_capturing(stream):
-                raise CaptureError("act-order needs a gather buffer, which cannot be allocated "
-                                   "during CUDA-graph capture: warm up this shape first")
-            lz.gather = (cupy.empty((m, qw.in_features), dtype=x.dtype), qw.to_device(dev, act)[3])
-        cupy.take(x.reshape(m, qw.in_features), lz.gather[1], axis=1, out=lz.gather[0])
-        ptr, lda = lz.gather[0].data.ptr, qw.in_features
+        buf, perm = _gather_buffer(qw, dev, stream, m, x.dtype, "cupy",
+                                   lambda rows: cupy.empty((rows, qw.in_features), dtype=x.dtype),
+                                   lambda: qw.to_device(dev, act)[3])
+        cupy.take(x.reshape(m, qw.in_features), perm, axis=1, out=buf)
+        ptr, lda = buf.data.ptr, qw.in_features
     lz(ptr, lda, out.data.ptr, 0 if bias is None else bias.data.ptr)
     return out
 

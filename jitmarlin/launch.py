@@ -125,10 +125,10 @@ def stream_object(stream_ptr: int):
 
 class Launcher:
     """Everything fixed for one (weight, device, activation dtype, M, stream): the call only adds
-    the pointers of x, out and bias. `gather` holds the act-order buffer and index (or None)."""
+    the pointers of x, out and bias."""
 
     __slots__ = ("func", "grid", "block", "smem", "stream", "static", "plan", "device", "keep",
-                 "iters", "gather")
+                 "iters")
 
     def __init__(self, plan: Plan, func, device: int, stream_ptr: int, ptrs: dict, ws: Workspace,
                  n_out: int, k_in: int, gscale: float):
@@ -136,7 +136,6 @@ class Launcher:
         self.func = func
         self.device = device
         self.keep = ws  # the workspace must outlive every launcher that points into it
-        self.gather = None
         self.grid = (plan.grid, 1, 1)
         self.block = (plan.spec.threads, 1, 1)
         self.smem = plan.smem_bytes

@@ -83,6 +83,7 @@ class QuantizedWeight:
     layout: str = packing.LAYOUT
     _device: dict = field(default_factory=dict, repr=False)
     _launchers: dict = field(default_factory=dict, repr=False)
+    _gather: dict = field(default_factory=dict, repr=False)   # act-order buffers (api.py)
 
     def __post_init__(self):
         self.out_features = self.out_features or self.n

@@ -42,6 +42,33 @@ def test_linear_rejects_host_arrays(rng):
         jitmarlin.linear(np.zeros((1, 128), np.float16), object())
 
 
+def test_act_order_gather_buffer_grows_by_doubling_and_keeps_old_buffers(rng):
+    """One buffer per (weight, device, stream, dtype), grown by doubling; outgrown buffers stay
+    referenced (CUDA graphs captured earlier point into them); the index is made once."""
+    from jitmarlin.api import _gather_buffer
+
+    qw = jitmarlin.quantize(rng.standard_normal((64, 128)), "uint4b8", 128)
+    made, index_calls = [], []
+
+    def alloc(rows):
+        made.append(np.zeros((rows, 128), np.float16))
+        return made[-1]
+
+    def index():
+        index_calls.append(1)
+        return np.arange(128)
+
+    b3, _ = _gather_buffer(qw, 0, 7, 3, "float16", "cupy", alloc, index)
+    b2, _ = _gather_buffer(qw, 0, 7, 2, "float16", "cupy", alloc, index)
+    assert b3.shape == (3, 128) and b2.shape == (2, 128) and len(made) == 1
+    assert b2.base is made[0] or b2.base is made[0].base
+    b5, _ = _gather_buffer(qw, 0, 7, 5, "float16", "cupy", alloc, index)
+    assert b5.shape == (5, 128) and len(made) == 2 and made[1].shape[0] == 6   # doubled
+    assert qw._gather[(0, 7, "float16", "cupy")][2] == (made[0],)               # kept alive
+    _gather_buffer(qw, 0, 8, 5, "float16", "cupy", alloc, index)                # another stream
+    assert len(made) == 3 and len(index_calls) == 2
+
+
 # ---- GPU ---------------------------------------------------------------------------------------
 
 def _cp():
