@@ -147,11 +147,12 @@ def _linear_torch(x, qw, bias, out):
     shape = tuple(x.shape)
     m, lda = _rows(shape, x.stride(), qw.in_features)
     out_shape = shape[:-1] + (qw.out_features,)
-    for name, t in (("out", out), ("bias", bias)):
-        if t is not None and (not is_torch(t) or t.device != x.device):
-            raise InputError(f"{name} must be a torch tensor on {x.device}")
-    _check_out_bias("torch", x, out, bias, out_shape, qw.out_features, dev, x.dtype,
-                    lambda t: t.is_contiguous(), lambda t: t.data_ptr())
+    if out is not None or bias is not None:   # checks cost nothing on the common path
+        for name, t in (("out", out), ("bias", bias)):
+            if t is not None and (not is_torch(t) or t.device != x.device):
+                raise InputError(f"{name} must be a torch tensor on {x.device}")
+        _check_out_bias("torch", x, out, bias, out_shape, qw.out_features, dev, x.dtype,
+                        lambda t: t.is_contiguous(), lambda t: t.data_ptr())
     if out is None:
         out = torch.empty(out_shape, dtype=x.dtype, device=x.device)
     if m == 0:
