@@ -34,7 +34,7 @@ from . import nvrtc
 from ._version import __version__
 from .render import render
 from .settings import cache_root
-from .spec import KernelSpec
+from .spec import AnySpec, spec_from_canonical
 
 log = logging.getLogger("jitmarlin")
 
@@ -104,12 +104,12 @@ def key_of(inputs: dict) -> str:
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 
-def _current_inputs(spec: KernelSpec, source: str, arch: str) -> dict:
+def _current_inputs(spec: AnySpec, source: str, arch: str) -> dict:
     return key_inputs(spec.canonical(), source_digest(source), arch, nvrtc.version(),
                       nvrtc.options_for(arch))
 
 
-def cache_key(spec: KernelSpec, source: str, arch: str) -> str:
+def cache_key(spec: AnySpec, source: str, arch: str) -> str:
     return key_of(_current_inputs(spec, source, arch))
 
 
@@ -121,7 +121,7 @@ def entry_key_inputs(e: dict, *, render_missing: bool = True) -> dict | None:
         return inputs
     if not render_missing or e.get("jitmarlin") != __version__:
         return None
-    source = render(KernelSpec.from_canonical(e["spec"]))
+    source = render(spec_from_canonical(e["spec"]))
     return key_inputs(e["spec"], source_digest(source), e["arch"], e["nvrtc"], e["options"],
                       e["jitmarlin"], e["format"])
 
@@ -152,7 +152,7 @@ def _checksum(cubin: bytes, ptx: str) -> str:
     return h.hexdigest()
 
 
-def _to_entry(spec: KernelSpec, art: nvrtc.Artifact, inputs: dict | None = None) -> dict:
+def _to_entry(spec: AnySpec, art: nvrtc.Artifact, inputs: dict | None = None) -> dict:
     e = {
         "format": ENTRY_FORMAT, "spec": spec.canonical(), "name": art.name, "arch": art.arch,
         "cubin": zlib.compress(art.cubin, 6), "ptx": zlib.compress(art.ptx.encode(), 6),
@@ -406,7 +406,7 @@ class KernelCache:
             self._disk.delete(key)
             self._disk.delete(USAGE_PREFIX + key)
 
-    def _identity(self, spec: KernelSpec, arch: str) -> tuple[str, str, dict]:
+    def _identity(self, spec: AnySpec, arch: str) -> tuple[str, str, dict]:
         known = self._keys.get((spec, arch))
         if known is None:
             source = render(spec)
@@ -415,9 +415,9 @@ class KernelCache:
         return known
 
     # ---- API ----
-    def get(self, spec: KernelSpec, arch: str, *, compile_missing: bool = True):
-        """The compiled kernel for `spec` on `arch`: memory, then disk, then the read-only tier,
-        then NVRTC.
+    def get(self, spec: AnySpec, arch: str, *, compile_missing: bool = True):
+        """The compiled kernel for `spec` (a KernelSpec or a DequantSpec: render() picks the
+        template) on `arch`: memory, then disk, then the read-only tier, then NVRTC.
 
         Returns (artifact, key, status) with status 'memory', 'disk' (this cache or the
         read-only tier) or 'compiled'; with compile_missing=False returns (None, key, 'missing')

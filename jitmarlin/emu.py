@@ -21,7 +21,7 @@ from . import halves
 from .planner import Plan
 from .quant import QuantizedWeight
 from .render import render
-from .spec import KernelSpec
+from .spec import AnySpec, DequantSpec
 
 _libs: dict[str, ctypes.CDLL] = {}
 
@@ -36,8 +36,8 @@ def _build_dir() -> Path:
     return d
 
 
-def build(spec: KernelSpec) -> ctypes.CDLL:
-    """Compile `spec` for the emulator (cached by source hash) and load it."""
+def build(spec: AnySpec) -> ctypes.CDLL:
+    """Compile `spec` (either kind) for the emulator (cached by source hash) and load it."""
     src = render(spec, target="emu")
     digest = hashlib.sha256(src.encode()).hexdigest()[:16]
     lib = _libs.get(digest)
@@ -58,11 +58,19 @@ def build(spec: KernelSpec) -> ctypes.CDLL:
             raise RuntimeError(f"emulator build of {spec.name} failed:\n{r.stderr[-4000:]}")
         os.replace(tmp, so)
     lib = ctypes.CDLL(str(so))
-    lib.jm_emu_launch.restype = ctypes.c_int
-    lib.jm_emu_launch.argtypes = [
-        ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_longlong),
-        ctypes.POINTER(ctypes.c_int), ctypes.c_float, ctypes.c_uint, ctypes.c_char_p, ctypes.c_int,
-    ]
+    if spec.route == "fused":
+        lib.jm_emu_launch.restype = ctypes.c_int
+        lib.jm_emu_launch.argtypes = [
+            ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_longlong),
+            ctypes.POINTER(ctypes.c_int), ctypes.c_float, ctypes.c_uint, ctypes.c_char_p, ctypes.c_int,
+        ]
+    else:  # the dequantisation module's two entry points (templates/emu/dequant_launcher.cuh)
+        for entry in (lib.jm_emu_dequant, lib.jm_emu_bias):
+            entry.restype = ctypes.c_int
+            entry.argtypes = [
+                ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_longlong),
+                ctypes.POINTER(ctypes.c_int), ctypes.c_uint, ctypes.c_char_p, ctypes.c_int,
+            ]
     _libs[digest] = lib
     return lib
 
@@ -121,3 +129,51 @@ def run_values(plan: Plan, x: np.ndarray, qw: QuantizedWeight, bias=None, seed: 
     xb = halves.to_bits(x, act)
     bb = None if bias is None else halves.to_bits(bias, act)
     return halves.from_bits(run(plan, xb, qw, bb, seed=seed), act)
+
+
+# ---- the large-M route's dequantisation module ---------------------------------------------------
+
+def _call(entry, name: str, grid: int, arrays: list, sizes: list[int], dims: list[int], seed: int):
+    ptrs = (ctypes.c_void_p * len(arrays))(*[None if v is None else v.ctypes.data for v in arrays])
+    nbytes = (ctypes.c_longlong * len(arrays))(*sizes)
+    d = (ctypes.c_int * len(dims))(*dims)
+    err = ctypes.create_string_buffer(512)
+    if entry(grid, ptrs, nbytes, d, seed, err, len(err)):
+        raise EmuError(f"{name}: {err.value.decode()}")
+
+
+def run_dequant(spec: DequantSpec, qw: QuantizedWeight, *, seed: int = 1,
+                poison: int = 0x7E00) -> np.ndarray:
+    """Expand `qw` with the dequantisation kernel on the CPU. Returns the (n, k) uint16 bit
+    patterns of `spec.act` it wrote: the padded weight in the kernel's column order (act-order
+    weights are not unpermuted), global scale not applied. The output starts poisoned (NaN) with
+    guard rows after it, which must stay untouched."""
+    lib = build(spec)
+    assert spec.qtype == qw.qtype
+    b = np.ascontiguousarray(qw.packed)
+    s = np.ascontiguousarray(qw.scales_for(spec.act))
+    z = qw.offsets_for(spec.act)
+    z = None if z is None else np.ascontiguousarray(z)
+    guard_rows = 2
+    w = np.full((qw.n + guard_rows, qw.k), poison, dtype=np.uint16)
+    arrays = [b, s, z, w]
+    sizes = [b.nbytes, s.nbytes, 0 if z is None else z.nbytes, qw.n * qw.k * 2]
+    _call(lib.jm_emu_dequant, spec.name, spec.grid(qw.n, qw.k), arrays, sizes, [qw.n, qw.k], seed)
+    if not np.all(w[qw.n:] == poison):
+        raise EmuError(f"{spec.name}: the kernel wrote past the end of W")
+    return w[: qw.n]
+
+
+def run_bias(spec: DequantSpec, bias_bits: np.ndarray, m: int, grid: int, *, seed: int = 1,
+             poison: int = 0x7E00) -> np.ndarray:
+    """Run the module's bias kernel on the CPU: returns the (m, n_out) rows it wrote."""
+    lib = build(spec)
+    bias = np.ascontiguousarray(bias_bits, dtype=np.uint16)
+    n_out = bias.shape[0]
+    guard_rows = 2
+    c = np.full((m + guard_rows, n_out), poison, dtype=np.uint16)
+    _call(lib.jm_emu_bias, spec.name + "_bias", grid, [bias, c], [bias.nbytes, m * n_out * 2],
+          [m, n_out], seed)
+    if not np.all(c[m:] == poison):
+        raise EmuError(f"{spec.name}_bias: the kernel wrote past the end of C")
+    return c[:m]

@@ -4,7 +4,7 @@ A manifest (cache/<model>.json in a checkout, jitmarlin/manifests/ in a wheel) l
 linear layers at tensor-parallel degree 1 and the TP degrees it is served with. expand_shapes()
 splits the layers per TP degree; prewarm_fleet() plans every (GPU profile, shape, M, activation,
 quant type, group size) with the same planner linear() uses, keeps one compile per distinct
-(KernelSpec, arch) and runs the compiles in worker processes. No GPU is needed anywhere.
+(spec, arch) and runs the compiles in worker processes. No GPU is needed anywhere.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from .cache import KernelCache, default_cache
 from .errors import InputError, JitMarlinError
 from .profiles import DeviceProfile, get_profile
 from .qtypes import ACT_DTYPES, GROUP_SIZES, get_qtype
-from .spec import KernelSpec
+from .spec import AnySpec
 
 _PKG = Path(__file__).resolve().parent
 
@@ -292,7 +292,7 @@ def plan_fleet(profiles, shapes, ms, acts, qtypes, group_sizes, report: FleetRep
     unique: dict[tuple[int, int], Shape] = {}
     for s in map(_as_shape, shapes):
         unique.setdefault((s.k, s.n), s)
-    jobs: dict[tuple[KernelSpec, str], list[str]] = {}
+    jobs: dict[tuple[AnySpec, str], list[str]] = {}
     for p in profs:
         names = report.archs.setdefault(p.arch, [])
         if p.name not in names:
@@ -320,7 +320,7 @@ def plan_fleet(profiles, shapes, ms, acts, qtypes, group_sizes, report: FleetRep
 _WORKER_CACHES: dict[str, KernelCache] = {}
 
 
-def _compile(cache: KernelCache, spec: KernelSpec, arch: str) -> tuple[str, float, str]:
+def _compile(cache: KernelCache, spec: AnySpec, arch: str) -> tuple[str, float, str]:
     """(status, compile seconds, failure reason) for one kernel; never raises."""
     try:
         art, _, status = cache.get(spec, arch)
@@ -333,7 +333,7 @@ def _compile(cache: KernelCache, spec: KernelSpec, arch: str) -> tuple[str, floa
     return "cached", 0.0, ""
 
 
-def _worker_compile(cache_dir: str, spec: KernelSpec, arch: str) -> tuple[str, float, str]:
+def _worker_compile(cache_dir: str, spec: AnySpec, arch: str) -> tuple[str, float, str]:
     """Worker-process entry point: one KernelCache per directory per worker (it keeps the
     diskcache connection open between kernels)."""
     cache = _WORKER_CACHES.get(cache_dir)
@@ -342,7 +342,7 @@ def _worker_compile(cache_dir: str, spec: KernelSpec, arch: str) -> tuple[str, f
     return _compile(cache, spec, arch)
 
 
-def _run_jobs(todo: list[tuple[KernelSpec, str]], jobs: int, cache: KernelCache):
+def _run_jobs(todo: list[tuple[AnySpec, str]], jobs: int, cache: KernelCache):
     """Yield ((spec, arch), (status, seconds, reason)) as kernels finish."""
     if jobs > 1:
         # Look for cache hits here first: a warm cache then needs no worker processes at all.

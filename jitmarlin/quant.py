@@ -332,11 +332,13 @@ def quantize(weight, qtype: str = "uint4b8", group_size: int = 128, *,
 # ---- the oracle ----------------------------------------------------------------------------------
 
 
-def dequantize(qw: QuantizedWeight, act: str | None = None) -> np.ndarray:
+def dequantize(qw: QuantizedWeight, act: str | None = None, *, dtype=np.float32) -> np.ndarray:
     """Exact host-side inverse of the packed layout: float32 (out_features, in_features) weights,
     in the caller's column order (act-order permutation undone, padding removed).
 
     act: the activation dtype whose scale rounding to apply (default: the stored scale dtype).
+    dtype: float32, or float64 for the values before that last rounding (exact: decode(q) * s + m
+    of half-precision factors, times the fp32 global scale, fits a double).
     """
     act = act or qw.scale_dtype
     n, k = qw.n, qw.k
@@ -359,4 +361,4 @@ def dequantize(qw: QuantizedWeight, act: str | None = None) -> np.ndarray:
         out = np.empty_like(w)
         out[:, qw.perm] = w                                         # back to checkpoint order
         w = out
-    return w.astype(np.float32)
+    return w.astype(dtype)

@@ -1,6 +1,7 @@
-"""Render stage: KernelSpec -> CUDA C++ source, from the Jinja templates in templates/.
+"""Render stage: spec -> CUDA C++ source, from the Jinja templates in templates/.
 
-One main template (gemm.cu.j2) includes one primitive partial per concern; the spec's code path
+One main template per spec kind (gemm.cu.j2 for the fused GEMM, dequant.cu.j2 for the large-M
+route's dequantisation kernel) includes one primitive partial per concern; the spec's code path
 and types pick which. An architecture difference lives in exactly one partial.
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ import jinja2
 
 from ._version import __version__
 from .settings import cache_root
-from .spec import KernelSpec
+from .spec import AnySpec, KernelSpec
 
 _PKG = Path(__file__).resolve().parent
 
@@ -80,17 +81,34 @@ def partials(spec: KernelSpec, target: str = "cuda") -> dict[str, str]:
     }
 
 
-def render(spec: KernelSpec, target: str = "cuda") -> str:
-    """CUDA C++ source of `spec`. target 'cuda' for NVRTC, 'emu' for the CPU emulator."""
+def dequant_partials(spec, target: str = "cuda") -> dict[str, str]:
+    """The partials the dequantisation kernel (a DequantSpec) uses: instructions, half
+    arithmetic and the quant type's bit trick, the same files the fused GEMM includes."""
+    legacy = spec.path in ("sm70", "sm75")
+    return {
+        "ptx": f"ptx/{target}.cuh",
+        "act": f"act/{spec.act}_{'sm70' if legacy else 'sm80'}.cuh",
+        "dequant": f"dequant/{DEQUANT_FAMILY[spec.qtype]}_{spec.act}.cuh",
+    }
+
+
+# spec.route -> (main template, partial chooser)
+TEMPLATES = {"fused": ("gemm.cu.j2", partials), "dequant": ("dequant.cu.j2", dequant_partials)}
+
+
+def render(spec: AnySpec, target: str = "cuda") -> str:
+    """CUDA C++ source of `spec` (either kind). target 'cuda' for NVRTC, 'emu' for the CPU
+    emulator."""
     if target not in ("cuda", "emu"):
         raise ValueError(f"unknown render target {target!r}")
     spec.check()
-    tmpl = _env().get_template("gemm.cu.j2")
+    template, choose = TEMPLATES[spec.route]
+    tmpl = _env().get_template(template)
     return tmpl.render(
         spec=spec,
         target=target,
         version=__version__,
-        partials=partials(spec, target),
+        partials=choose(spec, target),
         act_ptx="bf16" if spec.act == "bfloat16" else "f16",
         bits=spec.bits,
         affine=spec.affine,

@@ -1,8 +1,14 @@
-"""KernelSpec: everything that changes the generated code, and nothing else (frozen, hashable)."""
+"""Kernel specs: everything that changes the generated code, and nothing else (frozen, hashable).
+
+Two kinds: KernelSpec (the fused mixed-precision GEMM) and DequantSpec (the kernel that expands a
+packed weight into a dense one for the large-M dequant + cuBLAS route). `spec.route` tells them
+apart; spec_from_canonical() rebuilds either from its canonical text.
+"""
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, fields
+from typing import ClassVar, Union
 
 from .qtypes import ACT_DTYPES, QTYPES
 
@@ -20,6 +26,8 @@ class KernelSpec:
     (zero-point types, whose offsets cannot move past the sum);
     tm, tn, tk: tile size in 16-element blocks along M, N and K; stages: shared-memory pipeline depth.
     """
+
+    route: ClassVar[str] = "fused"
 
     path: str
     qtype: str
@@ -149,3 +157,101 @@ class KernelSpec:
             f"jm_{self.path}_{self.qtype}_{ACT_DTYPES[self.act]}_{g}"
             f"_m{self.tm}n{self.tn}k{self.tk}s{self.stages}"
         )
+
+
+PATHS = ("sm70", "sm75", "sm80")
+
+
+@dataclass(frozen=True)
+class DequantSpec:
+    """The dequantisation kernel of the large-M route: packed weight -> dense W (N x K, row-major,
+    `act` dtype), then cuBLAS computes out = x @ W.T.
+
+    path, qtype, act, group_blocks: as in KernelSpec (group_blocks -1: per-channel scales in
+    natural order; 0: per-channel scales and offsets in the permuted layout; > 0: groups of
+    16 * group_blocks along K). Each warp expands one 16 x 64 (k x n) block of the packed layout;
+    a block of `threads` threads takes threads / 32 consecutive such blocks along K.
+    """
+
+    route: ClassVar[str] = "dequant"
+    WARP_K: ClassVar[int] = 16      # weights along K that one warp expands
+    WARP_N: ClassVar[int] = 64      # weights along N that one warp expands
+
+    path: str
+    qtype: str
+    act: str
+    group_blocks: int
+    threads: int = THREADS
+
+    @property
+    def bits(self) -> int:
+        return QTYPES[self.qtype].bits
+
+    @property
+    def affine(self) -> bool:
+        return QTYPES[self.qtype].zero_points
+
+    @property
+    def group_size(self) -> int:
+        return -1 if self.group_blocks <= 0 else 16 * self.group_blocks
+
+    def grid(self, n: int, k: int) -> int:
+        """Blocks that cover a padded N x K weight (one warp per 16 x 64 block)."""
+        units = (k // self.WARP_K) * (n // self.WARP_N)
+        warps = self.threads // 32
+        return max(1, -(-units // warps))
+
+    def smem_bytes(self) -> int:
+        return 0
+
+    def check(self) -> None:
+        """Raise ValueError when the fields do not describe a buildable kernel."""
+        if self.path not in PATHS:
+            raise ValueError(f"unknown code path {self.path!r}")
+        if self.qtype not in QTYPES:
+            raise ValueError(f"unknown quant type {self.qtype!r}")
+        if self.act not in ACT_DTYPES:
+            raise ValueError(f"unknown activation dtype {self.act!r}")
+        if self.act == "bfloat16" and self.path != "sm80":
+            raise ValueError("bfloat16 arithmetic (fma.bf16x2) needs the sm80 path")
+        if self.threads != THREADS:
+            raise ValueError("kernels use 256 threads")
+        if self.group_blocks < -1:
+            raise ValueError(f"group_blocks must be >= -1, got {self.group_blocks}")
+        if self.group_blocks < 0 and self.affine:
+            raise ValueError("zero-point types keep per-channel scales in the permuted layout (group_blocks 0)")
+        if self.group_blocks == 0 and not self.affine:
+            raise ValueError("symmetric per-channel scales use group_blocks -1")
+
+    def canonical(self) -> str:
+        """Stable text form (sorted JSON) used in cache keys; carries "route" so that
+        spec_from_canonical() can tell it from a KernelSpec's."""
+        d = asdict(self)
+        d["route"] = self.route
+        return json.dumps(d, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_canonical(cls, text: str) -> "DequantSpec":
+        d = json.loads(text)
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    @property
+    def name(self) -> str:
+        """Kernel symbol: jm_dq_sm80_uint4b8_f16_g128."""
+        g = {-1: "gc", 0: "gk"}.get(self.group_blocks, f"g{16 * self.group_blocks}")
+        return f"jm_dq_{self.path}_{self.qtype}_{ACT_DTYPES[self.act]}_{g}"
+
+
+AnySpec = Union[KernelSpec, DequantSpec]
+SPEC_KINDS = {KernelSpec.route: KernelSpec, DequantSpec.route: DequantSpec}
+
+
+def spec_from_canonical(text: str) -> AnySpec:
+    """Rebuild a spec of either kind from its canonical() text (a KernelSpec's has no "route")."""
+    d = json.loads(text)
+    route = d.get("route", KernelSpec.route) if isinstance(d, dict) else None
+    kind = SPEC_KINDS.get(route)
+    if kind is None:
+        raise ValueError(f"not a kernel spec: {text[:200]!r}")
+    return kind.from_canonical(text)
