@@ -109,7 +109,8 @@ def cmd_inspect(args) -> int:
     res["blocks_per_sm"] = blocks
     res["occupancy"] = round(blocks * spec.threads / prof.max_threads_per_sm, 3)
     report = {
-        "kernel": spec.name, "spec": json.loads(spec.canonical()), "profile": prof.name,
+        "kernel": spec.name, "route": plan.route, "spec": json.loads(spec.canonical()),
+        "profile": prof.name,
         "arch": prof.arch, "grid": plan.grid, "iters": plan.iters, "cache": status,
         "cache_key": key[:16], "compile_seconds": round(art.seconds, 3), **res,
     }
@@ -299,7 +300,9 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--group", type=int, default=128)
         s.add_argument("--act", default="float16", choices=["float16", "bfloat16"])
 
-    s = sub.add_parser("inspect", help="show the kernel for a problem: source, PTX or resources (no GPU needed)")
+    s = sub.add_parser("inspect", help="show the kernel for a problem: source, PTX or resources (no GPU "
+                       "needed); from the route's M threshold up, the dequantisation kernel of the "
+                       "dequant + cuBLAS route")
     problem_args(s)
     s.add_argument("--m", type=int, default=16)
     s.add_argument("--n", type=int, default=4096)

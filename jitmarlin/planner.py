@@ -1,7 +1,9 @@
-"""The planner: DeviceProfile + problem shape -> Plan (KernelSpec + launch geometry).
+"""The planner: DeviceProfile + problem shape -> Plan (a spec + launch geometry).
 
-Pure functions of frozen values: no GPU, no I/O. Prewarm, inspect and the tests call it for any
-profile.
+Two routes: below a per-architecture M threshold the fused mixed-precision kernel (KernelSpec);
+at or above it, dequantise the weight into a dense workspace and run one cuBLAS GEMM
+(DequantSpec). Pure functions of frozen values: no GPU, no I/O. Prewarm, inspect and the tests
+call it for any profile.
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from .errors import InputError, UnsupportedError
 from .problem import Problem
 from .profiles import DeviceProfile
 from .qtypes import ACT_DTYPES, GROUP_SIZES, get_qtype
-from .spec import KernelSpec
+from .spec import AnySpec, DequantSpec, KernelSpec
 
 # Quant types each code path implements. Every type is dequantised with integer bit tricks and
 # packed half arithmetic (sm_53+), so the FP8/FP4 formats, whose own MMAs need sm_89+/sm_100+,
@@ -26,16 +28,43 @@ PATH_MAX_STAGES = {"sm70": 2, "sm75": 2, "sm80": 8}
 PATH_MAX_TM = {"sm70": 2, "sm75": 4, "sm80": 4}
 
 
+# ---- route: fused kernel, or dequantise + cuBLAS -------------------------------------------------
+# At large M the fused mma.sync kernel is compute-bound and loses to fp16 cuBLAS (H100: 2.5-3x
+# slower from M ~ 1024). Expanding the weight once per call (reads N*K/2 bytes for 4-bit codes,
+# writes N*K*2) and running one cuBLAS GEMM costs ~1.07-1.3x cuBLAS there, on every generation.
+# Problems with M at or above the threshold of their GPU's arch take that route; the fused kernel
+# is weakest on Volta/Turing, hence their lower threshold. Set from measurements per arch.
+DEQUANT_MIN_M = {"sm_70": 256, "sm_72": 256, "sm_75": 256}
+DEQUANT_MIN_M_DEFAULT = 1024
+# candidate_specs() offers the dequant route to an autotuner from this M up.
+DEQUANT_CANDIDATE_MIN_M = 256
+
+
+def dequant_min_m(profile: DeviceProfile) -> int:
+    """The smallest M that the planner sends to the dequant + cuBLAS route on `profile`."""
+    return DEQUANT_MIN_M.get(profile.arch, DEQUANT_MIN_M_DEFAULT)
+
+
 @dataclass(frozen=True)
 class Plan:
-    """A spec plus how to launch it: `grid` blocks, each taking `iters` consecutive K-tiles of the
-    striped (Stream-K) work list of m_chunks x n_tiles x k_tiles tiles."""
+    """A spec plus how to launch it.
 
-    spec: KernelSpec
+    Fused route (KernelSpec): `grid` blocks, each taking `iters` consecutive K-tiles of the
+    striped (Stream-K) work list of m_chunks x n_tiles x k_tiles tiles (those properties are the
+    fused route's only). Dequant route (DequantSpec): `grid` blocks of the dequantisation kernel,
+    iters 1, no shared memory; the GEMM itself is cuBLAS's.
+    """
+
+    spec: AnySpec
     problem: Problem
     grid: int
     iters: int
     smem_bytes: int
+
+    @property
+    def route(self) -> str:
+        """'fused' or 'dequant'."""
+        return self.spec.route
 
     @property
     def m_chunks(self) -> int:
@@ -135,8 +164,22 @@ def _fits(profile: DeviceProfile, spec: KernelSpec) -> bool:
     return spec.smem_bytes() <= profile.smem_per_block
 
 
-def choose_spec(profile: DeviceProfile, p: Problem) -> KernelSpec:
-    """Pick the kernel for problem `p` on `profile` (raises if none fits)."""
+def dequant_spec(profile: DeviceProfile, p: Problem) -> DequantSpec:
+    """The dequantisation kernel of the large-M route for problem `p` on `profile`."""
+    check_problem(profile, p)
+    return DequantSpec(profile.path, p.qtype, p.act, group_blocks(p))
+
+
+def choose_spec(profile: DeviceProfile, p: Problem) -> AnySpec:
+    """Pick the route and kernel for problem `p` on `profile` (raises if none fits): the
+    dequant + cuBLAS route from dequant_min_m(profile) rows up, else the fused kernel."""
+    if p.m >= dequant_min_m(profile):
+        return dequant_spec(profile, p)
+    return choose_fused_spec(profile, p)
+
+
+def choose_fused_spec(profile: DeviceProfile, p: Problem) -> KernelSpec:
+    """Pick the fused kernel for problem `p` on `profile` (raises if none fits)."""
     check_problem(profile, p)
     path = profile.path
     tm = min(max_tm(path, p), -(-p.m // 16))
@@ -162,8 +205,9 @@ def choose_spec(profile: DeviceProfile, p: Problem) -> KernelSpec:
     return fitting[0]
 
 
-def candidate_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
-    """Every kernel that can run problem `p` on `profile` (tile shapes x pipeline depths): the
+def candidate_specs(profile: DeviceProfile, p: Problem) -> list[AnySpec]:
+    """Every kernel that can run problem `p` on `profile` (fused: tile shapes x pipeline depths;
+    from DEQUANT_CANDIDATE_MIN_M rows up, last, the dequant + cuBLAS route's DequantSpec): the
     search space of the autotuner. Pure."""
     check_problem(profile, p)
     path = profile.path
@@ -179,20 +223,32 @@ def candidate_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
                 spec = KernelSpec(path, p.qtype, p.act, gb, tm, tn, tk, st)
                 if _fits(profile, spec):
                     out.append(spec)
+    if p.m >= DEQUANT_CANDIDATE_MIN_M:
+        out.append(dequant_spec(profile, p))
     return out
 
 
-def plan(profile: DeviceProfile, p: Problem, spec: KernelSpec | None = None) -> Plan:
-    """Plan problem `p` on `profile`; `spec` overrides the planner's kernel choice (tuning)."""
+def _check_spec_matches(spec: AnySpec, p: Problem) -> None:
+    if (spec.qtype, spec.act, spec.group_blocks) != (p.qtype, p.act, group_blocks(p)):
+        raise InputError(f"{spec.name} is not a kernel for {p.qtype} / {p.act} / group size {p.group_size}")
+
+
+def plan(profile: DeviceProfile, p: Problem, spec: AnySpec | None = None) -> Plan:
+    """Plan problem `p` on `profile`; `spec` (either kind) overrides the planner's route and
+    kernel choice (tuning)."""
     if spec is None:
         spec = choose_spec(profile, p)
     else:
         check_problem(profile, p)
         spec.check()
-        if p.k % spec.tile_k:
-            raise InputError(f"K={p.k} is not a multiple of the kernel's K tile {spec.tile_k}")
-        if spec.smem_bytes() > profile.smem_per_block:
-            raise UnsupportedError(f"{spec.name} needs more shared memory than {profile.name} has")
+        _check_spec_matches(spec, p)
+        if spec.route == "fused":
+            if p.k % spec.tile_k:
+                raise InputError(f"K={p.k} is not a multiple of the kernel's K tile {spec.tile_k}")
+            if spec.smem_bytes() > profile.smem_per_block:
+                raise UnsupportedError(f"{spec.name} needs more shared memory than {profile.name} has")
+    if spec.route == "dequant":
+        return Plan(spec=spec, problem=p, grid=spec.grid(p.n, p.k), iters=1, smem_bytes=0)
     m_chunks = -(-p.m // spec.tile_m)
     n_tiles = -(-p.n // spec.tile_n)
     k_tiles = p.k // spec.tile_k

@@ -224,9 +224,39 @@ def test_cache_keys_differ_from_the_fused_kernels(tmp_path):
     assert key_of(entry_key_inputs(e)) == key
 
 
+@pytest.mark.slow
+def test_prewarm_plans_the_dequant_kernel_for_large_m(tmp_path):
+    from jitmarlin import prewarm
+
+    res = prewarm(["h100", "v100"], [(4096, 4096)], ms=(1, 1024), cache=KernelCache(tmp_path))
+    names = {r.kernel: r for r in res}
+    dq = [n for n in names if n.startswith("jm_dq_")]
+    want = {"jm_dq_sm80_uint4b8_f16_g128"}
+    if "sm_70" in nvrtc.supported_archs():
+        want.add("jm_dq_sm70_uint4b8_f16_g128")
+    assert want <= set(dq) and all(names[n].status in ("compiled", "cached") for n in want)
+    assert any(n.startswith("jm_sm80_") for n in names)          # M=1 is still the fused kernel
+
+
 def test_every_named_profile_has_a_dequant_kernel():
     for arch, prof in ARCH_DEFAULT_PROFILE.items():
         p = get_profile(prof)
         s = DequantSpec(p.path, "uint4b8", "float16", 8)
         s.check()
         assert s.grid(4096, 4096) == 4096 // 16 * 4096 // 64 // 8
+
+
+def test_inspect_shows_the_large_m_route(capsys):
+    import json
+
+    from jitmarlin.cli import main
+
+    assert main(["inspect", "--arch", "sm_90", "--m", "4096", "--quant", "uint4", "--group", "-1",
+                 "--act", "bfloat16", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["route"] == "dequant" and r["kernel"] == "jm_dq_sm80_uint4_bf16_gk"
+    assert r["spill_stores"] == 0 and r["shared_bytes"] == 0 and r["grid"] == 4096 * 4096 // (16 * 64 * 8)
+    assert main(["inspect", "--profile", "t4", "--m", "256", "--source"]) == 0
+    assert "quad_transpose" in capsys.readouterr().out
+    assert main(["inspect", "--arch", "sm_90", "--m", "16", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["route"] == "fused"

@@ -3,10 +3,10 @@ import itertools
 import pytest
 
 from jitmarlin import InputError, UnsupportedError
-from jitmarlin.planner import plan
+from jitmarlin.planner import candidate_specs, dequant_min_m, plan
 from jitmarlin.problem import Problem
 from jitmarlin.profiles import PROFILES, get_profile
-from jitmarlin.spec import KernelSpec
+from jitmarlin.spec import DequantSpec, KernelSpec, spec_from_canonical
 
 @pytest.mark.parametrize("prof", list(PROFILES.values()), ids=lambda p: p.name)
 def test_every_plan_fits_the_profile(prof):
@@ -22,6 +22,11 @@ def test_every_plan_fits_the_profile(prof):
         p = plan(prof, Problem(m, n, k, act, "uint4b8", g))
         s = p.spec
         assert s.path == prof.path
+        assert p.route == ("dequant" if m >= dequant_min_m(prof) else "fused")
+        if p.route == "dequant":   # a warp per 16 x 64 block of the weight, no shared memory
+            assert p.grid * s.threads // 32 >= (k // 16) * (n // 64) > (p.grid - 1) * s.threads // 32
+            assert p.smem_bytes == 0 and s.group_blocks == (-1 if g < 0 else g // 16)
+            continue
         assert s.smem_bytes() <= prof.smem_per_block
         assert s.threads <= prof.max_threads_per_sm and s.threads * 255 <= prof.regs_per_sm
         assert k % s.tile_k == 0
@@ -81,3 +86,64 @@ def test_pre_volta_is_rejected():
 
     with pytest.raises(UnsupportedError, match="older than sm_70"):
         code_path((6, 1))
+
+
+# ---- route choice: fused kernel below the threshold, dequant + cuBLAS at or above it ------------
+
+@pytest.mark.parametrize("prof,threshold", [("h100", 1024), ("a100", 1024), ("rtx-pro-6000", 1024),
+                                            ("gb10", 1024), ("v100", 256), ("t4", 256)])
+def test_route_follows_the_m_threshold(prof, threshold):
+    pr = get_profile(prof)
+    assert dequant_min_m(pr) == threshold
+    for m, route in [(1, "fused"), (threshold - 1, "fused"), (threshold, "dequant"),
+                     (threshold + 1, "dequant"), (4096, "dequant")]:
+        p = plan(pr, Problem(m, 4096, 4096, "float16", "uint8", 64))
+        assert p.route == route, (m, p.spec.name)
+    p = plan(pr, Problem(4096, 4096, 4096, "float16", "uint4", -1))
+    assert p.spec == DequantSpec(pr.path, "uint4", "float16", 0)       # zero points: permuted
+    assert p.spec.name == f"jm_dq_{pr.path}_uint4_f16_gk"
+
+
+def test_dequant_route_keeps_the_problem_checks():
+    with pytest.raises(UnsupportedError, match="sm_75"):
+        plan(get_profile("t4"), Problem(4096, 4096, 4096, "bfloat16", "uint4b8", 128))
+    with pytest.raises(InputError, match="multiple of 64"):
+        plan(get_profile("h100"), Problem(4096, 4000, 4096, "float16", "uint4b8", 128))
+
+
+def test_candidate_specs_offer_the_dequant_route_from_256_rows():
+    h100 = get_profile("h100")
+    for m, offered in [(1, False), (255, False), (256, True), (1024, True)]:
+        cands = candidate_specs(h100, Problem(m, 4096, 4096, "bfloat16", "nvfp4", 16))
+        dq = [c for c in cands if c.route == "dequant"]
+        assert dq == ([DequantSpec("sm80", "nvfp4", "bfloat16", 1)] if offered else [])
+        assert any(c.route == "fused" for c in cands)
+        for c in cands:   # every candidate plans (what an autotuner does with it)
+            assert plan(h100, Problem(m, 4096, 4096, "bfloat16", "nvfp4", 16), c).spec == c
+
+
+def test_forced_spec_must_match_the_problem():
+    h100 = get_profile("h100")
+    p = Problem(64, 4096, 4096, "float16", "uint4b8", 128)
+    forced = plan(h100, p, DequantSpec("sm80", "uint4b8", "float16", 8))   # any M
+    assert forced.route == "dequant" and forced.grid == (4096 // 16) * (4096 // 64) // 8
+    with pytest.raises(InputError, match="not a kernel for"):
+        plan(h100, p, DequantSpec("sm80", "uint4b8", "float16", 4))
+    with pytest.raises(InputError, match="not a kernel for"):
+        plan(h100, p, KernelSpec("sm80", "uint8b128", "float16", 8, 1, 8, 8, 4))
+
+
+def test_dequant_spec_identity_and_checks():
+    d = DequantSpec("sm80", "uint4", "bfloat16", 8)
+    assert spec_from_canonical(d.canonical()) == d and hash(spec_from_canonical(d.canonical())) == hash(d)
+    assert '"route":"dequant"' in d.canonical()
+    k = KernelSpec("sm80", "uint4", "bfloat16", 8, 1, 8, 8, 4)
+    assert spec_from_canonical(k.canonical()) == k and "route" not in k.canonical()
+    assert d.name == "jm_dq_sm80_uint4_bf16_g128" and d.smem_bytes() == 0
+    for bad in [DequantSpec("sm90", "uint4", "float16", 8), DequantSpec("sm80", "int3", "float16", 8),
+                DequantSpec("sm75", "uint4b8", "bfloat16", 8), DequantSpec("sm80", "uint4", "float16", -1),
+                DequantSpec("sm80", "uint4b8", "float16", 0), DequantSpec("sm80", "uint4b8", "float16", 8, 128)]:
+        with pytest.raises(ValueError):
+            bad.check()
+    with pytest.raises(ValueError, match="not a kernel spec"):
+        spec_from_canonical('{"route": "other"}')
