@@ -1,15 +1,17 @@
 """Public entry points: linear() and prewarm().
 
 linear() validates its arguments on every call (cheap integer checks) and keeps, per weight, a
-Launcher for each (device, activation dtype, M, stream) it has seen: the planning, compiling and
-workspace set-up happen once, on the first call with that key.
+launcher for each (device, activation dtype, M, stream) it has seen: the planning, compiling and
+workspace set-up happen once, on the first call with that key. The planner picks the route: the
+fused kernel (launch.Launcher), or from its M threshold up, dequantise + cuBLAS
+(dequant_gemm.DequantLauncher); both take the same call.
 """
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
 
-from . import launch, planner
+from . import dequant_gemm, launch, planner
 from .arrays import is_cupy, is_torch
 from .cache import KernelCache, default_cache
 from .errors import CaptureError, InputError
@@ -31,7 +33,7 @@ def _torch_act(dtype) -> str | None:
     return a
 
 
-def _launcher(qw: QuantizedWeight, device: int, act: str, m: int, stream: int) -> launch.Launcher:
+def _launcher(qw: QuantizedWeight, device: int, act: str, m: int, stream: int):
     launchers = qw._launchers
     key = (device, act, m, stream)
     lz = launchers.get(key)
@@ -42,13 +44,14 @@ def _launcher(qw: QuantizedWeight, device: int, act: str, m: int, stream: int) -
 
 
 def _prepare(qw: QuantizedWeight, device: int, act: str, m: int, stream: int,
-             spec=None) -> launch.Launcher:
+             spec=None) -> launch.Launcher | dequant_gemm.DequantLauncher:
     """First call for this key: plan, fetch or compile, upload the weight, set up the workspace.
-    `spec` overrides the planner's kernel choice (tuning)."""
+    `spec` (a KernelSpec or a DequantSpec) overrides the planner's route and kernel (tuning)."""
     profile = planning_profile(device)
     problem = Problem(m, qw.n, qw.k, act, qw.qtype, qw.group_size)
     plan = planner.plan(profile, problem, spec)
-    arch = live_profile(device).arch
+    live = live_profile(device)
+    arch = live.arch
     cache = default_cache()
     capturing = launch.is_capturing(stream)
     if capturing and (device, act) not in qw._device:
@@ -60,10 +63,16 @@ def _prepare(qw: QuantizedWeight, device: int, act: str, m: int, stream: int,
             f"kernel {plan.spec.name} for M={m} is not compiled yet and CUDA-graph capture is in "
             "progress: run linear() once with this shape before capturing (warm-up), or prewarm"
         )
+    if plan.route == "dequant":   # large M: dense weight workspace + cuBLAS
+        ws = dequant_gemm.workspace(device, stream, qw.n * qw.k, live.cc)
+        b, s, z, _ = qw.to_device(device, act)
+        ptrs = {"B": b.data.ptr, "S": s.data.ptr, "Z": 0 if z is None else z.data.ptr}
+        return dequant_gemm.DequantLauncher(plan, art, key, device, stream, ptrs, ws,
+                                            qw.out_features, qw.in_features, qw.global_scale)
     func = launch.get_function(art, key, device)
     b, s, z, _ = qw.to_device(device, act)
     # Slots for the largest grid this GPU can run, so the workspace never has to grow.
-    ws = launch.workspace(device, stream, live_profile(device).sms)
+    ws = launch.workspace(device, stream, live.sms)
     ptrs = {"B": b.data.ptr, "S": s.data.ptr, "Z": 0 if z is None else z.data.ptr}
     return launch.Launcher(plan, func, device, stream, ptrs, ws, qw.out_features, qw.in_features,
                            qw.global_scale)

@@ -14,7 +14,8 @@ CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 MAX_SLOT_FLOATS = 64 * 256          # largest output tile (tm=4 x tn=16): floats per partial slot
 # A block leaves partial sums for at most one split tile (its first): one slot a block.
 
-_functions: dict[tuple[int, str], object] = {}
+_modules: dict[tuple[int, str], object] = {}
+_functions: dict[tuple[int, str, str], object] = {}
 _workspaces: dict[tuple[int, int], "Workspace"] = {}
 _streams: dict[int, object] = {}
 
@@ -34,18 +35,22 @@ def is_capturing(stream_ptr: int) -> bool:
         return False
 
 
-def get_function(artifact: Artifact, key: str, device: int):
-    """The kernel as a CuPy Function on `device` (module loaded once per device)."""
-    f = _functions.get((device, key))
+def get_function(artifact: Artifact, key: str, device: int, name: str | None = None):
+    """Kernel `name` (default: the artifact's main kernel) of the artifact's module as a CuPy
+    Function on `device` (the module is loaded once per device)."""
+    name = name or artifact.name
+    f = _functions.get((device, key, name))
     if f is None:
-        cp = _cp()
-        from cupy.cuda import function
+        mod = _modules.get((device, key))
+        if mod is None:
+            cp = _cp()
+            from cupy.cuda import function
 
-        with cp.cuda.Device(device):
-            mod = function.Module()
-            mod.load(artifact.cubin)
-            f = mod.get_function(artifact.name)
-        _functions[(device, key)] = f
+            with cp.cuda.Device(device):
+                mod = function.Module()
+                mod.load(artifact.cubin)
+            _modules[(device, key)] = mod
+        f = _functions[(device, key, name)] = mod.get_function(name)
     return f
 
 
