@@ -4,7 +4,8 @@
     y = jitmarlin.linear(x, qw)                              # x: (..., in_features) fp16/bf16 on GPU
 
 Kernels are specialised per GPU, quant type, group size and tile shape at first call, compiled
-with NVRTC, cached on disk and launched from CuPy on the caller's stream.
+with NVRTC, cached on disk and launched from CuPy on the caller's stream. Large batches instead
+expand the weight into a dense workspace (a generated kernel too) and multiply with cuBLAS.
 """
 from ._version import __version__
 from .api import PrewarmResult, linear, plan_for, prewarm
@@ -15,11 +16,11 @@ from .profiles import PROFILES as profiles
 from .profiles import DeviceProfile, get_profile
 from .qtypes import QTYPES
 from .quant import QuantizedWeight, dequantize, quantize
-from .spec import KernelSpec
+from .spec import DequantSpec, KernelSpec, spec_from_canonical
 
 __all__ = [
     "__version__", "linear", "prewarm", "plan_for", "PrewarmResult", "quantize", "dequantize",
-    "QuantizedWeight", "KernelSpec", "DeviceProfile", "get_profile", "profiles", "QTYPES",
+    "QuantizedWeight", "KernelSpec", "DequantSpec", "spec_from_canonical", "DeviceProfile", "get_profile", "profiles", "QTYPES",
     "JitMarlinError", "InputError", "UnsupportedError", "CompileError", "CaptureError",
     "from_gptq", "from_awq", "from_compressed_tensors", "from_hqq", "from_gguf", "from_nvfp4",
     "from_mxfp4",
