@@ -423,6 +423,7 @@ class KernelCache:
         read-only tier) or 'compiled'; with compile_missing=False returns (None, key, 'missing')
         instead of compiling.
         """
+        arch = nvrtc.target_arch(spec, arch)
         key, source, inputs = self._identity(spec, arch)
         art = self._mem.get(key)
         if art is not None:

@@ -17,13 +17,44 @@ from .spec import KernelSpec
 # packed half arithmetic (sm_53+), so the FP8/FP4 formats, whose own MMAs need sm_89+/sm_100+,
 # run on every generation here.
 ALL_QTYPES = ("uint4b8", "uint4", "uint8b128", "uint8", "float8_e4m3fn", "nvfp4", "mxfp4")
-PATH_QTYPES = {"sm70": ALL_QTYPES, "sm75": ALL_QTYPES, "sm80": ALL_QTYPES}
+PATH_QTYPES = {"sm70": ALL_QTYPES, "sm75": ALL_QTYPES, "sm80": ALL_QTYPES, "sm90": ALL_QTYPES}
 # Activation dtypes each path implements (Volta and Turing tensor cores have no bf16).
-PATH_ACTS = {"sm70": ("float16",), "sm75": ("float16",), "sm80": ("float16", "bfloat16")}
-PATH_MAX_STAGES = {"sm70": 2, "sm75": 2, "sm80": 8}
+PATH_ACTS = {"sm70": ("float16",), "sm75": ("float16",), "sm80": ("float16", "bfloat16"),
+             "sm90": ("float16", "bfloat16")}
+PATH_MAX_STAGES = {"sm70": 2, "sm75": 2, "sm80": 8, "sm90": 8}
 # m16 blocks per tile: sm70 keeps 8 accumulators per n8 sub-tile (the m8n8k4 layout), so at most
 # two m16 blocks fit in registers; larger M takes more M chunks.
 PATH_MAX_TM = {"sm70": 2, "sm75": 4, "sm80": 4}
+
+# Hopper (sm_90) runs the warpgroup (wgmma) kernel from this many rows of x: its tensor cores
+# take the activations as a 64..256-wide operand, where mma.sync tops out near two thirds of
+# the chip's fp16 rate. Below, decode streams weights and the mma.sync kernel is as good.
+WGMMA_MIN_M = 64
+
+
+def wgmma_available(profile: DeviceProfile) -> bool:
+    """The GPU has wgmma (sm_90 / sm_90a: H100, H200, GH200)."""
+    return profile.cc == (9, 0)
+
+
+def _wgmma_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
+    """wgmma kernels for `p` in order of preference: token tile by M, the widest feature tile
+    that keeps 128 fp32 sums per thread, the deepest pipeline that fits (up to 4 stages)."""
+    gb = group_blocks(p)
+    if p.m <= 64:
+        shapes = [(4, 16), (4, 8), (8, 8)]
+    elif p.m <= 128:
+        shapes = [(8, 16), (8, 8), (4, 16)]
+    else:
+        shapes = [(8, 16), (16, 8), (8, 8)]
+    out = []
+    for tm, tn in shapes:
+        for stages in range(4, 1, -1):
+            spec = KernelSpec("sm90", p.qtype, p.act, gb, tm, tn, 4, stages)
+            if _fits(profile, spec):
+                out.append(spec)
+                break
+    return out
 
 
 @dataclass(frozen=True)
@@ -138,6 +169,10 @@ def _fits(profile: DeviceProfile, spec: KernelSpec) -> bool:
 def choose_spec(profile: DeviceProfile, p: Problem) -> KernelSpec:
     """Pick the kernel for problem `p` on `profile` (raises if none fits)."""
     check_problem(profile, p)
+    if wgmma_available(profile) and p.m >= WGMMA_MIN_M:
+        wg = _wgmma_specs(profile, p)
+        if wg:
+            return wg[0]
     path = profile.path
     tm = min(max_tm(path, p), -(-p.m // 16))
     gb = group_blocks(p)
@@ -179,6 +214,13 @@ def candidate_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
                 spec = KernelSpec(path, p.qtype, p.act, gb, tm, tn, tk, st)
                 if _fits(profile, spec):
                     out.append(spec)
+    if wgmma_available(profile) and p.m >= WGMMA_MIN_M // 2:
+        for tm in (4, 8, 16):
+            for tn in (8, 16):
+                for st in (2, 3, 4, 5, 6, 8):
+                    spec = KernelSpec("sm90", p.qtype, p.act, gb, tm, tn, 4, st)
+                    if _fits(profile, spec):
+                        out.append(spec)
     return out
 
 
@@ -189,6 +231,8 @@ def plan(profile: DeviceProfile, p: Problem, spec: KernelSpec | None = None) -> 
     else:
         check_problem(profile, p)
         spec.check()
+        if spec.wgmma and not wgmma_available(profile):
+            raise UnsupportedError(f"{spec.name} is a wgmma (sm_90a) kernel; {profile.name} is {profile.arch}")
         if p.k % spec.tile_k:
             raise InputError(f"K={p.k} is not a multiple of the kernel's K tile {spec.tile_k}")
         if spec.smem_bytes() > profile.smem_per_block:

@@ -1,7 +1,8 @@
 """Render stage: KernelSpec -> CUDA C++ source, from the Jinja templates in templates/.
 
-One main template (gemm.cu.j2) includes one primitive partial per concern; the spec's code path
-and types pick which. An architecture difference lives in exactly one partial.
+One main template per kernel family includes one primitive partial per concern; the spec's code
+path and types pick which. An architecture difference lives in exactly one partial. Families:
+gemm.cu.j2 (mma.sync, every GPU) and wgmma.cu.j2 (Hopper warpgroup MMA, sm_90a).
 """
 from __future__ import annotations
 
@@ -69,6 +70,15 @@ DEQUANT_FAMILY = {
 def partials(spec: KernelSpec, target: str = "cuda") -> dict[str, str]:
     """Which primitive partial each concern uses for `spec` (template paths)."""
     legacy = spec.path in ("sm70", "sm75")
+    if spec.wgmma:
+        return {
+            "ptx": f"ptx/{target}.cuh",
+            "act": f"act/{spec.act}_sm80.cuh",
+            "mma": "mma/sm90.cuh",
+            "pipe": "copy/cp_async.cuh",
+            "dequant": f"dequant/{DEQUANT_FAMILY[spec.qtype]}_{spec.act}.cuh",
+            "reduce": "reduce/locks.cuh",
+        }
     return {
         "ptx": f"ptx/{target}.cuh",
         "act": f"act/{spec.act}_{'sm70' if legacy else 'sm80'}.cuh",
@@ -80,12 +90,19 @@ def partials(spec: KernelSpec, target: str = "cuda") -> dict[str, str]:
     }
 
 
+def main_template(spec: KernelSpec) -> str:
+    """The kernel family's main template."""
+    return "wgmma.cu.j2" if spec.wgmma else "gemm.cu.j2"
+
+
 def render(spec: KernelSpec, target: str = "cuda") -> str:
     """CUDA C++ source of `spec`. target 'cuda' for NVRTC, 'emu' for the CPU emulator."""
     if target not in ("cuda", "emu"):
         raise ValueError(f"unknown render target {target!r}")
     spec.check()
-    tmpl = _env().get_template("gemm.cu.j2")
+    if spec.wgmma and target == "emu":
+        raise ValueError("the CPU emulator does not model wgmma (sm90 kernels run on a GPU only)")
+    tmpl = _env().get_template(main_template(spec))
     return tmpl.render(
         spec=spec,
         target=target,

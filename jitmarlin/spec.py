@@ -14,11 +14,14 @@ WARPS = THREADS // 32
 class KernelSpec:
     """One specialised GEMM kernel.
 
-    path: instruction path ('sm70', 'sm75', 'sm80'); qtype, act: weight and activation types;
+    path: instruction path ('sm70', 'sm75', 'sm80': mma.sync kernels; 'sm90': the Hopper
+    warpgroup (wgmma) kernel, compiled for sm_90a); qtype, act: weight and activation types;
     group_blocks: scale group size in units of 16 along K; -1: one scale per output channel,
     applied to the fp32 sums; 0: one scale (and offset) per output channel applied in the K loop
     (zero-point types, whose offsets cannot move past the sum);
     tm, tn, tk: tile size in 16-element blocks along M, N and K; stages: shared-memory pipeline depth.
+    On 'sm90', M is the wgmma N side (tm in 4, 8, 16: 64..256 tokens), N is split into 64-feature
+    slabs over two warpgroups (tn 8 or 16) and tk is 4 (one 128-byte swizzled x row per stage).
     """
 
     path: str
@@ -86,15 +89,24 @@ class KernelSpec:
     def tile_k(self) -> int:
         return 16 * self.tk
 
+    @property
+    def wgmma(self) -> bool:
+        """The Hopper warpgroup kernel (templates/wgmma.cu.j2), built for sm_90a."""
+        return self.path == "sm90"
+
     def stage_bytes(self) -> int:
         bits = self.bits
         a = self.tile_m * self.tile_k * 2
         b = self.tile_k * self.tile_n * bits // 8
         s = self.scale_rows * self.tile_n * 2
+        if self.wgmma:   # stages start on 1024-byte boundaries (the swizzle period)
+            return -(-(a + b + s) // 1024) * 1024
         return a + b + s
 
     def reduce_bytes(self) -> int:
         """Shared memory for the in-block reduction of one m16 row block across K-warps."""
+        if self.wgmma:
+            return 0
         return (self.warps_k - 1) * self.warps_n * 8 * 32 * 16
 
     def epilogue_bytes(self) -> int:
@@ -102,12 +114,14 @@ class KernelSpec:
         return self.tile_m * (self.tile_n * 2 + 16)
 
     def smem_bytes(self) -> int:
-        """Dynamic shared memory the kernel needs, bytes (the largest of its three uses)."""
-        return max(self.stages * self.stage_bytes(), self.reduce_bytes(), self.epilogue_bytes())
+        """Dynamic shared memory the kernel needs, bytes (the largest of its three uses; the
+        wgmma kernel adds 1 KB of slack to align its stages)."""
+        used = max(self.stages * self.stage_bytes(), self.reduce_bytes(), self.epilogue_bytes())
+        return used + (1024 if self.wgmma else 0)
 
     def check(self) -> None:
         """Raise ValueError when the fields do not describe a buildable kernel."""
-        if self.path not in ("sm70", "sm75", "sm80"):
+        if self.path not in ("sm70", "sm75", "sm80", "sm90"):
             raise ValueError(f"unknown code path {self.path!r}")
         if self.qtype not in QTYPES:
             raise ValueError(f"unknown quant type {self.qtype!r}")
@@ -115,6 +129,9 @@ class KernelSpec:
             raise ValueError(f"unknown activation dtype {self.act!r}")
         if self.threads != THREADS:
             raise ValueError("kernels use 256 threads")
+        if self.wgmma:
+            self._check_wgmma()
+            return
         if self.tn not in (4, 8, 16):
             raise ValueError(f"tn must be 4, 8 or 16 (got {self.tn})")
         if not 1 <= self.tm <= (2 if self.path == "sm70" else 4):
@@ -129,6 +146,22 @@ class KernelSpec:
             raise ValueError("register-staged paths (sm70, sm75) use 2 stages")
         if self.stages < 2:
             raise ValueError("at least 2 pipeline stages")
+
+    def _check_wgmma(self) -> None:
+        if self.tk != 4:
+            raise ValueError("the wgmma kernel takes K tiles of 64 (tk=4)")
+        if self.tn not in (8, 16):
+            raise ValueError(f"the wgmma kernel takes tn 8 or 16 (two warpgroups of 64-feature slabs), got {self.tn}")
+        if self.tm not in (4, 8, 16):
+            raise ValueError(f"the wgmma kernel takes tm 4, 8 or 16 (64..256 tokens), got {self.tm}")
+        if self.tm * self.tn > 128:
+            raise ValueError("wgmma tile too large: more than 128 fp32 sums per thread")
+        if self.group_blocks > 0 and self.tk % self.group_blocks and self.group_blocks % self.tk:
+            raise ValueError("group size and K tile must divide one another")
+        if self.group_blocks < 0 and self.affine:
+            raise ValueError("zero-point types apply per-channel scales in the K loop (group_blocks 0)")
+        if not 2 <= self.stages <= 8:
+            raise ValueError("the wgmma kernel uses 2..8 stages")
 
     # ---- identity ----
     def canonical(self) -> str:
