@@ -38,18 +38,21 @@ def wgmma_available(profile: DeviceProfile) -> bool:
 
 
 def _wgmma_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
-    """wgmma kernels for `p` in order of preference: token tile by M, the widest feature tile
-    that keeps 128 fp32 sums per thread, the deepest pipeline that fits (up to 4 stages)."""
+    """wgmma kernels for `p` in order of preference (tools/sweep on H100, tools/PERF.md): at
+    M <= 64, 64-token tiles, 128 features wide on small layers and 256 on big ones, 5 stages;
+    above, 256 tokens x 128 features (M > 128) or 128 x 256, 4 stages."""
     gb = group_blocks(p)
+    big = p.n * p.k * get_qtype(p.qtype).bits // 8 >= BIG_LAYER_BYTES_PER_SM * profile.sms
     if p.m <= 64:
-        shapes = [(4, 16), (4, 8), (8, 8)]
+        shapes = [(4, 16), (4, 8)] if big else [(4, 8), (4, 16)]
+        depth = 5
     elif p.m <= 128:
-        shapes = [(8, 16), (8, 8), (4, 16)]
+        shapes, depth = [(8, 16), (8, 8), (4, 16)], 4
     else:
-        shapes = [(8, 16), (16, 8), (8, 8)]
+        shapes, depth = [(16, 8), (8, 16), (8, 8)], 4
     out = []
     for tm, tn in shapes:
-        for stages in range(4, 1, -1):
+        for stages in range(depth, 1, -1):
             spec = KernelSpec("sm90", p.qtype, p.act, gb, tm, tn, 4, stages)
             if _fits(profile, spec):
                 out.append(spec)
