@@ -236,6 +236,10 @@ def plan(profile: DeviceProfile, p: Problem, spec: KernelSpec | None = None) -> 
         spec.check()
         if spec.wgmma and not wgmma_available(profile):
             raise UnsupportedError(f"{spec.name} is a wgmma (sm_90a) kernel; {profile.name} is {profile.arch}")
+        # (the code path may differ: the CPU emulator runs sm70/sm75 kernels on any profile)
+        if (spec.qtype, spec.act, spec.group_blocks) != (p.qtype, p.act, group_blocks(p)):
+            raise InputError(f"{spec.name} is not a kernel for {p.qtype} x {p.act} with group "
+                             f"size {p.group_size}")
         if p.k % spec.tile_k:
             raise InputError(f"K={p.k} is not a multiple of the kernel's K tile {spec.tile_k}")
         if spec.smem_bytes() > profile.smem_per_block:

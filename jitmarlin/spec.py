@@ -182,3 +182,34 @@ class KernelSpec:
             f"jm_{self.path}_{self.qtype}_{ACT_DTYPES[self.act]}_{g}"
             f"_m{self.tm}n{self.tn}k{self.tk}s{self.stages}"
         )
+
+
+# ---- spec kinds ----------------------------------------------------------------------------------
+# Every kind of spec a plan can carry, by the name stored next to its canonical text (tuned
+# choices, bundles). A new kind (another code path, a library route) registers its class here;
+# it needs canonical(), a classmethod from_canonical(text) and a `name`.
+SPEC_KINDS: dict[str, type] = {"KernelSpec": KernelSpec}
+
+
+def spec_kind(spec) -> str:
+    """The registered kind name of `spec` (raises ValueError for an unregistered class)."""
+    for kind, cls in SPEC_KINDS.items():
+        if type(spec) is cls:
+            return kind
+    raise ValueError(f"{type(spec).__name__} is not a registered spec kind ({', '.join(SPEC_KINDS)})")
+
+
+def spec_from_canonical(text: str, kind: str = "KernelSpec"):
+    """The spec of kind `kind` whose canonical() is exactly `text`: the one place stored specs are
+    read back. Raises ValueError for an unknown kind, or text that is not that kind's canonical
+    form (unknown or missing fields, other values)."""
+    cls = SPEC_KINDS.get(kind)
+    if cls is None:
+        raise ValueError(f"unknown spec kind {kind!r} (known: {', '.join(SPEC_KINDS)})")
+    try:
+        spec = cls.from_canonical(text)
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise ValueError(f"not a {kind}: {exc}") from None
+    if spec.canonical() != text:
+        raise ValueError(f"not the canonical form of a {kind}: {text[:120]!r}")
+    return spec
