@@ -20,7 +20,8 @@ from .spec import DequantSpec, KernelSpec, spec_from_canonical
 
 __all__ = [
     "__version__", "linear", "prewarm", "plan_for", "PrewarmResult", "quantize", "dequantize",
-    "QuantizedWeight", "KernelSpec", "DequantSpec", "spec_from_canonical", "DeviceProfile", "get_profile", "profiles", "QTYPES",
+    "QuantizedWeight", "KernelSpec", "DequantSpec", "spec_from_canonical", "DeviceProfile",
+    "get_profile", "profiles", "QTYPES",
     "JitMarlinError", "InputError", "UnsupportedError", "CompileError", "CaptureError",
     "from_gptq", "from_awq", "from_compressed_tensors", "from_hqq", "from_gguf", "from_nvfp4",
     "from_mxfp4",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from . import dequant_gemm, launch, planner
+from . import dequant_gemm, launch, planner, tune
 from .arrays import is_cupy, is_torch
 from .cache import KernelCache, default_cache
 from .errors import CaptureError, InputError
@@ -46,14 +46,19 @@ def _launcher(qw: QuantizedWeight, device: int, act: str, m: int, stream: int):
 def _prepare(qw: QuantizedWeight, device: int, act: str, m: int, stream: int,
              spec=None) -> launch.Launcher | dequant_gemm.DequantLauncher:
     """First call for this key: plan, fetch or compile, upload the weight, set up the workspace.
-    `spec` (a KernelSpec or a DequantSpec) overrides the planner's route and kernel (tuning)."""
+    `spec` (a KernelSpec or a DequantSpec) overrides the route and kernel choice (the autotuner
+    measures candidates through it); without it a tuned choice stored for this GPU and shape
+    bucket is used (or, with JITMARLIN_AUTOTUNE=1, made now: jitmarlin.tune.choose_for), else the
+    planner's."""
     profile = planning_profile(device)
     problem = Problem(m, qw.n, qw.k, act, qw.qtype, qw.group_size)
-    plan = planner.plan(profile, problem, spec)
     live = live_profile(device)
     arch = live.arch
     cache = default_cache()
     capturing = launch.is_capturing(stream)
+    if spec is None:
+        spec = tune.choose_for(profile, arch, problem, cache, device=device, capturing=capturing)
+    plan = planner.plan(profile, problem, spec)
     if capturing and (device, act) not in qw._device:
         raise CaptureError("the weight has not been uploaded to this GPU yet: call linear() once "
                            "with it before capturing (warm-up)")

@@ -14,11 +14,14 @@ from .quant import QuantizedWeight
 
 class Timer:
     """GPU time per call of `fns` (a list of no-argument callables cycled in order) by CUDA-graph
-    replay: one graph holds `len(fns) * reps` calls; replays are timed with events."""
+    replay: one graph holds `len(fns) * reps` calls; replays are timed with events. Returns
+    microseconds per call. `stream`: the torch stream to capture on (default: a new one per call;
+    jitmarlin keeps a workspace per stream it sees, so repeated timing should pass one)."""
 
-    def __init__(self, torch, target_ms):
+    def __init__(self, torch, target_ms, stream=None):
         self.torch = torch
         self.target_ms = target_ms
+        self.stream = stream
 
     def __call__(self, fns, use_graph=True):
         torch = self.torch
@@ -38,7 +41,7 @@ class Timer:
         reps = max(1, calls // len(fns))
         if not use_graph:
             return self._eager(fns, reps)
-        s = torch.cuda.Stream()
+        s = self.stream if self.stream is not None else torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
         g = torch.cuda.CUDAGraph()
         with torch.cuda.stream(s):

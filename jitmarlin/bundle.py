@@ -5,6 +5,11 @@ A bundle is an uncompressed tar: manifest.json (bundle and entry format, jitmarl
 per entry its key, kernel name, arch, spec, NVRTC version and checksums) and entries/<key>.json
 (the entry as JSON, binary fields base64: importing never unpickles anything). Member metadata
 is fixed and names are sorted, so the same entries give the same bytes.
+
+Tuned choices (jitmarlin.tune) travel in tuned.json ({"format": 1, "choices": {key: record}}),
+listed in the manifest's optional "tuned" section (key, winner spec, sha256 of the record's
+canonical JSON). Bundles without the section (older ones) import as before, and older
+jitmarlins ignore it.
 """
 from __future__ import annotations
 
@@ -19,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ._version import __version__
-from .cache import (_KEY_RE, ENTRY_DIR, ENTRY_FORMAT, KernelCache, entry_from_json,
-                    entry_key_inputs, entry_problem, entry_to_json, key_problem)
+from . import tune
+from .cache import (_KEY_RE, ENTRY_DIR, ENTRY_FORMAT, TUNE_PREFIX, TUNED_MEMBER, KernelCache,
+                    entry_from_json, entry_key_inputs, entry_problem, entry_to_json, key_problem)
 from .errors import InputError
 
 log = logging.getLogger("jitmarlin")
@@ -93,6 +99,8 @@ class ImportReport:
     present: int = 0
     rejected: list = field(default_factory=list)
     evicted: int = 0
+    tuned_imported: int = 0
+    tuned_present: int = 0
 
 
 # ---- read-only tier ------------------------------------------------------------------------------
@@ -100,8 +108,9 @@ class ImportReport:
 def export_bundle(cache: KernelCache, path: str | os.PathLike, keys=None, *, archs=None) -> dict:
     """Write a bundle (uncompressed tar: manifest.json + entries/<key>.json, fixed member
     metadata, sorted: the same entries give the same bytes) of every sound entry, or only
-    `keys` / only `archs` (e.g. {'sm_90'}). Returns {'exported': n, 'skipped': [(key,
-    reason)], 'path': str}."""
+    `keys` / only `archs` (e.g. {'sm_90'}), and the tuned choices (all, or those whose key is in
+    `keys`; only `archs`' ones). Returns {'exported': n, 'tuned': t, 'skipped': [(key, reason)],
+    'path': str}."""
     want = set(keys) if keys is not None else None
     archs = set(archs) if archs else None
     skipped, members, listed = [], [], []
@@ -128,12 +137,76 @@ def export_bundle(cache: KernelCache, path: str | os.PathLike, keys=None, *, arc
             "nvrtc": list(e["nvrtc"]), "sha256": e["sha256"],
             "file_sha256": hashlib.sha256(data).hexdigest(),
         })
+    tuned_items, choices = _export_tuned(cache, want, archs, skipped)
     if want is not None:
-        skipped += [(k, "not in the cache") for k in sorted(want - set(cache.keys()))]
+        have = set(cache.keys()) | set(cache.tuned_keys())
+        skipped += [(k, "not in the cache") for k in sorted(want - have)]
     manifest = {"bundle_format": BUNDLE_FORMAT, "entry_format": ENTRY_FORMAT,
                 "jitmarlin": __version__, "entries": listed}
+    if tuned_items:
+        manifest["tuned"] = tuned_items
+        members.append((TUNED_MEMBER, json.dumps({"format": tune.RECORD_FORMAT, "choices": choices},
+                                                 sort_keys=True, separators=(",", ":")).encode()))
     _write_bundle(Path(path), manifest, members)
-    return {"exported": len(listed), "skipped": skipped, "path": str(path)}
+    return {"exported": len(listed), "tuned": len(tuned_items), "skipped": skipped,
+            "path": str(path)}
+
+
+def _export_tuned(cache: KernelCache, want, archs, skipped):
+    """(manifest items, {key: record}) of the sound tuned choices to export; bad ones are added
+    to `skipped` with their reason."""
+    items, choices = [], {}
+    for key, rec in sorted(cache.tuned().items()):
+        if want is not None and key not in want:
+            continue
+        if archs is not None and (not isinstance(rec, dict) or rec.get("arch") not in archs):
+            continue
+        problem = tune.record_problem(key, rec)
+        if problem:
+            skipped.append((key, problem))
+            continue
+        choices[key] = rec
+        items.append({"key": key, "spec": rec["spec"],
+                      "sha256": hashlib.sha256(tune.canonical_json(rec)).hexdigest()})
+    return items, choices
+
+
+def _bundle_tuned(tar: tarfile.TarFile, manifest: dict):
+    """[(key, record, None) or (key, None, reason)] for the manifest's tuned section ([] when the
+    bundle has none)."""
+    items = manifest.get("tuned")
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        return [("tuned", None, "malformed tuned section in the manifest")]
+    choices, why = None, None
+    try:
+        f = tar.extractfile(TUNED_MEMBER)
+        d = json.loads(f.read()) if f is not None else None
+        choices = d.get("choices") if isinstance(d, dict) else None
+        if not isinstance(choices, dict):
+            why = f"{TUNED_MEMBER} is not a tuned-choice member"
+    except KeyError:
+        why = f"{TUNED_MEMBER} missing from the bundle"
+    except ValueError as exc:
+        why = f"{TUNED_MEMBER} is not valid JSON ({exc})"
+    out = []
+    for item in items:
+        key = item.get("key") if isinstance(item, dict) else None
+        if not isinstance(key, str) or not key.startswith(TUNE_PREFIX):
+            out.append((str(key), None, "malformed tuned entry in the manifest"))
+        elif why:
+            out.append((key, None, why))
+        elif key not in choices:
+            out.append((key, None, f"listed in the manifest but not in {TUNED_MEMBER}"))
+        elif hashlib.sha256(tune.canonical_json(choices[key])).hexdigest() != item.get("sha256"):
+            out.append((key, None, "tuned choice altered (its sha256 does not match the manifest)"))
+        else:
+            problem = tune.record_problem(key, choices[key])
+            if problem is None and item.get("spec") != choices[key].get("spec"):
+                problem = "manifest and tuned choice disagree on spec"
+            out.append((key, None, problem) if problem else (key, choices[key], None))
+    return out
 
 def _write_bundle(path: Path, manifest: dict, members) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -151,7 +224,8 @@ def _write_bundle(path: Path, manifest: dict, members) -> None:
 def import_bundle(cache: KernelCache, path: str | os.PathLike) -> ImportReport:
     """Merge a bundle written by export_bundle(): every entry is checked (its member's sha256
     against the manifest, entry format, checksum, key re-derived from its inputs) and stored
-    unless its key is already here (existing entries are kept). Raises InputError when the
+    unless its key is already here (existing entries are kept); so is every tuned choice (its
+    sha256 against the manifest, record fields, specs, key re-derived from the record). Raises InputError when the
     file is not a bundle or this cache cannot be written."""
     if not cache.writable:
         raise InputError(f"cannot import into {cache.directory}: the cache is not writable")
@@ -179,6 +253,19 @@ def import_bundle(cache: KernelCache, path: str | os.PathLike) -> ImportReport:
             elif cache.put_entry(key, e):
                 report.imported += 1
                 added.append(key)
+            else:
+                report.rejected.append((key, "could not be stored"))
+        for key, rec, problem in _bundle_tuned(tar, manifest):
+            if problem is None and key in seen:
+                problem = "listed twice in the manifest"
+            if problem:
+                report.rejected.append((key, problem))
+                continue
+            seen.add(key)
+            if cache.has_tuned(key):
+                report.tuned_present += 1
+            elif cache.put_tuned(key, rec):
+                report.tuned_imported += 1
             else:
                 report.rejected.append((key, "could not be stored"))
     if added:

@@ -51,8 +51,13 @@ TOUCH_RESOLUTION_S = 60.0
 # Usage rows (size, last_used, ...) live in the same diskcache store under this prefix, beside
 # the entries, so a hit opens one SQLite database, not two.
 USAGE_PREFIX = "usage:"
+# Tuned choices (jitmarlin.tune: the measured-best spec per GPU and problem bucket) live in the
+# same store under this prefix. They are not kernel entries: no usage row, never evicted by the
+# size cap, removed by clear(), carried by bundles.
+TUNE_PREFIX = "tune:"
 
 ENTRY_DIR = "entries"
+TUNED_MEMBER = "tuned.json"     # tuned choices in a bundle (jitmarlin.bundle)
 _KEY_RE = re.compile(r"[0-9a-f]{64}\Z")
 _REQUIRED = ("spec", "name", "arch", "cubin", "ptx", "log", "options", "nvrtc",
              "compile_seconds", "sha256")
@@ -256,6 +261,7 @@ class ReadOnlyTier:
         self._db: sqlite3.Connection | None = None
         self._store = None
         self._warned = False
+        self._bundle_tuned: dict | None = None
 
     def get(self, key: str) -> dict | None:
         """The checked entry for `key`, or None (absent, unreadable or bad: warned, not fatal)."""
@@ -275,10 +281,30 @@ class ReadOnlyTier:
             return None
         return e
 
+    def get_tuned(self, key: str):
+        """The stored record of tuned choice `key` (unchecked: jitmarlin.tune checks it), or None."""
+        try:
+            bundled = self.directory / TUNED_MEMBER
+            if bundled.is_file():
+                if self._bundle_tuned is None:
+                    d = json.loads(bundled.read_bytes())
+                    choices = d.get("choices") if isinstance(d, dict) else None
+                    self._bundle_tuned = choices if isinstance(choices, dict) else {}
+                return self._bundle_tuned.get(key)
+            return self._row(key)
+        except Exception as exc:
+            log.warning("jitmarlin: read-only cache %s: tuned choice %s unreadable (%s)",
+                        self.directory, key, exc)
+            return None
+
     def _fetch(self, key: str):
         member = self.directory / ENTRY_DIR / f"{key}.json"
         if member.is_file():
             return entry_from_json(member.read_bytes())
+        return self._row(key)
+
+    def _row(self, key: str):
+        """The value stored under `key` in the tier's diskcache store, or None."""
         db = self.directory / "kernels" / "cache.db"
         if not db.is_file():
             return None
@@ -297,7 +323,11 @@ class ReadOnlyTier:
 # ---- the cache -----------------------------------------------------------------------------------
 
 def _is_entry_key(k) -> bool:
-    return isinstance(k, str) and not k.startswith(USAGE_PREFIX)
+    return isinstance(k, str) and not k.startswith((USAGE_PREFIX, TUNE_PREFIX))
+
+
+def _is_tune_key(k) -> bool:
+    return isinstance(k, str) and k.startswith(TUNE_PREFIX)
 
 
 class KernelCache:
@@ -423,6 +453,7 @@ class KernelCache:
         read-only tier) or 'compiled'; with compile_missing=False returns (None, key, 'missing')
         instead of compiling.
         """
+        arch = nvrtc.target_arch(spec, arch)
         key, source, inputs = self._identity(spec, arch)
         art = self._mem.get(key)
         if art is not None:
@@ -473,7 +504,7 @@ class KernelCache:
                 yield key, disk.get(key)
 
     def clear(self) -> int:
-        """Remove every entry; returns how many there were."""
+        """Remove every entry and every tuned choice; returns how many entries there were."""
         self._mem.clear()
         disk = self._open()
         if disk is None:
@@ -494,7 +525,7 @@ class KernelCache:
         for k in disk.iterkeys():
             if _is_entry_key(k):
                 entry_keys.append(k)
-            elif isinstance(k, str):
+            elif isinstance(k, str) and k.startswith(USAGE_PREFIX):
                 usage_keys.append(k)
         rows = {}
         for k in entry_keys:
@@ -557,13 +588,15 @@ class KernelCache:
             "last_used": max((r.get("last_used", 0.0) for r in rows.values()), default=None),
             "cap_bytes": self.max_bytes,
             "read_only_tier": str(self.ro_dir) if self.ro_dir else None,
+            "tuned": len(self.tuned_keys()),
         }
 
     # ---- checks ----
     def verify(self, fix: bool = False) -> list[tuple[str, str, str]]:
         """Check every entry: format, checksum of the decompressed cubin + PTX, and that its key
-        is what its spec/arch/options/NVRTC hash to (where that can be recomputed). Returns
-        (key, kernel name, problem) for each bad one; fix=True deletes them."""
+        is what its spec/arch/options/NVRTC hash to (where that can be recomputed); and every
+        tuned choice: fields, specs, key (a stale one is not bad). Returns (key, kernel name or
+        'tuned choice', problem) for each bad one; fix=True deletes them."""
         disk = self._open()
         if disk is None:
             return []
@@ -582,6 +615,21 @@ class KernelCache:
                 bad.append((key, name, problem))
                 if fix:
                     self._delete(key)
+        from .tune import record_problem   # (tune imports this module)
+
+        for key in self.tuned_keys():
+            try:
+                rec = disk.get(key)
+            except Exception as exc:
+                problem = f"unreadable ({exc})"
+            else:
+                if rec is None:
+                    continue
+                problem = record_problem(key, rec)
+            if problem:
+                bad.append((key, "tuned choice", problem))
+                if fix:
+                    self.delete_tuned(key)
         return bad
 
     # ---- bundles ----
@@ -602,6 +650,73 @@ class KernelCache:
     def put_entry(self, key: str, e: dict) -> bool:
         """Store an already checked entry under `key`; False when the cache cannot be written."""
         return self._open() is not None and self._store(key, e)
+
+    # ---- tuned choices (records built and checked by jitmarlin.tune) ----
+    def tuned_keys(self) -> list[str]:
+        """Keys ("tune:...") of every tuned choice on disk."""
+        disk = self._open()
+        return [] if disk is None else [k for k in disk.iterkeys() if _is_tune_key(k)]
+
+    def tuned(self) -> dict[str, object]:
+        """key -> stored record (unchecked) for every tuned choice on disk."""
+        disk = self._open()
+        out = {}
+        for key in self.tuned_keys():
+            with contextlib.suppress(Exception):
+                out[key] = disk.get(key)
+        return out
+
+    def get_tuned(self, key: str):
+        """The stored record of tuned choice `key` (unchecked): this cache, then the read-only
+        tier; None when absent or unreadable."""
+        _check_tune_key(key)
+        disk = self._open()
+        rec = None
+        if disk is not None:
+            try:
+                rec = disk.get(key)
+            except Exception as exc:
+                log.warning("jitmarlin: tuned choice %s unreadable (%s)", key, exc)
+        if rec is None and self._ro is not None:
+            rec = self._ro.get_tuned(key)
+        return rec
+
+    def has_tuned(self, key: str) -> bool:
+        """Tuned choice `key` is stored in this cache (the read-only tier is not asked)."""
+        disk = self._open()
+        return disk is not None and key in disk
+
+    def put_tuned(self, key: str, record: dict) -> bool:
+        """Store (or replace) tuned choice `key`; False when the cache cannot be written."""
+        _check_tune_key(key)
+        disk = self._open()
+        if disk is None:
+            return False
+        try:
+            disk.set(key, record)
+            return True
+        except Exception as exc:
+            log.warning("jitmarlin: could not store tuned choice %s (%s)", key, exc)
+            return False
+
+    def delete_tuned(self, key: str) -> None:
+        _check_tune_key(key)
+        disk = self._open()
+        if disk is not None:
+            with contextlib.suppress(Exception):
+                disk.delete(key)
+
+    def tune_lock(self, key: str):
+        """Context manager: hold the lock of tuned choice `key` (one process tunes a problem at a
+        time; the others wait, then read its result)."""
+        _check_tune_key(key)
+        self._open()
+        return self._flight(hashlib.sha256(key.encode()).hexdigest())
+
+
+def _check_tune_key(key) -> None:
+    if not _is_tune_key(key):
+        raise ValueError(f"tuned-choice keys start with {TUNE_PREFIX!r}, got {key!r}")
 
 
 _default: KernelCache | None = None

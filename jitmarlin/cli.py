@@ -1,4 +1,4 @@
-"""The `jitmarlin` command (also `python -m jitmarlin`): info, inspect, prewarm, cache."""
+"""The `jitmarlin` command (also `python -m jitmarlin`): info, inspect, prewarm, tune, cache, bench."""
 from __future__ import annotations
 
 import argparse
@@ -141,22 +141,44 @@ def _parse_shapes(text: str):
     return shapes
 
 
+def _csv(text, conv=str, flag=""):
+    """'a,b,c' -> [conv(a), conv(b), conv(c)] (blanks dropped)."""
+    from .errors import InputError
+
+    try:
+        return [conv(x.strip()) for x in (text or "").split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"{flag} takes a comma list of integers, got {text!r}") from None
+
+
+def _selected_shapes(args):
+    """(shapes, skipped) from --shapes, --model and --manifest (split per --tp): prewarm's and
+    tune's shape selection. shapes: (K, N) pairs or fleet.Shape; skipped: fleet.Skipped."""
+    from . import fleet
+    from .errors import InputError
+
+    tp = _csv(args.tp, int, "--tp") or None
+    shapes, skipped = [], []
+    if args.shapes:
+        if tp and not (args.model or args.manifest):
+            raise InputError("--tp splits manifest layers; --shapes are already per-rank KxN")
+        shapes += _parse_shapes(args.shapes)
+    for ref in _csv(args.model) + ([args.manifest] if args.manifest else []):
+        s, sk = fleet.expand_shapes(fleet.load_manifest(ref), tp)
+        shapes += s
+        skipped += sk
+    return shapes, skipped
+
+
 def cmd_prewarm(args) -> int:
     """Plan and compile every kernel the named GPUs need for the given models or shapes."""
     from . import fleet
     from .cache import KernelCache, default_cache
-    from .errors import InputError
 
     if args.list_models:
         print(fleet.describe_models())
         return 0
-
-    def csv(text, conv=str, flag=""):
-        try:
-            return [conv(x.strip()) for x in (text or "").split(",") if x.strip()]
-        except ValueError:
-            raise InputError(f"{flag} takes a comma list of integers, got {text!r}") from None
-
+    csv = _csv
     names = csv(args.profile) + csv(args.arch)
     if not names:
         print("prewarm: give --arch and/or --profile (comma lists)", file=sys.stderr)
@@ -164,16 +186,7 @@ def cmd_prewarm(args) -> int:
     if not (args.model or args.manifest or args.shapes):
         print("prewarm: give --model, --manifest or --shapes (see --list-models)", file=sys.stderr)
         return 2
-    tp = csv(args.tp, int, "--tp") or None
-    shapes, skipped = [], []
-    if args.shapes:
-        if tp and not (args.model or args.manifest):
-            raise InputError("--tp splits manifest layers; --shapes are already per-rank KxN")
-        shapes += _parse_shapes(args.shapes)
-    for ref in csv(args.model) + ([args.manifest] if args.manifest else []):
-        s, sk = fleet.expand_shapes(fleet.load_manifest(ref), tp)
-        shapes += s
-        skipped += sk
+    shapes, skipped = _selected_shapes(args)
     jobs = args.jobs if args.jobs > 0 else (os.cpu_count() or 1)
     cache = KernelCache(args.cache_dir) if args.cache_dir else default_cache()
     bar = fleet.TextProgress(sys.stderr)
@@ -188,6 +201,135 @@ def cmd_prewarm(args) -> int:
     bar.finish(report)
     print(fleet.format_report(report, cache.directory))
     return 1 if report.failed else 0
+
+
+def cmd_tune(args) -> int:
+    """Time the candidate kernels of every selected problem on the live GPU and store the
+    fastest per GPU model and M bucket (see jitmarlin.tune)."""
+    from . import fleet, planner, tune
+    from .cache import default_cache
+    from .errors import JitMarlinError
+    from .problem import Problem
+
+    if not (args.model or args.manifest or args.shapes):
+        print("tune: give --model, --manifest or --shapes (see prewarm --list-models)", file=sys.stderr)
+        return 2
+    gpus = _gpus()
+    if not gpus:
+        print("jitmarlin tune: no GPU is visible (CuPy sees none). Tuning times the kernels on "
+              "the GPU it tunes for: run it on a GPU node (`jitmarlin cache export` then carries "
+              "the choices to the others); `jitmarlin prewarm` compiles without a GPU.",
+              file=sys.stderr)
+        return 1
+    if not 0 <= args.device < len(gpus):
+        print(f"jitmarlin tune: --device {args.device}: {len(gpus)} GPU(s) visible", file=sys.stderr)
+        return 2
+    if args.cache_dir:   # linear() must find the choices: tune into the cache it will read
+        os.environ["JITMARLIN_CACHE_DIR"] = args.cache_dir
+    shapes, skipped = _selected_shapes(args)
+    ms, acts = _csv(args.m, int, "--m"), _csv(args.act)
+    quants, groups = _csv(args.quant), _csv(args.group, int, "--group")
+    fleet._check_choices(ms, acts, quants, groups)
+    from . import measure
+    from .errors import TuneError
+    from .profiles import live_profile, planning_profile
+
+    try:
+        measure._torch()
+    except TuneError as e:
+        print(f"jitmarlin tune: {e}", file=sys.stderr)
+        return 1
+
+    dev = args.device
+    profile, arch = planning_profile(dev), live_profile(dev).arch
+    cache = default_cache()
+    problems: dict[str, Problem] = {}     # one per tune key, in selection order
+    for sh in map(fleet._as_shape, shapes):
+        for g in groups:
+            why = fleet.shape_problem(sh.k, sh.n, g)
+            if why:
+                skipped.append(fleet.Skipped(sh.label, sh.k, sh.n, why, g))
+                continue
+            for act in acts:
+                for q in quants:
+                    for m in ms:
+                        p = Problem(tune.shape_bucket(m), sh.n, sh.k, act, q, g)
+                        problems.setdefault(tune.tune_key(profile.name, arch, p), p)
+    if not args.json:
+        print(f"tuning on [{dev}] {profile.name} ({arch}); choices stored in {cache.directory}",
+              flush=True)
+        for sk in skipped:
+            print(f"  skipped {sk.label}: {sk.reason}")
+    rows, failed = [], 0
+    for key, p in problems.items():
+        row = {"K": p.k, "N": p.n, "M_bucket": p.m, "quant": p.qtype, "act": p.act,
+               "group": p.group_size}
+        try:
+            planner.check_problem(profile, p)
+        except JitMarlinError as e:
+            row.update(status="unsupported", reason=str(e))
+        else:
+            try:
+                choice = None if args.force else tune.lookup(cache, profile.name, arch, p)
+                row["status"] = "stored"
+                if choice is None:
+                    choice = measure.tune_on_gpu(p, dev, jobs=args.jobs or None)
+                    tune.store(cache, choice)
+                    row["status"] = "tuned"
+            except Exception as e:  # one problem's failure (compile, CUDA) must not stop the rest
+                failed += 1
+                row.update(status="failed", reason=f"{type(e).__name__}: {e}")
+            else:
+                row.update(default=tune.describe_spec(choice.default_spec, choice.default_kind),
+                           default_us=round(choice.default_us, 2),
+                           winner=tune.describe_spec(choice.spec, choice.kind),
+                           winner_us=round(choice.us, 2), speedup=round(choice.speedup, 3),
+                           candidates=choice.candidates, failed=choice.failed)
+        rows.append(row)
+        if not args.json:
+            print(_tune_line(row), flush=True)
+    if args.json:
+        print(json.dumps({"gpu": profile.name, "arch": arch, "cache_dir": str(cache.directory),
+                          "rows": rows}, indent=1))
+    elif failed:
+        print(f"{failed} problem(s) failed to tune", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _tune_line(r: dict) -> str:
+    head = (f"  {r['K']:>6}x{r['N']:<6} M<={r['M_bucket']:<5} {r['quant']} {r['act']} "
+            f"g{r['group']}")
+    if r["status"] in ("unsupported", "failed"):
+        return f"{head}  {r['status']}: {r['reason']}"
+    same = " (planner's choice kept)" if r["winner"] == r["default"] else ""
+    return (f"{head}  default {r['default']} {r['default_us']:.1f} us  winner {r['winner']} "
+            f"{r['winner_us']:.1f} us  x{r['speedup']:.2f}{same}  [{r['status']}, "
+            f"{r['candidates']} candidates, {r['failed']} failed]")
+
+
+def _tuned_lines(cache) -> list[str]:
+    """`cache ls`'s section on tuned choices (empty when there are none)."""
+    from .tune import TunedChoice, describe_spec
+
+    tuned = cache.tuned()
+    if not tuned:
+        return []
+    lines = ["tuned choices (GPU, arch, problem bucket: winner, us per call, default us):"]
+    stale = 0
+    for key, rec in sorted(tuned.items()):
+        try:
+            c = TunedChoice.from_dict(rec)
+        except ValueError as e:
+            lines.append(f"  {key}  bad record ({e})")
+            continue
+        stale += c.stale
+        flag = "  [stale: other jitmarlin or templates, not used]" if c.stale else ""
+        winner = describe_spec(c.spec, c.kind) if c.improved else "planner's choice"
+        lines.append(f"  {c.gpu} {c.arch} {c.qtype} {c.act} g{c.group_size} N={c.n} K={c.k} "
+                     f"M<={c.m_bucket}: {winner} {c.us:.1f} us, default {c.default_us:.1f} us "
+                     f"(x{c.speedup:.2f}){flag}")
+    lines.append(f"{len(tuned)} tuned choices ({stale} stale)")
+    return lines
 
 
 def cmd_cache(args) -> int:
@@ -207,6 +349,8 @@ def cmd_cache(args) -> int:
                   f"{when(r['last_used'])}  {r['name']}")
         total = sum(r["size"] for _, r in rows)
         print(f"{len(rows)} entries, {total / MB:.1f} MB in {cache.directory}")
+        for line in _tuned_lines(cache):
+            print(line)
     elif args.action == "stats":
         st = cache.stats()
         if args.json:
@@ -218,36 +362,51 @@ def cmd_cache(args) -> int:
                              ("size", f"{st['bytes'] / MB:.1f} MB (cap {cap})"), ("archs", archs),
                              ("oldest", when(st["oldest"])), ("newest", when(st["newest"])),
                              ("last used", when(st["last_used"])),
+                             ("tuned choices", st["tuned"]),
                              ("read-only tier", st["read_only_tier"] or "-")):
             print(f"{label:15} {value}")
     elif args.action == "verify":
-        n = len(cache.keys())
+        n, t = len(cache.keys()), len(cache.tuned_keys())
         bad = cache.verify(fix=args.fix)
         for key, name, problem in bad:
-            print(f"{key[:16]}  {name}  {problem}")
+            print(f"{_short(key)}  {name}  {problem}")
         done = ", removed" if args.fix and bad else ""
-        print(f"{n} entries checked, {len(bad)} bad{done} in {cache.directory}")
+        tuned = f" and {t} tuned choices" if t else ""
+        print(f"{n} entries{tuned} checked, {len(bad)} bad{done} in {cache.directory}")
         return 1 if bad else 0
     elif args.action == "clear":
-        print(f"removed {cache.clear()} entries from {cache.directory}")
+        t = len(cache.tuned_keys())
+        n = cache.clear()
+        tuned = f" and {t} tuned choices" if t else ""
+        print(f"removed {n} entries{tuned} from {cache.directory}")
     elif args.action == "export":
         archs = [a.strip() for a in args.arch.split(",") if a.strip()] if args.arch else None
         from .bundle import export_bundle
 
         r = export_bundle(cache, args.file, archs=archs)
         for key, why in r["skipped"]:
-            print(f"skipped {key[:16]}  {why}", file=sys.stderr)
-        print(f"exported {r['exported']} kernels to {r['path']}")
+            print(f"skipped {_short(key)}  {why}", file=sys.stderr)
+        tuned = f" and {r['tuned']} tuned choices" if r["tuned"] else ""
+        print(f"exported {r['exported']} kernels{tuned} to {r['path']}")
     elif args.action == "import":
         from .bundle import import_bundle
 
         r = import_bundle(cache, args.file)
         for key, why in r.rejected:
-            print(f"rejected {key[:16]}  {why}", file=sys.stderr)
+            print(f"rejected {_short(key)}  {why}", file=sys.stderr)
+        tuned = (f"; tuned choices: imported {r.tuned_imported}, already present "
+                 f"{r.tuned_present}" if r.tuned_imported or r.tuned_present else "")
         print(f"imported {r.imported}, already present {r.present}, rejected {len(r.rejected)} "
-              f"into {cache.directory}")
+              f"into {cache.directory}{tuned}")
         return 1 if r.rejected else 0
     return 0
+
+
+def _short(key: str) -> str:
+    """A cache key for messages: kernel keys by their first 16 hex digits, tuned ones whole."""
+    from .cache import TUNE_PREFIX
+
+    return key if key.startswith(TUNE_PREFIX) else key[:16]
 
 
 def cmd_bench(args) -> int:
@@ -331,6 +490,24 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--list-models", action="store_true", help="list the shipped manifests and exit")
     s.set_defaults(func=cmd_prewarm)
 
+    s = sub.add_parser("tune", help="time the candidate kernels on this GPU and store the fastest "
+                       "per shape bucket (used by linear(); carried by cache export)")
+    s.add_argument("--model", default=None, help="manifest names, e.g. llama-3-8b (see prewarm --list-models)")
+    s.add_argument("--manifest", default=None, help="a manifest JSON file (format: cache/README.md)")
+    s.add_argument("--shapes", default=None, help="per-rank KxN list, e.g. 4096x4096,4096x14336")
+    s.add_argument("--tp", default=None, help="tensor-parallel degrees, e.g. 1,2 (default: the manifest's)")
+    s.add_argument("--quant", default="uint4b8", help="quant types, comma list")
+    s.add_argument("--group", default="128", help="group sizes, comma list (-1: per channel)")
+    s.add_argument("--act", default="float16", help="activation dtypes: float16,bfloat16")
+    s.add_argument("--m", default="1,16,64", help="batch sizes; each tunes its M bucket (power of two)")
+    s.add_argument("--device", type=int, default=0, help="GPU index")
+    s.add_argument("--jobs", type=int, default=0, help="compile processes (0: one per CPU)")
+    s.add_argument("--force", action="store_true", help="re-tune problems that have a stored choice")
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--cache-dir", default=None, help="cache to store the choices in (default: "
+                   "JITMARLIN_CACHE_DIR or ~/.cache/jitmarlin)")
+    s.set_defaults(func=cmd_tune)
+
     s = sub.add_parser("cache", help="list, check, bundle or clear the kernel cache")
     # --cache-dir is accepted before or after the action; SUPPRESS keeps the action's parser
     # from overwriting a value given before it
@@ -344,7 +521,7 @@ def build_parser() -> argparse.ArgumentParser:
         a.add_argument("--cache-dir", default=argparse.SUPPRESS, help="cache directory")
         return a
 
-    cache_action("ls", "one line per kernel: key, arch, size, created, last used, name")
+    cache_action("ls", "one line per kernel: key, arch, size, created, last used, name; then the tuned choices")
     cache_action("stats", "entries, size, cap, per-arch counts").add_argument("--json", action="store_true")
     cache_action("verify", "check every entry (exit 1 if any is bad)").add_argument(
         "--fix", action="store_true", help="delete the bad entries")

@@ -29,3 +29,7 @@ class CompileError(JitMarlinError, RuntimeError):
 
 class CaptureError(JitMarlinError, RuntimeError):
     """A call inside CUDA-graph capture would need a compile or an allocation."""
+
+
+class TuneError(JitMarlinError, RuntimeError):
+    """Autotuning could not measure the planner's own choice (jitmarlin.tune)."""

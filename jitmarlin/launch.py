@@ -11,7 +11,7 @@ from .nvrtc import Artifact
 from .planner import Plan
 
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
-MAX_SLOT_FLOATS = 64 * 256          # largest output tile (tm=4 x tn=16): floats per partial slot
+MAX_SLOT_FLOATS = 128 * 256         # largest output tile (wgmma 256x128 or 128x256): floats per partial slot
 # A block leaves partial sums for at most one split tile (its first): one slot a block.
 
 _modules: dict[tuple[int, str], object] = {}

@@ -80,10 +80,20 @@ def supported_archs() -> tuple[str, ...]:
         return ("sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90")
 
 
+def target_arch(spec, arch: str) -> str:
+    """The NVRTC target for `spec` on a GPU of `arch`: kernels that use arch-specific
+    instructions (wgmma) build for the 'a' variant (sm_90 -> sm_90a), whose cubins load on that
+    compute capability only."""
+    if getattr(spec, "wgmma", False) and not arch.endswith("a"):
+        return arch + "a"
+    return arch
+
+
 def check_arch(arch: str) -> None:
-    """Raise a clear error when this NVRTC cannot build for `arch`."""
+    """Raise a clear error when this NVRTC cannot build for `arch` (an 'a' variant such as
+    sm_90a counts as its base architecture)."""
     archs = supported_archs()
-    if arch in archs:
+    if arch in archs or (arch.endswith("a") and arch[:-1] in archs):
         return
     major, minor = version()
     if arch == "sm_70" and major >= 13:

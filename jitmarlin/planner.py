@@ -19,13 +19,47 @@ from .spec import AnySpec, DequantSpec, KernelSpec
 # packed half arithmetic (sm_53+), so the FP8/FP4 formats, whose own MMAs need sm_89+/sm_100+,
 # run on every generation here.
 ALL_QTYPES = ("uint4b8", "uint4", "uint8b128", "uint8", "float8_e4m3fn", "nvfp4", "mxfp4")
-PATH_QTYPES = {"sm70": ALL_QTYPES, "sm75": ALL_QTYPES, "sm80": ALL_QTYPES}
+PATH_QTYPES = {"sm70": ALL_QTYPES, "sm75": ALL_QTYPES, "sm80": ALL_QTYPES, "sm90": ALL_QTYPES}
 # Activation dtypes each path implements (Volta and Turing tensor cores have no bf16).
-PATH_ACTS = {"sm70": ("float16",), "sm75": ("float16",), "sm80": ("float16", "bfloat16")}
-PATH_MAX_STAGES = {"sm70": 2, "sm75": 2, "sm80": 8}
+PATH_ACTS = {"sm70": ("float16",), "sm75": ("float16",), "sm80": ("float16", "bfloat16"),
+             "sm90": ("float16", "bfloat16")}
+PATH_MAX_STAGES = {"sm70": 2, "sm75": 2, "sm80": 8, "sm90": 8}
 # m16 blocks per tile: sm70 keeps 8 accumulators per n8 sub-tile (the m8n8k4 layout), so at most
 # two m16 blocks fit in registers; larger M takes more M chunks.
 PATH_MAX_TM = {"sm70": 2, "sm75": 4, "sm80": 4}
+
+# Hopper (sm_90) runs the warpgroup (wgmma) kernel from this many rows of x: its tensor cores
+# take the activations as a 64..256-wide operand, where mma.sync tops out near two thirds of
+# the chip's fp16 rate. Below, decode streams weights and the mma.sync kernel is as good.
+WGMMA_MIN_M = 64
+
+
+def wgmma_available(profile: DeviceProfile) -> bool:
+    """The GPU has wgmma (sm_90 / sm_90a: H100, H200, GH200)."""
+    return profile.cc == (9, 0)
+
+
+def _wgmma_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
+    """wgmma kernels for `p` in order of preference (tools/sweep on H100, tools/PERF.md): at
+    M <= 64, 64-token tiles, 128 features wide on small layers and 256 on big ones, 5 stages;
+    above, 256 tokens x 128 features (M > 128) or 128 x 256, 4 stages."""
+    gb = group_blocks(p)
+    big = p.n * p.k * get_qtype(p.qtype).bits // 8 >= BIG_LAYER_BYTES_PER_SM * profile.sms
+    if p.m <= 64:
+        shapes = [(4, 16), (4, 8)] if big else [(4, 8), (4, 16)]
+        depth = 5
+    elif p.m <= 128:
+        shapes, depth = [(8, 16), (8, 8), (4, 16)], 4
+    else:
+        shapes, depth = [(16, 8), (8, 16), (8, 8)], 4
+    out = []
+    for tm, tn in shapes:
+        for stages in range(depth, 1, -1):
+            spec = KernelSpec("sm90", p.qtype, p.act, gb, tm, tn, 4, stages)
+            if _fits(profile, spec):
+                out.append(spec)
+                break
+    return out
 
 
 # ---- route: fused kernel, or dequantise + cuBLAS -------------------------------------------------
@@ -33,7 +67,9 @@ PATH_MAX_TM = {"sm70": 2, "sm75": 4, "sm80": 4}
 # slower from M ~ 1024). Expanding the weight once per call (reads N*K/2 bytes for 4-bit codes,
 # writes N*K*2) and running one cuBLAS GEMM costs ~1.07-1.3x cuBLAS there, on every generation.
 # Problems with M at or above the threshold of their GPU's arch take that route; the fused kernel
-# is weakest on Volta/Turing, hence their lower threshold. Set from measurements per arch.
+# is weakest on Volta/Turing, hence their lower threshold. Set from measurements per arch: on
+# Hopper the fused route below the threshold is the wgmma kernel (WGMMA_MIN_M), so sm_90's number
+# comes from comparing that with this route (tools/sweep and the autotuner time both).
 DEQUANT_MIN_M = {"sm_70": 256, "sm_72": 256, "sm_75": 256}
 DEQUANT_MIN_M_DEFAULT = 1024
 # candidate_specs() offers the dequant route to an autotuner from this M up.
@@ -181,6 +217,10 @@ def choose_spec(profile: DeviceProfile, p: Problem) -> AnySpec:
 def choose_fused_spec(profile: DeviceProfile, p: Problem) -> KernelSpec:
     """Pick the fused kernel for problem `p` on `profile` (raises if none fits)."""
     check_problem(profile, p)
+    if wgmma_available(profile) and p.m >= WGMMA_MIN_M:
+        wg = _wgmma_specs(profile, p)
+        if wg:
+            return wg[0]
     path = profile.path
     tm = min(max_tm(path, p), -(-p.m // 16))
     gb = group_blocks(p)
@@ -223,6 +263,13 @@ def candidate_specs(profile: DeviceProfile, p: Problem) -> list[AnySpec]:
                 spec = KernelSpec(path, p.qtype, p.act, gb, tm, tn, tk, st)
                 if _fits(profile, spec):
                     out.append(spec)
+    if wgmma_available(profile) and p.m >= WGMMA_MIN_M // 2:
+        for tm in (4, 8, 16):
+            for tn in (8, 16):
+                for st in (2, 3, 4, 5, 6, 8):
+                    spec = KernelSpec("sm90", p.qtype, p.act, gb, tm, tn, 4, st)
+                    if _fits(profile, spec):
+                        out.append(spec)
     if p.m >= DEQUANT_CANDIDATE_MIN_M:
         out.append(dequant_spec(profile, p))
     return out
@@ -230,7 +277,8 @@ def candidate_specs(profile: DeviceProfile, p: Problem) -> list[AnySpec]:
 
 def _check_spec_matches(spec: AnySpec, p: Problem) -> None:
     if (spec.qtype, spec.act, spec.group_blocks) != (p.qtype, p.act, group_blocks(p)):
-        raise InputError(f"{spec.name} is not a kernel for {p.qtype} / {p.act} / group size {p.group_size}")
+        raise InputError(f"{spec.name} is not a kernel for {p.qtype} x {p.act} with group "
+                         f"size {p.group_size}")
 
 
 def plan(profile: DeviceProfile, p: Problem, spec: AnySpec | None = None) -> Plan:
@@ -241,7 +289,10 @@ def plan(profile: DeviceProfile, p: Problem, spec: AnySpec | None = None) -> Pla
     else:
         check_problem(profile, p)
         spec.check()
+        # (the code path may differ: the CPU emulator runs sm70/sm75 kernels on any profile)
         _check_spec_matches(spec, p)
+        if spec.wgmma and not wgmma_available(profile):
+            raise UnsupportedError(f"{spec.name} is a wgmma (sm_90a) kernel; {profile.name} is {profile.arch}")
         if spec.route == "fused":
             if p.k % spec.tile_k:
                 raise InputError(f"K={p.k} is not a multiple of the kernel's K tile {spec.tile_k}")

@@ -1,8 +1,9 @@
 """Render stage: spec -> CUDA C++ source, from the Jinja templates in templates/.
 
-One main template per spec kind (gemm.cu.j2 for the fused GEMM, dequant.cu.j2 for the large-M
-route's dequantisation kernel) includes one primitive partial per concern; the spec's code path
-and types pick which. An architecture difference lives in exactly one partial.
+One main template per kernel family includes one primitive partial per concern; the spec's code
+path and types pick which. An architecture difference lives in exactly one partial. Families:
+gemm.cu.j2 (mma.sync, every GPU), wgmma.cu.j2 (Hopper warpgroup MMA, sm_90a) and dequant.cu.j2
+(the large-M route's dequantisation kernel, a DequantSpec).
 """
 from __future__ import annotations
 
@@ -70,6 +71,15 @@ DEQUANT_FAMILY = {
 def partials(spec: KernelSpec, target: str = "cuda") -> dict[str, str]:
     """Which primitive partial each concern uses for `spec` (template paths)."""
     legacy = spec.path in ("sm70", "sm75")
+    if spec.wgmma:
+        return {
+            "ptx": f"ptx/{target}.cuh",
+            "act": f"act/{spec.act}_sm80.cuh",
+            "mma": "mma/sm90.cuh",
+            "pipe": "copy/cp_async.cuh",
+            "dequant": f"dequant/{DEQUANT_FAMILY[spec.qtype]}_{spec.act}.cuh",
+            "reduce": "reduce/locks.cuh",
+        }
     return {
         "ptx": f"ptx/{target}.cuh",
         "act": f"act/{spec.act}_{'sm70' if legacy else 'sm80'}.cuh",
@@ -92,8 +102,11 @@ def dequant_partials(spec, target: str = "cuda") -> dict[str, str]:
     }
 
 
-# spec.route -> (main template, partial chooser)
-TEMPLATES = {"fused": ("gemm.cu.j2", partials), "dequant": ("dequant.cu.j2", dequant_partials)}
+def main_template(spec: AnySpec) -> str:
+    """The kernel family's main template."""
+    if spec.route == "dequant":
+        return "dequant.cu.j2"
+    return "wgmma.cu.j2" if spec.wgmma else "gemm.cu.j2"
 
 
 def render(spec: AnySpec, target: str = "cuda") -> str:
@@ -102,8 +115,10 @@ def render(spec: AnySpec, target: str = "cuda") -> str:
     if target not in ("cuda", "emu"):
         raise ValueError(f"unknown render target {target!r}")
     spec.check()
-    template, choose = TEMPLATES[spec.route]
-    tmpl = _env().get_template(template)
+    if spec.wgmma and target == "emu":
+        raise ValueError("the CPU emulator does not model wgmma (sm90 kernels run on a GPU only)")
+    tmpl = _env().get_template(main_template(spec))
+    choose = dequant_partials if spec.route == "dequant" else partials
     return tmpl.render(
         spec=spec,
         target=target,

@@ -13,3 +13,9 @@ def cache_root() -> Path:
         return Path(env).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "jitmarlin"
+
+
+def autotune_enabled() -> bool:
+    """JITMARLIN_AUTOTUNE=1 (or true/yes/on): tune a problem bucket on the GPU at its first call
+    when no tuned choice is stored (jitmarlin.tune.choose_for)."""
+    return os.environ.get("JITMARLIN_AUTOTUNE", "").strip().lower() in ("1", "true", "yes", "on")

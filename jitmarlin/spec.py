@@ -1,8 +1,9 @@
 """Kernel specs: everything that changes the generated code, and nothing else (frozen, hashable).
 
-Two kinds: KernelSpec (the fused mixed-precision GEMM) and DequantSpec (the kernel that expands a
-packed weight into a dense one for the large-M dequant + cuBLAS route). `spec.route` tells them
-apart; spec_from_canonical() rebuilds either from its canonical text.
+Two kinds: KernelSpec (the fused mixed-precision GEMM: mma.sync or, on Hopper, wgmma) and
+DequantSpec (the kernel that expands a packed weight into a dense one for the large-M dequant +
+cuBLAS route). `spec.route` tells them apart; spec_from_canonical() rebuilds either from its
+canonical text.
 """
 from __future__ import annotations
 
@@ -20,11 +21,14 @@ WARPS = THREADS // 32
 class KernelSpec:
     """One specialised GEMM kernel.
 
-    path: instruction path ('sm70', 'sm75', 'sm80'); qtype, act: weight and activation types;
+    path: instruction path ('sm70', 'sm75', 'sm80': mma.sync kernels; 'sm90': the Hopper
+    warpgroup (wgmma) kernel, compiled for sm_90a); qtype, act: weight and activation types;
     group_blocks: scale group size in units of 16 along K; -1: one scale per output channel,
     applied to the fp32 sums; 0: one scale (and offset) per output channel applied in the K loop
     (zero-point types, whose offsets cannot move past the sum);
     tm, tn, tk: tile size in 16-element blocks along M, N and K; stages: shared-memory pipeline depth.
+    On 'sm90', M is the wgmma N side (tm in 4, 8, 16: 64..256 tokens), N is split into 64-feature
+    slabs over two warpgroups (tn 8 or 16) and tk is 4 (one 128-byte swizzled x row per stage).
     """
 
     route: ClassVar[str] = "fused"
@@ -94,15 +98,24 @@ class KernelSpec:
     def tile_k(self) -> int:
         return 16 * self.tk
 
+    @property
+    def wgmma(self) -> bool:
+        """The Hopper warpgroup kernel (templates/wgmma.cu.j2), built for sm_90a."""
+        return self.path == "sm90"
+
     def stage_bytes(self) -> int:
         bits = self.bits
         a = self.tile_m * self.tile_k * 2
         b = self.tile_k * self.tile_n * bits // 8
         s = self.scale_rows * self.tile_n * 2
+        if self.wgmma:   # stages start on 1024-byte boundaries (the swizzle period)
+            return -(-(a + b + s) // 1024) * 1024
         return a + b + s
 
     def reduce_bytes(self) -> int:
         """Shared memory for the in-block reduction of one m16 row block across K-warps."""
+        if self.wgmma:
+            return 0
         return (self.warps_k - 1) * self.warps_n * 8 * 32 * 16
 
     def epilogue_bytes(self) -> int:
@@ -110,12 +123,14 @@ class KernelSpec:
         return self.tile_m * (self.tile_n * 2 + 16)
 
     def smem_bytes(self) -> int:
-        """Dynamic shared memory the kernel needs, bytes (the largest of its three uses)."""
-        return max(self.stages * self.stage_bytes(), self.reduce_bytes(), self.epilogue_bytes())
+        """Dynamic shared memory the kernel needs, bytes (the largest of its three uses; the
+        wgmma kernel adds 1 KB of slack to align its stages)."""
+        used = max(self.stages * self.stage_bytes(), self.reduce_bytes(), self.epilogue_bytes())
+        return used + (1024 if self.wgmma else 0)
 
     def check(self) -> None:
         """Raise ValueError when the fields do not describe a buildable kernel."""
-        if self.path not in ("sm70", "sm75", "sm80"):
+        if self.path not in ("sm70", "sm75", "sm80", "sm90"):
             raise ValueError(f"unknown code path {self.path!r}")
         if self.qtype not in QTYPES:
             raise ValueError(f"unknown quant type {self.qtype!r}")
@@ -123,6 +138,9 @@ class KernelSpec:
             raise ValueError(f"unknown activation dtype {self.act!r}")
         if self.threads != THREADS:
             raise ValueError("kernels use 256 threads")
+        if self.wgmma:
+            self._check_wgmma()
+            return
         if self.tn not in (4, 8, 16):
             raise ValueError(f"tn must be 4, 8 or 16 (got {self.tn})")
         if not 1 <= self.tm <= (2 if self.path == "sm70" else 4):
@@ -137,6 +155,22 @@ class KernelSpec:
             raise ValueError("register-staged paths (sm70, sm75) use 2 stages")
         if self.stages < 2:
             raise ValueError("at least 2 pipeline stages")
+
+    def _check_wgmma(self) -> None:
+        if self.tk != 4:
+            raise ValueError("the wgmma kernel takes K tiles of 64 (tk=4)")
+        if self.tn not in (8, 16):
+            raise ValueError(f"the wgmma kernel takes tn 8 or 16 (two warpgroups of 64-feature slabs), got {self.tn}")
+        if self.tm not in (4, 8, 16):
+            raise ValueError(f"the wgmma kernel takes tm 4, 8 or 16 (64..256 tokens), got {self.tm}")
+        if self.tm * self.tn > 128:
+            raise ValueError("wgmma tile too large: more than 128 fp32 sums per thread")
+        if self.group_blocks > 0 and self.tk % self.group_blocks and self.group_blocks % self.tk:
+            raise ValueError("group size and K tile must divide one another")
+        if self.group_blocks < 0 and self.affine:
+            raise ValueError("zero-point types apply per-channel scales in the K loop (group_blocks 0)")
+        if not 2 <= self.stages <= 8:
+            raise ValueError("the wgmma kernel uses 2..8 stages")
 
     # ---- identity ----
     def canonical(self) -> str:
@@ -195,6 +229,11 @@ class DequantSpec:
     def group_size(self) -> int:
         return -1 if self.group_blocks <= 0 else 16 * self.group_blocks
 
+    @property
+    def wgmma(self) -> bool:
+        """Never: the dequantisation kernel builds for the plain arch (no sm_90a)."""
+        return False
+
     def grid(self, n: int, k: int) -> int:
         """Blocks that cover a padded N x K weight (one warp per 16 x 64 block)."""
         units = (k // self.WARP_K) * (n // self.WARP_N)
@@ -244,14 +283,55 @@ class DequantSpec:
 
 
 AnySpec = Union[KernelSpec, DequantSpec]
-SPEC_KINDS = {KernelSpec.route: KernelSpec, DequantSpec.route: DequantSpec}
+
+# ---- spec kinds ----------------------------------------------------------------------------------
+# Every kind of spec a plan can carry, by the name stored next to its canonical text (tuned
+# choices, bundles). A new kind (another code path, a library route) registers its class here;
+# it needs canonical(), a classmethod from_canonical(text) and a `name`.
+SPEC_KINDS: dict[str, type] = {"KernelSpec": KernelSpec, "DequantSpec": DequantSpec}
+# The kind a canonical text names through its "route" field (a KernelSpec's has none).
+ROUTE_KINDS = {"dequant": "DequantSpec"}
 
 
-def spec_from_canonical(text: str) -> AnySpec:
-    """Rebuild a spec of either kind from its canonical() text (a KernelSpec's has no "route")."""
-    d = json.loads(text)
-    route = d.get("route", KernelSpec.route) if isinstance(d, dict) else None
-    kind = SPEC_KINDS.get(route)
+def spec_kind(spec) -> str:
+    """The registered kind name of `spec` (raises ValueError for an unregistered class)."""
+    for kind, cls in SPEC_KINDS.items():
+        if type(spec) is cls:
+            return kind
+    raise ValueError(f"{type(spec).__name__} is not a registered spec kind ({', '.join(SPEC_KINDS)})")
+
+
+def kind_of_canonical(text: str) -> str:
+    """The kind whose canonical form `text` is, read from its "route" field (KernelSpec when it
+    has none). Raises ValueError for text that is not a JSON object or names an unknown route."""
+    try:
+        d = json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"not a spec: {exc}") from None
+    if not isinstance(d, dict):
+        raise ValueError(f"not a spec: {text[:120]!r}")
+    route = d.get("route")
+    if route is None:
+        return "KernelSpec"
+    if route not in ROUTE_KINDS:
+        raise ValueError(f"not a kernel spec: unknown route {route!r}")
+    return ROUTE_KINDS[route]
+
+
+def spec_from_canonical(text: str, kind: str | None = None):
+    """The spec of kind `kind` whose canonical() is exactly `text`: the one place stored specs are
+    read back. Without `kind`, the kind the text itself names (kind_of_canonical). Raises
+    ValueError for an unknown kind, or text that is not that kind's canonical form (unknown or
+    missing fields, other values)."""
     if kind is None:
-        raise ValueError(f"not a kernel spec: {text[:200]!r}")
-    return kind.from_canonical(text)
+        kind = kind_of_canonical(text)
+    cls = SPEC_KINDS.get(kind)
+    if cls is None:
+        raise ValueError(f"unknown spec kind {kind!r} (known: {', '.join(SPEC_KINDS)})")
+    try:
+        spec = cls.from_canonical(text)
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise ValueError(f"not a {kind}: {exc}") from None
+    if spec.canonical() != text:
+        raise ValueError(f"not the canonical form of a {kind}: {text[:120]!r}")
+    return spec

@@ -30,9 +30,13 @@ def test_sm80_path_compiles_with_expected_instructions(arch, m, act, group):
     prof, p, art = _build(arch, m, act, group)
     assert art.cubin[:4] == b"\x7fELF"
     ptx = art.ptx
-    assert "mma.sync.aligned.m16n8k16.row.col.f32" in ptx
+    if p.spec.wgmma:   # sm_90 from M = 64: the warpgroup kernel (more in test_wgmma.py)
+        assert arch == "sm_90" and m >= 64 and art.arch == "sm_90a"
+        assert "wgmma.mma_async.sync.aligned" in ptx and "mma.sync" not in ptx
+    else:
+        assert "mma.sync.aligned.m16n8k16.row.col.f32" in ptx
+        assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx
     assert ("bf16.bf16" if act == "bfloat16" else "f16.f16") in ptx
-    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx
     assert "cp.async.cg.shared.global" in ptx
     assert "lop3.b32" in ptx
     r = art.resources

@@ -1,15 +1,24 @@
-"""Shared measurement code for tools/bench and tools/sweep (see ../shared/BENCH.md)."""
+"""Shared measurement code for tools/bench and tools/sweep (see ../shared/BENCH.md): shapes and
+anchors, the peers' operands (tinygemm, gemlite), and the pure functions that turn rows into
+ratios, a markdown table and issue 6's targets (tested on the CPU in tests/test_bench_tool.py)."""
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import math
 import os
 import sys
+import types
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from jitmarlin.bench import (Timer, copies_needed, copy_bandwidth, floor_us,  # noqa: E402
                              host_overhead, random_weights)
 
-__all__ = ["SHAPES", "IST_MARLIN", "BENCH_CUBLAS", "select_shapes", "make_tinygemm", "Timer",
-           "copies_needed", "copy_bandwidth", "floor_us", "host_overhead", "random_weights"]
+__all__ = ["SHAPES", "IST_MARLIN", "BENCH_CUBLAS", "BEST_PEERS", "FLOOR_TARGET_SHAPES", "select_shapes",
+           "make_tinygemm", "load_gemlite", "make_gemlite", "gemlite_config_source", "save_gemlite_configs",
+           "single_call_ms", "kernel_name", "best_peer", "row_ratios", "markdown", "evaluate_targets",
+           "format_targets", "merge_rows", "Timer", "copies_needed", "copy_bandwidth", "floor_us",
+           "host_overhead", "random_weights"]
 
 SHAPES = {
     "L3-8B qkv": (4096, 6144), "L3-8B o": (4096, 4096), "L3-8B gate_up": (4096, 28672),
@@ -64,3 +73,324 @@ def make_tinygemm(torch, n, k, g, ncopies):
 
 
 
+# --- gemlite (mobiusml/gemlite, Triton) -------------------------------------------------------
+
+# How much of gemlite's autotuning runs on a config-cache miss. A (shape, M) that gemlite's config
+# cache holds (its shipped configs/<gpu>.json, plus any --gemlite-config file) runs that config
+# in every mode: gemlite consults the cache while pruning. "short": gemlite's fixed default
+# configs for its GEMM kernels (two each, timed once) and its "fast" list for the M <= 4 GEMV,
+# whose default list has a single config (Triton prunes only lists of more than one, so a single
+# config would bypass the cache). "fast" is gemlite's own default, "max" its long search.
+GEMLITE_AUTOTUNE = {
+    "short": {"GEMV": "fast", "GEMV_REVSPLITK": "fast", "GEMV_SPLITK": "fast",
+              "GEMM_SPLITK": "default", "GEMM": "default"},
+    "fast": "fast",
+    "max": "max",
+}
+# gemlite's matmul types and, for each, (kernel module, class) under gemlite.triton_kernels.
+_GEMLITE_KERNELS = {
+    "GEMV": ("gemv_kernels", "gemv"), "GEMV_REVSPLITK": ("gemv_revsplitK_kernels", "gemv_revsplitK"),
+    "GEMV_SPLITK": ("gemv_splitK_kernels", "gemv_splitK"),
+    "GEMM_SPLITK": ("gemm_splitK_kernels", "gemm_splitK"), "GEMM": ("gemm_kernels", "gemm"),
+}
+
+
+def _one_line(e) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:200] if text else ''}"
+
+
+def _version_tuple(v: str):
+    out = []
+    for part in v.split("+")[0].split(".")[:3]:
+        digits = "".join(c for c in part if c.isdigit())
+        out.append(int(digits) if digits else 0)
+    return tuple(out)
+
+
+def load_gemlite(autotune: str = "short", config_files=()):
+    """Import gemlite and set its autotuning (GEMLITE_AUTOTUNE); load extra config-cache files
+    (those that exist). Returns (module, info dict). Raises RuntimeError with a one-line reason
+    when gemlite cannot be used here (not installed, triton missing, import fails)."""
+    info = {"autotune": autotune}
+    if importlib.util.find_spec("tqdm") is None:
+        # gemlite.helper imports tqdm for one progress bar; the GPU machine may not have it.
+        stub = types.ModuleType("tqdm")
+        stub.tqdm = lambda it=None, *a, **k: it
+        sys.modules["tqdm"] = stub
+        info["tqdm"] = "stub"
+    try:
+        import triton
+    except Exception as e:
+        raise RuntimeError(f"triton is not importable ({_one_line(e)})") from None
+    info["triton"] = getattr(triton, "__version__", "?")
+    if importlib.util.find_spec("gemlite") is None:
+        raise RuntimeError("gemlite is not installed (pip wheel --no-deps gemlite; see tools/gpu_session.sh)")
+    try:
+        gl = importlib.import_module("gemlite")
+        core = importlib.import_module("gemlite.core")
+    except Exception as e:
+        raise RuntimeError(f"import gemlite failed ({_one_line(e)}; triton {info['triton']})") from None
+    info["version"] = getattr(gl, "__version__", "?")
+    if _version_tuple(info["triton"]) < (3, 6):
+        info["warning"] = f"gemlite {info['version']} asks for triton>=3.6.0, this is {info['triton']}"
+    shipped = getattr(core, "selected_tag", None)
+    info["config_shipped"] = os.path.basename(shipped) if shipped else None
+    try:
+        gl.set_autotune(GEMLITE_AUTOTUNE[autotune])
+        info["config_files"] = [f for f in config_files if f and os.path.exists(f) and gl.load_config(f, print_error=False)]
+    except Exception as e:
+        raise RuntimeError(f"gemlite set-up failed ({_one_line(e)})") from None
+    return gl, info
+
+
+def _gemlite_rel_err(torch, layer, q, s, z, g, tdt, m):
+    """|y - ref| / |ref| of one gemlite call at M = m against x @ W.T in fp32, W = (q - z) * s."""
+    n, k = q.shape
+    x = torch.randn(m, k, device=q.device, dtype=tdt)
+    y = layer(x).float()
+    zf = z.float().view(n, k // g, 1) if hasattr(z, "float") else float(z)
+    w = ((q.view(n, k // g, g).float() - zf) * s.float().view(n, k // g, 1)).view(n, k)
+    ref = x.float() @ w.t()
+    del w
+    return float((y - ref).norm() / ref.norm())
+
+
+def make_gemlite(torch, n, k, g, ncopies, act="float16", zeros="group", check_m=16):
+    """`ncopies` gemlite 4-bit layers (GemLiteLinearTriton, group size g, act in and out) of random
+    codes and scales, `ncopies` so that together they pass 4x L2 as for the other peers.
+    zeros="group": a zero point per group, the HQQ-style asymmetric layout gemlite is used with,
+    built by gemlite's A16Wn helper (W = (q - z) * s; gemlite stores -z*s and uses an fma).
+    zeros="shift": no zero-point tensor, W = (q - 8) * s, the uint4b8 format jitmarlin runs
+    (GemLiteLinearTriton.pack with an integer zero). The first copy is checked at M = check_m
+    against a dequantized reference (RuntimeError if off): its error is layers[0].bench_rel_err.
+    Call a layer as layer(x)."""
+    from gemlite.core import DType, GemLiteLinearTriton
+    from gemlite.helper import A16Wn
+
+    tdt = torch.float16 if act == "float16" else torch.bfloat16
+    dev = f"cuda:{torch.cuda.current_device()}"
+    layers = []
+    for i in range(ncopies):
+        q = torch.randint(0, 16, (n, k), dtype=torch.uint8, device=dev)
+        s = (torch.rand(n, k // g, device=dev) * 0.01 + 0.001).to(tdt)
+        if zeros == "group":
+            z = torch.randint(0, 16, (n, k // g), device=dev).to(tdt)
+            layer = A16Wn(device=dev, dtype=tdt).from_weights(q, s, z, W_nbits=4, group_size=g)
+        elif zeros == "shift":
+            z = 8
+            gdt = DType.FP16 if act == "float16" else DType.BF16
+            layer = GemLiteLinearTriton(4, group_size=g, in_features=k, out_features=n,
+                                        input_dtype=gdt, output_dtype=gdt)
+            layer.pack(q, s, 8)
+        else:
+            raise ValueError(f"zeros must be 'group' or 'shift', not {zeros!r}")
+        if i == 0 and check_m:
+            err = _gemlite_rel_err(torch, layer, q, s, z, g, tdt, check_m)
+            if not err <= 0.02:
+                raise RuntimeError(f"gemlite output check failed at M={check_m}: relative error {err:.3g}")
+            layer.bench_rel_err = err
+        layers.append(layer)
+        del q, s, z
+    return layers
+
+
+def gemlite_config_source(m, n, k, g):
+    """Which gemlite kernel runs M x (K, N) and whether its config comes from gemlite's config
+    cache or from autotuning: e.g. "GEMM_SPLITK (cached config)". gemlite keys its cache by
+    (M bucket, N, K, group, codes per 32-bit word = 8, type id); bf16 shares fp16's type id."""
+    core = importlib.import_module("gemlite.core")
+    mt = core.get_matmul_type(m, 4)
+    sig = str((core.utils.get_closest_m(m), n, k, g, 8, core.DType.FP16.value * 100 + 4))
+    cached = sig in core.GEMLITE_TRITON_CONFIG_CACHE.get(mt, {})
+    return f"{mt} ({'cached config' if cached else 'autotuned'})"
+
+
+def save_gemlite_configs(path):
+    """Write the configs gemlite's autotuner settled on in this run (cached ones included), in
+    gemlite's config-cache format, so that a later run loads them (--gemlite-config) instead of
+    tuning again. Returns the number of entries."""
+    core = importlib.import_module("gemlite.core")
+    out = {}
+    for mt, (mod, cls) in _GEMLITE_KERNELS.items():
+        kernels = getattr(importlib.import_module(f"gemlite.triton_kernels.{mod}"), cls).kernel
+        for kern in kernels:
+            if hasattr(kern, "cache"):
+                out.setdefault(mt, {}).update(core.cache_kernel_config(kern, 6))
+    import json
+
+    with open(path, "w") as f:
+        json.dump(out, f, indent=0)
+    return sum(len(v) for v in out.values())
+
+
+def single_call_ms(torch, fn):
+    """GPU time (ms) of one eager call of fn, after one call to warm it (compile, autotune)."""
+    fn()
+    torch.cuda.synchronize()
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    fn()
+    e1.record()
+    torch.cuda.synchronize()
+    return e0.elapsed_time(e1)
+
+
+def kernel_name(qw, act, m):
+    """The kernel (spec name) jitmarlin planned for weight `qw` at (act, M): read from the weight's
+    launchers, keyed (device, act, M, stream). Several streams with different plans join with '/'."""
+    names = sorted({lz.plan.spec.name for key, lz in getattr(qw, "_launchers", {}).items()
+                    if len(key) >= 3 and key[1] == act and key[2] == m})
+    return "/".join(names) if names else None
+
+
+# --- rows: ratios, table, targets (pure: no GPU) ----------------------------------------------
+
+# The peers "best peer" is taken over: the IST Marlin anchor of BENCH.md (fp16, not re-measured),
+# tinygemm, gemlite. cuBLAS fp16 has its own column and target.
+BEST_PEERS = ("ist_marlin_benchmd", "tinygemm", "gemlite")
+# Issue 6 target (a): the layers of >= 29 MB of int4 weights, as the issue lists them.
+FLOOR_TARGET_SHAPES = ("L3-8B gate_up", "L3-8B down", "L3-70B qkv", "L3-70B gate_up", "L3-70B down")
+
+
+def _pos(v):
+    return v if isinstance(v, (int, float)) and v > 0 and math.isfinite(v) else None
+
+
+def best_peer(row, names=BEST_PEERS):
+    """(name, µs) of the fastest peer of `names` in row["peers"], or (None, None)."""
+    cands = [(v, k) for k, v in (row.get("peers") or {}).items() if k in names and _pos(v)]
+    if not cands:
+        return None, None
+    v, k = min(cands)
+    return k, v
+
+
+def row_ratios(row):
+    """x_floor, best_peer (name), best_peer_us, x_best_peer, x_cublas, cublas_over_jitmarlin; None
+    where a time is missing."""
+    t = _pos(row.get("jitmarlin_us"))
+    fl = _pos(row.get("floor_us"))
+    cb = _pos(row.get("cublas_fp16_us"))
+    name, bp = best_peer(row)
+    return {"x_floor": t / fl if t and fl else None, "best_peer": name, "best_peer_us": bp,
+            "x_best_peer": t / bp if t and bp else None, "x_cublas": t / cb if t and cb else None,
+            "cublas_over_jitmarlin": cb / t if t and cb else None}
+
+
+def merge_rows(*row_lists):
+    """Rows of several runs, one per (shape, K, N, M, act): a later run's row replaces an earlier
+    one in place."""
+    out = {}
+    for rows in row_lists:
+        for r in rows:
+            out[(r["shape"], r["K"], r["N"], r["M"], r["act"])] = r
+    return list(out.values())
+
+
+def _f(v, nd=1):
+    return "-" if v is None else f"{v:.{nd}f}"
+
+
+def _peer_cell(row, name):
+    v = (row.get("peers") or {}).get(name)
+    if v is None:
+        return "skip" if name in (row.get("peers_skipped") or {}) else "-"
+    eager = (row.get("peers_method") or {}).get(name) == "eager"
+    return f"{v:.1f}{' (eager)' if eager else ''}"
+
+
+def markdown(rows):
+    """One line per row: jitmarlin time, × floor, × best peer, × cuBLAS fp16, and the peers."""
+    lines = ["| layer (K×N) | act | M | kernel | jitmarlin µs | floor µs | × floor | best peer | × best peer "
+             "| cuBLAS fp16 µs | × cuBLAS | tinygemm µs | gemlite µs | IST Marlin µs (BENCH.md) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        q = row_ratios(r)
+        best = "-" if q["best_peer"] is None else f"{q['best_peer'].replace('_benchmd', '')} {q['best_peer_us']:.1f}"
+        lines.append(
+            f"| {r['shape']} ({r['K']}×{r['N']}) | {r['act']} | {r['M']} | {r.get('kernel') or '-'} "
+            f"| {_f(r.get('jitmarlin_us'))} | {_f(r.get('floor_us'))} | {_f(q['x_floor'], 2)} | {best} "
+            f"| {_f(q['x_best_peer'], 2)} | {_f(r.get('cublas_fp16_us'))} | {_f(q['x_cublas'], 2)} "
+            f"| {_peer_cell(r, 'tinygemm')} | {_peer_cell(r, 'gemlite')} | {_peer_cell(r, 'ist_marlin_benchmd')} |")
+    return "\n".join(lines)
+
+
+def _where(r, value, **extra):
+    return {"shape": r["shape"], "K": r["K"], "N": r["N"], "M": r["M"], "act": r["act"],
+            "value": round(value, 3), "kernel": r.get("kernel"), **extra}
+
+
+def _evaluate(rows, text, applies, key, op, thr):
+    evaluated = failing = missing = 0
+    worst = None
+    for r in rows:
+        if not applies(r):
+            continue
+        v = row_ratios(r)[key]
+        if v is None:
+            missing += 1
+            continue
+        evaluated += 1
+        failing += not (v <= thr if op == "<=" else v >= thr)
+        bad = v if op == "<=" else -v
+        if worst is None or bad > worst[0]:
+            worst = (bad, r, v)
+    return {"text": text, "threshold": f"{op} {thr}", "pass": None if not evaluated else failing == 0,
+            "evaluated": evaluated, "failing": failing, "missing": missing,
+            "worst": None if worst is None else _where(worst[1], worst[2])}
+
+
+def _evaluate_bf16(rows, tol=0.05):
+    pairs = {}
+    for r in rows:
+        pairs.setdefault((r["shape"], r["K"], r["N"], r["M"]), {})[r["act"]] = r
+    evaluated = failing = missing = 0
+    worst = None
+    for acts in pairs.values():
+        h, b = acts.get("float16"), acts.get("bfloat16")
+        th, tb = (_pos(h.get("jitmarlin_us")) if h else None), (_pos(b.get("jitmarlin_us")) if b else None)
+        if not (th and tb):
+            missing += 1
+            continue
+        v = tb / th
+        evaluated += 1
+        failing += abs(v - 1) > tol
+        if worst is None or abs(v - 1) > worst[0]:
+            worst = (abs(v - 1), b, v, th, tb)
+    return {"text": "bf16 within 5% of fp16 (jitmarlin, same shape and M)",
+            "threshold": f"|bf16/fp16 - 1| <= {tol}", "pass": None if not evaluated else failing == 0,
+            "evaluated": evaluated, "failing": failing, "missing": missing,
+            "worst": None if worst is None else _where(worst[1], worst[2], act="bfloat16/float16",
+                                                       fp16_us=worst[3], bf16_us=worst[4])}
+
+
+def evaluate_targets(rows):
+    """Issue 6's targets on `rows`: {id: {text, threshold, pass (None: no row to judge), evaluated,
+    failing, missing (rows it applies to that lack a time), worst (the row furthest from it)}}."""
+    return {
+        "a": _evaluate(rows, "M in {1,16}: jitmarlin <= 1.15x the byte floor on the >= 29 MB layers "
+                       "(8B gate_up, 8B down, 70B qkv, 70B gate_up, 70B down)",
+                       lambda r: r["M"] in (1, 16) and r["shape"] in FLOOR_TARGET_SHAPES, "x_floor", "<=", 1.15),
+        "b": _evaluate(rows, "M in {1,16}: jitmarlin <= 0.85x the best peer, all shapes",
+                       lambda r: r["M"] in (1, 16), "x_best_peer", "<=", 0.85),
+        "c": _evaluate(rows, "M = 64: jitmarlin <= 0.85x the best peer",
+                       lambda r: r["M"] == 64, "x_best_peer", "<=", 0.85),
+        "d": _evaluate(rows, "M >= 256: jitmarlin <= 1.0x cuBLAS fp16",
+                       lambda r: r["M"] >= 256, "x_cublas", "<=", 1.0),
+        "e": _evaluate(rows, "M = 4096: cuBLAS fp16 time / jitmarlin time >= 0.8",
+                       lambda r: r["M"] == 4096, "cublas_over_jitmarlin", ">=", 0.8),
+        "f": _evaluate_bf16(rows),
+    }
+
+
+def format_targets(targets):
+    lines = ["## Targets (issue 6), from these rows"]
+    for tid, t in targets.items():
+        status = "n/a " if t["pass"] is None else ("PASS" if t["pass"] else "FAIL")
+        w = t["worst"]
+        worst = "" if not w else f"; worst {w['value']:.3f} at {w['shape']} M={w['M']} {w['act']}"
+        gap = f"; {t['missing']} rows without the times to judge" if t["missing"] else ""
+        lines.append(f"({tid}) {status} {t['text']} [{t['threshold']}]: "
+                     f"{t['evaluated'] - t['failing']}/{t['evaluated']} rows meet it{worst}{gap}")
+    return "\n".join(lines)

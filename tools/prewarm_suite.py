@@ -54,6 +54,30 @@ def bench_problems():
                 yield m, n, k, act, 128, "uint4b8"
 
 
+def wgmma_specs():
+    """Kernels tests/test_wgmma.py forces on an sm_90 GPU, and every wgmma candidate of the sweep."""
+    from test_wgmma import GROUP_OF, TILES
+
+    from jitmarlin.planner import ALL_QTYPES, candidate_specs, group_blocks
+    from jitmarlin.problem import Problem
+    from jitmarlin.spec import KernelSpec
+
+    for tm, tn in TILES:
+        for st in (2, 4):
+            for g in (-1, 64):
+                for act in ("float16", "bfloat16"):
+                    yield KernelSpec("sm90", "uint4b8", act, -1 if g < 0 else g // 16, tm, tn, 4, st)
+    for qt in ALL_QTYPES:
+        g = GROUP_OF.get(qt, 32)
+        for act in ("float16", "bfloat16"):
+            for tm, tn in ((8, 8), (8, 16), (16, 8)):
+                yield KernelSpec("sm90", qt, act, group_blocks(Problem(64, 448, 1024, act, qt, g)), tm, tn, 4, 3)
+    for act in ("float16", "bfloat16"):
+        for s in candidate_specs(get_profile("h100"), Problem(4096, 8192, 8192, act, "uint4b8", 128)):
+            if s.wgmma:
+                yield s
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--profile", default="h100")
@@ -80,6 +104,11 @@ def main():
             seen.add(spec)
             _, _, status = cache.get(spec, arch)
             n_new += status == "compiled"
+    if live.cc == (9, 0):
+        for spec in wgmma_specs():
+            if spec not in seen:
+                seen.add(spec)
+                n_new += cache.get(spec, arch)[2] == "compiled"
     if args.sweep:
         from jitmarlin import planner
         from jitmarlin.problem import Problem

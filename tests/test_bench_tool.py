@@ -1,0 +1,347 @@
+"""tools/bench and tools/benchlib.py without a GPU: ratios, best peer, the markdown table, issue 6's
+targets (pass, fail, worst row) on synthetic rows, --report, and gemlite's one-line refusal."""
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import json
+import os
+import sys
+import types
+
+import pytest
+
+TOOLS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools")
+sys.path.insert(0, TOOLS)
+import benchlib as bl  # noqa: E402
+
+SMALL = ("L3-8B o", 4096, 4096)
+BIG = ("L3-70B gate_up", 8192, 57344)
+
+
+def row(shape=BIG, m=1, act="float16", jm=100.0, floor=90.0, cublas=300.0, peers=None, **extra):
+    name, k, n = shape
+    r = {"shape": name, "K": k, "N": n, "M": m, "act": act, "floor_us": floor, "jitmarlin_us": jm,
+         "cublas_fp16_us": cublas, "peers": dict(peers or {})}
+    r.update(extra)
+    return r
+
+
+def bench_module():
+    loader = importlib.machinery.SourceFileLoader("bench_tool", os.path.join(TOOLS, "bench"))
+    spec = importlib.util.spec_from_loader("bench_tool", loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+# --- ratios and best peer ---------------------------------------------------------------------
+
+def test_best_peer_is_the_fastest_of_the_named_peers_only():
+    r = row(peers={"tinygemm": 50.0, "gemlite": 40.0, "ist_marlin_benchmd": 45.0, "other": 1.0})
+    assert bl.best_peer(r) == ("gemlite", 40.0)
+    assert bl.best_peer(row(peers={"tinygemm": None, "ist_marlin_benchmd": 45.0})) == ("ist_marlin_benchmd", 45.0)
+    assert bl.best_peer(row(peers={})) == (None, None)
+    assert bl.best_peer(row(peers={"other": 3.0})) == (None, None)
+
+
+def test_row_ratios():
+    q = bl.row_ratios(row(jm=100.0, floor=80.0, cublas=200.0, peers={"tinygemm": 125.0, "gemlite": 250.0}))
+    assert q["x_floor"] == pytest.approx(1.25)
+    assert q["best_peer"] == "tinygemm" and q["x_best_peer"] == pytest.approx(0.8)
+    assert q["x_cublas"] == pytest.approx(0.5) and q["cublas_over_jitmarlin"] == pytest.approx(2.0)
+    q = bl.row_ratios(row(cublas=None, peers={}))
+    assert q["x_cublas"] is None and q["x_best_peer"] is None and q["cublas_over_jitmarlin"] is None
+
+
+# --- targets ----------------------------------------------------------------------------------
+
+def test_target_a_judges_only_big_layers_at_m_1_and_16():
+    rows = [row(BIG, 1, jm=100.0, floor=90.0),                  # 1.11: meets 1.15
+            row(BIG, 16, jm=110.0, floor=100.0),                # 1.10
+            row(SMALL, 1, jm=30.0, floor=3.0),                  # small layer: not judged by (a)
+            row(BIG, 64, jm=300.0, floor=100.0)]                # M=64: not judged by (a)
+    t = bl.evaluate_targets(rows)["a"]
+    assert t["pass"] is True and t["evaluated"] == 2 and t["failing"] == 0
+    rows.append(row(("L3-8B down", 14336, 4096), 16, jm=13.0, floor=10.0))   # 1.30: fails
+    t = bl.evaluate_targets(rows)["a"]
+    assert t["pass"] is False and t["failing"] == 1
+    assert t["worst"]["shape"] == "L3-8B down" and t["worst"]["M"] == 16
+    assert t["worst"]["value"] == pytest.approx(1.3)
+
+
+def test_target_a_layers_are_the_issue_list():
+    assert set(bl.FLOOR_TARGET_SHAPES) <= set(bl.SHAPES)
+    assert "L3-8B qkv" not in bl.FLOOR_TARGET_SHAPES and "L3-8B o" not in bl.FLOOR_TARGET_SHAPES
+
+
+def test_targets_b_and_c_against_the_best_peer():
+    rows = [row(SMALL, 1, jm=8.0, peers={"tinygemm": 10.0, "gemlite": 12.0}),     # 0.80 ok
+            row(BIG, 16, jm=80.0, peers={"gemlite": 100.0, "tinygemm": 400.0}),   # 0.80 ok
+            row(BIG, 64, jm=90.0, peers={"gemlite": 100.0})]                      # 0.90 > 0.85
+    t = bl.evaluate_targets(rows)
+    assert t["b"]["pass"] is True and t["b"]["evaluated"] == 2
+    assert t["c"]["pass"] is False and t["c"]["worst"]["value"] == pytest.approx(0.9)
+    rows.append(row(SMALL, 16, jm=9.0, peers={"tinygemm": 10.0, "ist_marlin_benchmd": 9.5}))  # 0.947
+    t = bl.evaluate_targets(rows)["b"]
+    assert t["pass"] is False and t["worst"]["shape"] == "L3-8B o" and t["worst"]["M"] == 16
+
+
+def test_rows_without_a_peer_are_missing_not_passed():
+    t = bl.evaluate_targets([row(SMALL, 1, peers={}), row(SMALL, 16, peers={})])["b"]
+    assert t["pass"] is None and t["evaluated"] == 0 and t["missing"] == 2 and t["worst"] is None
+    t = bl.evaluate_targets([row(SMALL, 1, peers={}), row(SMALL, 16, jm=1.0, peers={"tinygemm": 10.0})])["b"]
+    assert t["pass"] is True and t["missing"] == 1
+
+
+def test_targets_d_and_e_against_cublas():
+    rows = [row(BIG, 256, jm=300.0, cublas=350.0),      # 0.86 ok for (d)
+            row(BIG, 1024, jm=1200.0, cublas=1250.0),   # 0.96 ok
+            row(BIG, 4096, jm=5500.0, cublas=5000.0)]   # 1.10: fails (d), 0.909 meets (e)
+    t = bl.evaluate_targets(rows)
+    assert t["d"]["pass"] is False and t["d"]["failing"] == 1 and t["d"]["worst"]["M"] == 4096
+    assert t["e"]["pass"] is True and t["e"]["worst"]["value"] == pytest.approx(5000 / 5500, abs=1e-3)
+    rows.append(row(SMALL, 4096, jm=300.0, cublas=180.0))   # cuBLAS/jm = 0.6 < 0.8
+    t = bl.evaluate_targets(rows)["e"]
+    assert t["pass"] is False and t["worst"]["shape"] == "L3-8B o" and t["worst"]["value"] == pytest.approx(0.6)
+    assert bl.evaluate_targets([row(BIG, 256, cublas=None)])["d"]["pass"] is None
+
+
+def test_target_f_pairs_bf16_with_fp16():
+    rows = [row(BIG, 1, "float16", jm=100.0), row(BIG, 1, "bfloat16", jm=104.0),
+            row(SMALL, 16, "float16", jm=10.0), row(SMALL, 16, "bfloat16", jm=9.7)]
+    t = bl.evaluate_targets(rows)["f"]
+    assert t["pass"] is True and t["evaluated"] == 2
+    rows.append(row(BIG, 64, "float16", jm=100.0))
+    rows.append(row(BIG, 64, "bfloat16", jm=108.0))
+    rows.append(row(SMALL, 1, "float16", jm=10.0))       # no bf16 partner: missing
+    t = bl.evaluate_targets(rows)["f"]
+    assert t["pass"] is False and t["failing"] == 1 and t["missing"] == 1
+    assert t["worst"]["M"] == 64 and t["worst"]["value"] == pytest.approx(1.08)
+    assert bl.evaluate_targets([row(BIG, 1, "float16")])["f"]["pass"] is None
+
+
+def test_format_targets_reads_pass_fail_and_na():
+    rows = [row(BIG, 1, jm=200.0, floor=100.0, peers={"gemlite": 100.0})]
+    text = bl.format_targets(bl.evaluate_targets(rows))
+    assert "(a) FAIL" in text and "worst 2.000 at L3-70B gate_up M=1" in text
+    assert "(d) n/a" in text and "(f) n/a" in text
+    assert len(text.splitlines()) == 7
+
+
+# --- table, merge, kernel name ----------------------------------------------------------------
+
+def test_markdown_one_line_per_row_with_marks():
+    rows = [row(SMALL, 1, jm=10.0, floor=5.0, cublas=20.0, kernel="jm_x",
+                peers={"tinygemm": 12.5, "gemlite": 11.0}, peers_method={"gemlite": "eager"}),
+            row(BIG, 4096, jm=9000.0, cublas=5000.0, peers={}, peers_skipped={"tinygemm": "one call 126 ms"})]
+    lines = bl.markdown(rows).splitlines()
+    assert len(lines) == 2 + len(rows)
+    assert "| jm_x |" in lines[2] and "| 2.00 |" in lines[2] and "gemlite 11.0" in lines[2]
+    assert "11.0 (eager)" in lines[2] and "| 0.91 |" in lines[2] and "| 0.50 |" in lines[2]
+    assert "| skip |" in lines[3] and "| 1.80 |" in lines[3]
+
+
+def test_merge_rows_later_run_replaces():
+    a = [row(BIG, 1, jm=1.0), row(BIG, 16, jm=2.0)]
+    b = [row(BIG, 16, jm=3.0), row(BIG, 16, "bfloat16", jm=4.0)]
+    m = bl.merge_rows(a, b)
+    assert [(r["M"], r["act"], r["jitmarlin_us"]) for r in m] == [(1, "float16", 1.0), (16, "float16", 3.0),
+                                                                   (16, "bfloat16", 4.0)]
+
+
+def test_kernel_name_from_launchers():
+    def lz(name):
+        return types.SimpleNamespace(plan=types.SimpleNamespace(spec=types.SimpleNamespace(name=name)))
+
+    qw = types.SimpleNamespace(_launchers={(0, "float16", 16, 0): lz("jm_a"), (0, "float16", 16, 77): lz("jm_a"),
+                                           (0, "float16", 64, 0): lz("jm_b"), (0, "bfloat16", 16, 0): lz("jm_c")})
+    assert bl.kernel_name(qw, "float16", 16) == "jm_a"
+    assert bl.kernel_name(qw, "bfloat16", 16) == "jm_c"
+    assert bl.kernel_name(qw, "float16", 1) is None
+    qw._launchers[(0, "float16", 64, 5)] = lz("jm_d")
+    assert bl.kernel_name(qw, "float16", 64) == "jm_b/jm_d"
+
+
+# --- the tool ---------------------------------------------------------------------------------
+
+def test_report_merges_runs_and_writes_targets(tmp_path, capsys):
+    fp16 = {"gpu": "X", "date": "d", "copy_tbps": 3.0,
+            "rows": [row(BIG, 1, "float16", jm=95.0, floor=90.0, peers={"gemlite": 140.0})]}
+    bf16 = {"gpu": "X", "date": "d", "copy_tbps": 3.0,
+            "rows": [row(BIG, 1, "bfloat16", jm=120.0, floor=90.0, peers={"gemlite": 150.0})]}
+    paths = []
+    for name, run in (("a.json", fp16), ("b.json", bf16)):
+        p = tmp_path / name
+        p.write_text(json.dumps(run))
+        paths.append(str(p))
+    out = tmp_path / "merged.json"
+    assert bench_module().main(["--report", *paths, "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert text.count("| L3-70B gate_up (8192×57344) |") == 2
+    assert "(f) FAIL" in text                          # 120 / 95 = 1.26
+    merged = json.loads(out.read_text())
+    assert merged["gpu"] == "X" and len(merged["rows"]) == 2
+    assert merged["targets"]["f"]["worst"]["value"] == pytest.approx(120 / 95, abs=1e-3)
+    assert merged["targets"]["a"]["pass"] is False     # bf16 row: 1.33x the floor
+
+
+def test_quick_and_default_limits():
+    b = bench_module()
+    a = b.parse_args([])
+    assert a.peers == "cublas,tinygemm,gemlite" and a.target_ms == 25.0 and a.peer_max_ms == 25.0
+    q = b.parse_args(["--quick"])
+    assert q.target_ms < a.target_ms and q.peer_max_ms < a.peer_max_ms
+    assert b.parse_args(["--quick", "--peer-max-ms", "100"]).peer_max_ms == 100.0
+    assert b.gpu_slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
+
+
+def test_gemlite_unavailable_is_one_line(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gemlite" else real(name, *a))
+    monkeypatch.setitem(sys.modules, "triton", types.SimpleNamespace(__version__="3.6.0"))
+    with pytest.raises(RuntimeError) as e:
+        bl.load_gemlite("short", [])
+    assert "gemlite is not installed" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_gemlite_without_triton_is_one_line(monkeypatch):
+    monkeypatch.setitem(sys.modules, "triton", None)       # import triton raises ImportError
+    with pytest.raises(RuntimeError) as e:
+        bl.load_gemlite("short", [])
+    assert str(e.value).startswith("triton is not importable") and "\n" not in str(e.value)
+
+
+def test_version_tuple():
+    assert bl._version_tuple("3.6.0") == (3, 6, 0)
+    assert bl._version_tuple("3.5.1+git1234") < (3, 6)
+    assert bl._version_tuple("3.10.0rc1") > (3, 6)
+
+
+# --- the measuring loop, with a fake GPU ------------------------------------------------------
+
+class _T:
+    """A stand-in tensor: only its shape matters to the fakes."""
+
+    def __init__(self, shape):
+        self.shape = shape
+
+    def half(self):
+        return self
+
+    def to(self, *a, **k):
+        return self
+
+    def t(self):
+        return self
+
+    def __mul__(self, other):
+        return self
+
+
+def _fake_gpu(monkeypatch, gemlite_error=None):
+    """tools/bench's main() on fakes: every call returns (peer, M); the Timer prices them; gemlite's
+    calls cannot be captured in a graph; tinygemm's single call is 'slow' from M=1024."""
+    import jitmarlin
+
+    profiles = importlib.import_module("jitmarlin.profiles")    # jitmarlin.profiles is also a name in jitmarlin
+    cuda = types.SimpleNamespace(current_device=lambda: 0, get_device_name=lambda d: "Fake GPU",
+                                 empty_cache=lambda: None, synchronize=lambda: None)
+    torch = types.SimpleNamespace(
+        float16="f16", bfloat16="bf16", cuda=cuda, manual_seed=lambda s: None,
+        randn=lambda *shape, device=None, dtype=None: _T(shape),
+        empty=lambda *shape, device=None, dtype=None: _T(shape),
+        matmul=lambda x, w, out=None: ("cublas", x.shape[0]),
+        _weight_int4pack_mm=lambda x, w, g, sz: ("tinygemm", x.shape[0]))
+    pool = types.SimpleNamespace(free_all_blocks=lambda: None)
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(get_default_memory_pool=lambda: pool))
+    monkeypatch.setattr(jitmarlin, "linear", lambda x, q, out=None: ("jitmarlin", x.shape[0]))
+    monkeypatch.setattr(profiles, "live_profile",
+                        lambda d: types.SimpleNamespace(l2_bytes=50 << 20, arch="sm_90", sms=132))
+    b = bench_module()
+    price = {"jitmarlin": 1.0, "cublas": 2.0, "tinygemm": 3.0, "gemlite": 1.5}
+    probes = []
+
+    class Timer:
+        def __init__(self, torch, target_ms):
+            pass
+
+        def __call__(self, fns, use_graph=True):
+            kind, m = fns[0]()
+            if kind == "gemlite" and use_graph:
+                raise RuntimeError("operation not permitted when stream is capturing")
+            return price[kind] * (10 + m)
+
+    def single_call_ms(torch, fn):
+        kind, m = fn()
+        probes.append((kind, m))
+        return 100.0 if kind == "tinygemm" and m >= 1024 else 0.01
+
+    class Layer:
+        bench_rel_err = 1e-3
+
+        def __call__(self, x):
+            return ("gemlite", x.shape[0])
+
+    def load_gemlite(autotune, files):
+        if gemlite_error:
+            raise RuntimeError(gemlite_error)
+        return None, {"autotune": autotune, "triton": "3.6.0", "version": "0.6.0.post2",
+                      "config_shipped": "h100.json", "config_files": []}
+
+    monkeypatch.setattr(b, "Timer", Timer)
+    monkeypatch.setattr(b, "copy_bandwidth", lambda torch: 3.0)
+    monkeypatch.setattr(b, "random_weights", lambda n, k, g, act, c: [object()] * c)
+    monkeypatch.setattr(b, "kernel_name", lambda qw, act, m: f"jm_fake_m{m}")
+    monkeypatch.setattr(b, "make_tinygemm", lambda torch, n, k, g, c: [(None, None)] * c)
+    monkeypatch.setattr(b, "load_gemlite", load_gemlite)
+    monkeypatch.setattr(b, "make_gemlite", lambda torch, n, k, g, c, **kw: [Layer() for _ in range(c)])
+    monkeypatch.setattr(b, "gemlite_config_source", lambda m, n, k, g: "GEMM (autotuned)")
+    monkeypatch.setattr(b, "single_call_ms", single_call_ms)
+    return b, probes
+
+
+def test_main_loop_records_peers_methods_and_skips(tmp_path, monkeypatch, capsys):
+    b, probes = _fake_gpu(monkeypatch)
+    out = tmp_path / "run.json"
+    assert b.main(["--shapes", "L3-8B o", "--m", "4096,1,1024", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    res = json.loads(out.read_text())
+    assert {"gpu", "date", "copy_tbps", "rows", "targets"} <= set(res)
+    rows = res["rows"]
+    assert [r["M"] for r in rows] == [1, 1024, 4096]
+    r1, r1024, r4096 = rows
+    assert r1["jitmarlin_us"] == 11.0 and r1["cublas_fp16_us"] == 22.0 and r1["kernel"] == "jm_fake_m1"
+    assert r1["peers"] == {"tinygemm": 33.0, "gemlite": 16.5, "ist_marlin_benchmd": bl.IST_MARLIN["L3-8B o"][1]}
+    assert r1["peers_method"]["gemlite"] == "eager" and r1["peers_method"]["tinygemm"] == "graph"
+    assert res["peers_method"]["gemlite"] == "eager"
+    assert text.count("CUDA-graph capture failed") == 1          # said once, eager from then on
+    assert "tinygemm" not in r1024["peers"] and "--peer-max-ms" in r1024["peers_skipped"]["tinygemm"]
+    assert r4096["peers_skipped"]["tinygemm"] == r1024["peers_skipped"]["tinygemm"]
+    assert ("tinygemm", 4096) not in probes                        # not called once the gate tripped
+    assert r4096["peers"]["gemlite"] == 1.5 * 4106
+    assert res["targets"]["b"]["evaluated"] == 1 and res["targets"]["e"]["evaluated"] == 1
+    assert "## Targets (issue 6)" in text and text.count("| L3-8B o (4096×4096) |") == 3
+
+
+def test_main_loop_without_gemlite_goes_on(tmp_path, monkeypatch, capsys):
+    b, _ = _fake_gpu(monkeypatch, gemlite_error="import gemlite failed (ImportError: no triton)")
+    out = tmp_path / "run.json"
+    assert b.main(["--shapes", "4096x4096", "--m", "16", "--act", "bfloat16", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert text.count("gemlite unavailable") == 1
+    res = json.loads(out.read_text())
+    assert "error" in res["gemlite"]
+    r = res["rows"][0]
+    assert set(r["peers"]) == {"tinygemm"} and r["act"] == "bfloat16"   # no IST anchor for bf16
+
+
+def test_deadline_stops_measuring_but_still_reports(tmp_path, monkeypatch, capsys):
+    b, _ = _fake_gpu(monkeypatch)
+    out = tmp_path / "run.json"
+    assert b.main(["--shapes", "8b", "--m", "1,16", "--deadline-s", "0", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["rows"] == [] and "deadline" in res["stopped_early"]
+    assert res["targets"]["a"]["pass"] is None
+    assert "## Targets (issue 6)" in capsys.readouterr().out

@@ -1,0 +1,218 @@
+"""The Hopper warpgroup kernel (templates/wgmma.cu.j2, path 'sm90'): planning, compilation for
+sm_90a on the CPU, and correctness on an sm_90 GPU for every tile shape, quant type and group."""
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from jitmarlin import UnsupportedError
+from jitmarlin.launch import MAX_SLOT_FLOATS
+from jitmarlin.planner import ALL_QTYPES, WGMMA_MIN_M, candidate_specs, group_blocks, plan
+from jitmarlin.problem import Problem
+from jitmarlin.profiles import PROFILES, get_profile
+from jitmarlin.render import render
+from jitmarlin.spec import KernelSpec
+
+TOL = {"float16": 2e-3, "bfloat16": 1e-2}
+TILES = [(4, 8), (4, 16), (8, 8), (8, 16), (16, 8)]
+GROUP_OF = {"nvfp4": 16, "mxfp4": 32}
+
+
+def _spec(qtype="uint4b8", act="float16", group=128, tm=8, tn=16, stages=4):
+    p = Problem(256, 4096, 4096, act, qtype, group)
+    return KernelSpec("sm90", qtype, act, group_blocks(p), tm, tn, 4, stages)
+
+
+# ---- planning (pure) ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("prof", ["h100", "h200"])
+def test_hopper_plans_wgmma_from_64_rows(prof):
+    h = get_profile(prof)
+    for qt in ALL_QTYPES:
+        g = GROUP_OF.get(qt, 128)
+        for m in (1, 16, 63):
+            assert plan(h, Problem(m, 4096, 4096, "float16", qt, g)).spec.path == "sm80"
+        for m in (WGMMA_MIN_M, 100, 4096):
+            pl = plan(h, Problem(m, 4096, 4096, "bfloat16", qt, g))
+            assert pl.spec.path == "sm90" and pl.smem_bytes <= h.smem_per_block
+            assert pl.spec.tile_m * pl.spec.tile_n <= MAX_SLOT_FLOATS
+
+
+def test_other_generations_never_plan_wgmma():
+    for prof in PROFILES.values():
+        if prof.cc == (9, 0):
+            continue
+        for m in (64, 1024):
+            act = "float16"
+            assert plan(prof, Problem(m, 4096, 4096, act, "uint4b8", 128)).spec.path != "sm90"
+            assert all(not s.wgmma for s in candidate_specs(prof, Problem(m, 4096, 4096, act, "uint4b8", 128)))
+    with pytest.raises(UnsupportedError, match="sm_90a"):
+        plan(get_profile("a100"), Problem(256, 4096, 4096, "float16", "uint4b8", 128), _spec())
+
+
+def test_every_wgmma_plan_fits(rng):
+    h = get_profile("h100")
+    for _ in range(300):
+        m = int(rng.integers(64, 9000))
+        n = 64 * int(rng.integers(1, 900))
+        k = 64 * int(rng.integers(1, 460))
+        g = int(rng.choice([-1, 32, 64, 128]))
+        if g > 0 and k % g:
+            continue
+        pl = plan(h, Problem(m, n, k, "float16", "uint4b8", g))
+        assert pl.spec.wgmma and pl.smem_bytes <= h.smem_per_block
+        assert pl.grid <= h.sms and pl.grid * pl.iters >= pl.total_iters
+
+
+def test_wgmma_candidates_are_valid():
+    h = get_profile("h100")
+    cands = [s for s in candidate_specs(h, Problem(512, 8192, 8192, "float16", "uint4b8", 128)) if s.wgmma]
+    assert {(s.tm, s.tn) for s in cands} == set(TILES)
+    for s in cands:
+        s.check()
+        assert s.smem_bytes() <= h.smem_per_block
+
+
+@pytest.mark.parametrize("bad,msg", [
+    (dict(tk=8), "K tiles of 64"), (dict(tn=4), "tn 8 or 16"), (dict(tm=2), "tm 4, 8 or 16"),
+    (dict(tm=16, tn=16), "128 fp32 sums"), (dict(stages=1), "2..8 stages"),
+])
+def test_wgmma_spec_checks(bad, msg):
+    with pytest.raises(ValueError, match=msg):
+        replace(_spec(), **bad).check()
+
+
+def test_emulator_refuses_wgmma():
+    with pytest.raises(ValueError, match="does not model wgmma"):
+        render(_spec(), target="emu")
+
+
+# ---- compilation for sm_90a (NVRTC, no GPU) ------------------------------------------------------
+
+def _compile(spec):
+    from jitmarlin.cache import default_cache
+
+    art, _, _ = default_cache().get(spec, "sm_90")
+    return art
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("qt", ALL_QTYPES)
+@pytest.mark.parametrize("act", ["float16", "bfloat16"])
+def test_every_type_compiles_for_sm90a(qt, act):
+    g = GROUP_OF.get(qt, 128)
+    spec = _spec(qt, act, g, 8, 16, 4)
+    art = _compile(spec)
+    assert art.arch == "sm_90a"
+    assert f"wgmma.mma_async.sync.aligned.m64n128k16.f32.{'bf16' if act == 'bfloat16' else 'f16'}" in art.ptx
+    assert "mma.sync" not in art.ptx and "ldmatrix" not in art.ptx
+    assert "fence.proxy.async" in art.ptx
+    r = art.resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["registers"] <= 255
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tm,tn", TILES)
+@pytest.mark.parametrize("group", [-1, 32])
+def test_every_tile_compiles_without_spills(tm, tn, group):
+    art = _compile(_spec("uint4b8", "float16", group, tm, tn, 3))
+    assert f"m64n{16 * tm}k16" in art.ptx
+    assert art.resources["spill_stores"] == 0 and art.resources["stack_bytes"] == 0
+
+
+# ---- GPU: correctness on sm_90 -----------------------------------------------------------------
+
+def _hopper() -> bool:
+    if os.environ.get("JITMARLIN_EMULATE"):
+        return False
+    import cupy
+
+    return cupy.cuda.Device(0).compute_capability == "90"
+
+
+def _run_forced(qw, m, act, spec, rng, bias=True, lda=None):
+    """Run `spec` through the launcher (planner bypassed) on torch tensors; (y, reference)."""
+    import torch
+
+    from jitmarlin import halves
+    from jitmarlin.api import _prepare, _torch_stream
+    from jitmarlin.reference import linear_reference
+
+    dt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[act]
+    k = qw.in_features
+    lda = lda or k
+    x = halves.round_to(rng.standard_normal((m, k)), act)
+    b = halves.round_to(rng.standard_normal(qw.out_features), act) if bias else None
+    ref = linear_reference(x, qw, b, act)
+    xs = torch.zeros((m, lda), dtype=dt, device="cuda")
+    xs[:, :k] = torch.from_numpy(x).to("cuda", dt)
+    bt = None if b is None else torch.from_numpy(b).to("cuda", dt)
+    out = torch.full((m, qw.out_features), float("nan"), dtype=dt, device="cuda")   # poisoned
+    stream = _torch_stream(torch, 0)
+    lz = _prepare(qw, 0, act, m, stream, spec=spec)
+    assert lz.plan.spec == spec
+    lz(xs.data_ptr(), lda, out.data_ptr(), 0 if bt is None else bt.data_ptr())
+    torch.cuda.synchronize()
+    y = out.double().cpu().numpy()
+    assert not np.isnan(y).any(), "unwritten output elements"
+    return y, ref
+
+
+def _rel(y, ref):
+    return float(np.linalg.norm(y - ref) / np.linalg.norm(ref))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tm,tn", TILES)
+@pytest.mark.parametrize("stages", [2, 4])
+def test_every_tile_matches_reference(tm, tn, stages, rng):
+    if not _hopper():
+        pytest.skip("needs an sm_90 GPU without JITMARLIN_EMULATE")
+    import jitmarlin
+
+    # N = 320: not a multiple of the 128/256 feature tile; K = 576: 9 K tiles, uneven split-K
+    w = rng.standard_normal((320, 576)) * 0.05
+    for group in (-1, 64):
+        for act in ("float16", "bfloat16"):
+            qw = jitmarlin.quantize(w, "uint4b8", group, scale_dtype=act)
+            spec = KernelSpec("sm90", "uint4b8", act, group_blocks(Problem(1, 320, 576, act, "uint4b8", group)),
+                              tm, tn, 4, stages)
+            for m in (64, 77, 300):
+                y, ref = _run_forced(qw, m, act, spec, rng)
+                assert _rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {_rel(y, ref):.3e}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("qt", ALL_QTYPES)
+def test_every_type_matches_reference(qt, rng):
+    if not _hopper():
+        pytest.skip("needs an sm_90 GPU without JITMARLIN_EMULATE")
+    import jitmarlin
+
+    g = GROUP_OF.get(qt, 32)
+    w = rng.standard_normal((448, 1024)) * 0.05
+    for act in ("float16", "bfloat16"):
+        qw = jitmarlin.quantize(w, qt, g, scale_dtype=act)
+        for m, (tm, tn) in ((96, (8, 8)), (1000, (8, 16)), (130, (16, 8))):
+            spec = KernelSpec("sm90", qt, act, group_blocks(Problem(m, qw.n, qw.k, act, qt, g)), tm, tn, 4, 3)
+            y, ref = _run_forced(qw, m, act, spec, rng, lda=1024 + 64)
+            assert _rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {_rel(y, ref):.3e}"
+
+
+@pytest.mark.gpu
+def test_large_problem_split_over_all_sms(rng):
+    """A 70B-like K with many tiles per block and split tiles at block edges."""
+    if not _hopper():
+        pytest.skip("needs an sm_90 GPU without JITMARLIN_EMULATE")
+    import jitmarlin
+
+    w = rng.standard_normal((2048, 8192)) * 0.02
+    qw = jitmarlin.quantize(w, "uint4b8", 128, scale_dtype="float16")
+    for m in (64, 2048):
+        spec = plan(get_profile("h100"), Problem(m, 2048, 8192, "float16", "uint4b8", 128)).spec
+        assert spec.wgmma
+        y, ref = _run_forced(qw, m, "float16", spec, rng)
+        assert _rel(y, ref) <= TOL["float16"]
