@@ -484,3 +484,72 @@ def test_workspace_grows_and_keeps_outgrown_buffers(rng, large_m_from_256):
     ws = dequant_gemm._dense[(0, stream.ptr)]
     assert ws.elems == big.n * big.k and len(ws.retired) == 1
     assert dequant_gemm._dense[(0, -1)].elems >= ws.elems
+
+
+# ---- CPU: the autotuner can pick the route ---------------------------------------------------------
+
+def test_spec_kinds_read_back_either_kind():
+    from jitmarlin.spec import DequantSpec, KernelSpec, spec_from_canonical, spec_kind
+
+    d = DequantSpec("sm80", "nvfp4", "bfloat16", 1)
+    k = KernelSpec("sm80", "nvfp4", "bfloat16", 1, 1, 8, 8, 4)
+    assert spec_kind(d) == "DequantSpec" and spec_kind(k) == "KernelSpec"
+    assert spec_from_canonical(d.canonical()) == d == spec_from_canonical(d.canonical(), "DequantSpec")
+    assert spec_from_canonical(k.canonical()) == k
+    with pytest.raises(ValueError):
+        spec_from_canonical(d.canonical(), "KernelSpec")      # a kind's text is not read as another's
+    with pytest.raises(ValueError):
+        spec_from_canonical(k.canonical(), "DequantSpec")
+    with pytest.raises(ValueError, match="unknown route"):
+        spec_from_canonical(d.canonical().replace('"dequant"', '"other"'))
+
+
+def test_prepare_builds_the_launcher_of_the_chosen_route(tmp_path, monkeypatch):
+    """api._prepare with the GPU parts faked: the planner's route by M, and a tuned choice whose
+    winner is the dequant route (an autotuner comparing routes) builds a DequantLauncher."""
+    import dataclasses
+    import types
+
+    from jitmarlin import api, launch, tune
+    from jitmarlin.cache import KernelCache
+    from jitmarlin.problem import Problem
+    from jitmarlin.profiles import get_profile
+    from jitmarlin.quant import QuantizedWeight
+    from jitmarlin.spec import DequantSpec
+
+    monkeypatch.setenv("JITMARLIN_CACHE_DIR", str(tmp_path))
+    prof = dataclasses.replace(get_profile("h100"), name="NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(api, "planning_profile", lambda d: prof)
+    monkeypatch.setattr(api, "live_profile", lambda d: prof)
+    monkeypatch.setattr(launch, "is_capturing", lambda s: False)
+    monkeypatch.setattr(launch, "get_function", lambda art, key, dev: "func")
+    monkeypatch.setattr(launch, "workspace", lambda dev, s, slots: "ws")
+    monkeypatch.setattr(launch, "Launcher", lambda plan, *a: ("fused", plan))
+    grown = []
+    monkeypatch.setattr(dequant_gemm, "workspace", lambda dev, s, elems, cc: grown.append(elems) or "dws")
+    monkeypatch.setattr(dequant_gemm, "DequantLauncher", lambda plan, *a: ("dequant", plan, a))
+    monkeypatch.setattr(KernelCache, "get", lambda self, spec, arch, compile_missing=True:
+                        (types.SimpleNamespace(name=spec.name), "k" * 64, "memory"))
+    ptr = types.SimpleNamespace(data=types.SimpleNamespace(ptr=0))
+    monkeypatch.setattr(QuantizedWeight, "to_device", lambda self, d, a: (ptr, ptr, None, None))
+    qw = QuantizedWeight("uint4b8", 128, 4096, 2048, np.zeros(1), np.zeros(1), out_features=4000,
+                         in_features=2000, global_scale=0.5)
+    threshold = planner.dequant_min_m(prof)
+    route, p, args = api._prepare(qw, 0, "float16", threshold, 0)
+    assert route == "dequant" and p.route == "dequant" and grown == [4096 * 2048]
+    assert args[-3:] == (4000, 2000, 0.5)                 # n_out, k_in, global scale
+    assert api._prepare(qw, 0, "float16", threshold - 1, 0)[0] == "fused"
+    # a stored tuned choice: the dequant route wins the M=256 bucket
+    bp = Problem(256, 4096, 2048, "float16", "uint4b8", 128)
+    default = planner.plan(prof, bp).spec
+    win = DequantSpec("sm80", "uint4b8", "float16", 8)
+    assert default.route == "fused"
+    c = tune.TunedChoice(gpu=prof.name, arch=prof.arch, qtype="uint4b8", act="float16", group_size=128,
+                         n=4096, k=2048, m_bucket=256, spec=win.canonical(), kind="DequantSpec", us=5.0,
+                         default_spec=default.canonical(), default_kind="KernelSpec", default_us=9.0,
+                         candidates=3, failed=0, jitmarlin=tune.__version__,
+                         templates=tune.templates_tag(), created=1.7e9)
+    assert tune.record_problem(c.key, c.to_dict()) is None
+    tune.store(KernelCache(tmp_path), c)
+    route, p, _ = api._prepare(qw, 0, "float16", 200, 0)
+    assert route == "dequant" and p.spec == win
