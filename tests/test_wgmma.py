@@ -10,7 +10,8 @@ import pytest
 
 from jitmarlin import UnsupportedError
 from jitmarlin.launch import MAX_SLOT_FLOATS
-from jitmarlin.planner import ALL_QTYPES, WGMMA_MIN_M, candidate_specs, group_blocks, plan
+from jitmarlin.planner import (ALL_QTYPES, WGMMA_MIN_M, candidate_specs, choose_fused_spec,
+                               dequant_min_m, group_blocks, plan)
 from jitmarlin.problem import Problem
 from jitmarlin.profiles import PROFILES, get_profile
 from jitmarlin.render import render
@@ -35,8 +36,11 @@ def test_hopper_plans_wgmma_from_64_rows(prof):
         g = GROUP_OF.get(qt, 128)
         for m in (1, 16, 63):
             assert plan(h, Problem(m, 4096, 4096, "float16", qt, g)).spec.path == "sm80"
-        for m in (WGMMA_MIN_M, 100, 4096):
-            pl = plan(h, Problem(m, 4096, 4096, "bfloat16", qt, g))
+        for m in (WGMMA_MIN_M, 100, dequant_min_m(h) - 1, 4096):
+            p = Problem(m, 4096, 4096, "bfloat16", qt, g)
+            # from dequant_min_m rows up the planner routes to dequant + cuBLAS; the fused
+            # kernel it would pick there (and an autotuner can) is still the wgmma one
+            pl = plan(h, p) if m < dequant_min_m(h) else plan(h, p, choose_fused_spec(h, p))
             assert pl.spec.path == "sm90" and pl.smem_bytes <= h.smem_per_block
             assert pl.spec.tile_m * pl.spec.tile_n <= MAX_SLOT_FLOATS
 
@@ -62,8 +66,9 @@ def test_every_wgmma_plan_fits(rng):
         g = int(rng.choice([-1, 32, 64, 128]))
         if g > 0 and k % g:
             continue
-        pl = plan(h, Problem(m, n, k, "float16", "uint4b8", g))
-        assert pl.spec.wgmma and pl.smem_bytes <= h.smem_per_block
+        p = Problem(m, n, k, "float16", "uint4b8", g)
+        pl = plan(h, p, choose_fused_spec(h, p))     # (the planner's own route from 1024 rows up
+        assert pl.spec.wgmma and pl.smem_bytes <= h.smem_per_block    # is dequant + cuBLAS)
         assert pl.grid <= h.sms and pl.grid * pl.iters >= pl.total_iters
 
 
@@ -212,7 +217,7 @@ def test_large_problem_split_over_all_sms(rng):
     w = rng.standard_normal((2048, 8192)) * 0.02
     qw = jitmarlin.quantize(w, "uint4b8", 128, scale_dtype="float16")
     for m in (64, 2048):
-        spec = plan(get_profile("h100"), Problem(m, 2048, 8192, "float16", "uint4b8", 128)).spec
-        assert spec.wgmma
+        spec = choose_fused_spec(get_profile("h100"), Problem(m, 2048, 8192, "float16", "uint4b8", 128))
+        assert spec.wgmma          # (at M = 2048 the planner's route is dequant + cuBLAS)
         y, ref = _run_forced(qw, m, "float16", spec, rng)
         assert _rel(y, ref) <= TOL["float16"]
