@@ -70,7 +70,9 @@ def _wgmma_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
 # is weakest on Volta/Turing, hence their lower threshold. Set from measurements per arch: on
 # Hopper the fused route below the threshold is the wgmma kernel (WGMMA_MIN_M), so sm_90's number
 # comes from comparing that with this route (tools/sweep and the autotuner time both).
-DEQUANT_MIN_M = {"sm_70": 256, "sm_72": 256, "sm_75": 256}
+# sm_90 (H100 sweep, tools/PERF.md): at M = 512 the route ties the wgmma kernel on big layers
+# and wins on small ones (8B o 40.9 vs 46.3 us); from 1024 it wins everywhere (1.3-1.7x).
+DEQUANT_MIN_M = {"sm_70": 256, "sm_72": 256, "sm_75": 256, "sm_90": 512}
 DEQUANT_MIN_M_DEFAULT = 1024
 # candidate_specs() offers the dequant route to an autotuner from this M up.
 DEQUANT_CANDIDATE_MIN_M = 256
