@@ -444,6 +444,18 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def _shape_args(s, m_help: str) -> None:
+    """The problem-selection options prewarm and tune share."""
+    s.add_argument("--model", default=None, help="manifest names, e.g. llama-3-8b,qwen2.5-7b (see prewarm --list-models)")
+    s.add_argument("--manifest", default=None, help="a manifest JSON file (format: cache/README.md)")
+    s.add_argument("--shapes", default=None, help="per-rank KxN list, e.g. 4096x4096,4096x14336")
+    s.add_argument("--tp", default=None, help="tensor-parallel degrees, e.g. 1,2 (default: the manifest's)")
+    s.add_argument("--quant", default="uint4b8", help="quant types, comma list")
+    s.add_argument("--group", default="128", help="group sizes, comma list (-1: per channel)")
+    s.add_argument("--act", default="float16", help="activation dtypes: float16,bfloat16")
+    s.add_argument("--m", default="1,16,64", help=m_help)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="jitmarlin", description=f"jitmarlin {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -477,14 +489,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("prewarm", help="compile the kernels a fleet will need (no GPU needed)")
     s.add_argument("--arch", default=None, help="target archs, e.g. sm_70,sm_90 (each as its reference GPU)")
     s.add_argument("--profile", default=None, help="GPU profiles, e.g. v100,t4,h100,rtx-pro-6000")
-    s.add_argument("--model", default=None, help="manifest names, e.g. llama-3-8b,qwen2.5-7b (see --list-models)")
-    s.add_argument("--manifest", default=None, help="a manifest JSON file (format: cache/README.md)")
-    s.add_argument("--shapes", default=None, help="per-rank KxN list, e.g. 4096x4096,4096x14336")
-    s.add_argument("--tp", default=None, help="tensor-parallel degrees, e.g. 1,2 (default: the manifest's)")
-    s.add_argument("--quant", default="uint4b8", help="quant types, comma list")
-    s.add_argument("--group", default="128", help="group sizes, comma list (-1: per channel)")
-    s.add_argument("--act", default="float16", help="activation dtypes: float16,bfloat16")
-    s.add_argument("--m", default="1,16,64", help="batch sizes (M buckets) to plan for")
+    _shape_args(s, "batch sizes (M buckets) to plan for")
     s.add_argument("--jobs", type=int, default=1, help="compile processes (0: one per CPU)")
     s.add_argument("--cache-dir", default=None)
     s.add_argument("--list-models", action="store_true", help="list the shipped manifests and exit")
@@ -492,14 +497,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("tune", help="time the candidate kernels on this GPU and store the fastest "
                        "per shape bucket (used by linear(); carried by cache export)")
-    s.add_argument("--model", default=None, help="manifest names, e.g. llama-3-8b (see prewarm --list-models)")
-    s.add_argument("--manifest", default=None, help="a manifest JSON file (format: cache/README.md)")
-    s.add_argument("--shapes", default=None, help="per-rank KxN list, e.g. 4096x4096,4096x14336")
-    s.add_argument("--tp", default=None, help="tensor-parallel degrees, e.g. 1,2 (default: the manifest's)")
-    s.add_argument("--quant", default="uint4b8", help="quant types, comma list")
-    s.add_argument("--group", default="128", help="group sizes, comma list (-1: per channel)")
-    s.add_argument("--act", default="float16", help="activation dtypes: float16,bfloat16")
-    s.add_argument("--m", default="1,16,64", help="batch sizes; each tunes its M bucket (power of two)")
+    _shape_args(s, "batch sizes; each tunes its M bucket (power of two)")
     s.add_argument("--device", type=int, default=0, help="GPU index")
     s.add_argument("--jobs", type=int, default=0, help="compile processes (0: one per CPU)")
     s.add_argument("--force", action="store_true", help="re-tune problems that have a stored choice")

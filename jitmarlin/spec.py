@@ -17,8 +17,25 @@ THREADS = 256          # 8 warps per block
 WARPS = THREADS // 32
 
 
+class _WeightFormat:
+    """What a spec's quant type and group field imply (shared by every spec kind)."""
+
+    @property
+    def bits(self) -> int:
+        return QTYPES[self.qtype].bits
+
+    @property
+    def affine(self) -> bool:
+        """Weights carry an offset per group and column (zero points): w = decode(q) * s + m."""
+        return QTYPES[self.qtype].zero_points
+
+    @property
+    def group_size(self) -> int:
+        return -1 if self.group_blocks <= 0 else 16 * self.group_blocks
+
+
 @dataclass(frozen=True)
-class KernelSpec:
+class KernelSpec(_WeightFormat):
     """One specialised GEMM kernel.
 
     path: instruction path ('sm70', 'sm75', 'sm80': mma.sync kernels; 'sm90': the Hopper
@@ -60,22 +77,9 @@ class KernelSpec:
         return self.tk // self.warps_k
 
     @property
-    def bits(self) -> int:
-        return QTYPES[self.qtype].bits
-
-    @property
-    def affine(self) -> bool:
-        """Weights carry an offset per group and column (zero points): w = decode(q) * s + m."""
-        return QTYPES[self.qtype].zero_points
-
-    @property
     def grouped(self) -> bool:
         """Scales are applied in the K loop (grouped, or per-channel with offsets)."""
         return self.group_blocks >= 0
-
-    @property
-    def group_size(self) -> int:
-        return -1 if self.group_blocks <= 0 else 16 * self.group_blocks
 
     @property
     def scale_rows(self) -> int:
@@ -197,7 +201,7 @@ PATHS = ("sm70", "sm75", "sm80")
 
 
 @dataclass(frozen=True)
-class DequantSpec:
+class DequantSpec(_WeightFormat):
     """The dequantisation kernel of the large-M route: packed weight -> dense W (N x K, row-major,
     `act` dtype), then cuBLAS computes out = x @ W.T.
 
@@ -217,17 +221,6 @@ class DequantSpec:
     group_blocks: int
     threads: int = THREADS
 
-    @property
-    def bits(self) -> int:
-        return QTYPES[self.qtype].bits
-
-    @property
-    def affine(self) -> bool:
-        return QTYPES[self.qtype].zero_points
-
-    @property
-    def group_size(self) -> int:
-        return -1 if self.group_blocks <= 0 else 16 * self.group_blocks
 
     @property
     def wgmma(self) -> bool:
