@@ -68,17 +68,15 @@ def _prepare(qw: QuantizedWeight, device: int, act: str, m: int, stream: int,
             f"kernel {plan.spec.name} for M={m} is not compiled yet and CUDA-graph capture is in "
             "progress: run linear() once with this shape before capturing (warm-up), or prewarm"
         )
+    b, s, z, _ = qw.to_device(device, act)
+    ptrs = {"B": b.data.ptr, "S": s.data.ptr, "Z": 0 if z is None else z.data.ptr}
     if plan.route == "dequant":   # large M: dense weight workspace + cuBLAS
         ws = dequant_gemm.workspace(device, stream, qw.n * qw.k, live.cc)
-        b, s, z, _ = qw.to_device(device, act)
-        ptrs = {"B": b.data.ptr, "S": s.data.ptr, "Z": 0 if z is None else z.data.ptr}
         return dequant_gemm.DequantLauncher(plan, art, key, device, stream, ptrs, ws,
                                             qw.out_features, qw.in_features, qw.global_scale)
     func = launch.get_function(art, key, device)
-    b, s, z, _ = qw.to_device(device, act)
     # Slots for the largest grid this GPU can run, so the workspace never has to grow.
     ws = launch.workspace(device, stream, live.sms)
-    ptrs = {"B": b.data.ptr, "S": s.data.ptr, "Z": 0 if z is None else z.data.ptr}
     return launch.Launcher(plan, func, device, stream, ptrs, ws, qw.out_features, qw.in_features,
                            qw.global_scale)
 

@@ -221,53 +221,52 @@ def _write_bundle(path: Path, manifest: dict, members) -> None:
             tmp.unlink()
         raise InputError(f"cannot write bundle {path}: {exc}") from None
 
+def _store_items(items, seen: set, report: ImportReport, has, put) -> tuple[list, int]:
+    """Store the bundle's checked (key, record, problem) items with `put` unless `has` them:
+    (keys stored, count already present). Refusals (a problem, a key listed twice, a failed
+    store) go to report.rejected."""
+    stored, present = [], 0
+    for key, rec, problem in items:
+        if problem is None and key in seen:
+            problem = "listed twice in the manifest"
+        if problem:
+            report.rejected.append((key, problem))
+            continue
+        seen.add(key)
+        if has(key):
+            present += 1
+        elif put(key, rec):
+            stored.append(key)
+        else:
+            report.rejected.append((key, "could not be stored"))
+    return stored, present
+
+
 def import_bundle(cache: KernelCache, path: str | os.PathLike) -> ImportReport:
     """Merge a bundle written by export_bundle(): every entry is checked (its member's sha256
     against the manifest, entry format, checksum, key re-derived from its inputs) and stored
     unless its key is already here (existing entries are kept); so is every tuned choice (its
-    sha256 against the manifest, record fields, specs, key re-derived from the record). Raises InputError when the
-    file is not a bundle or this cache cannot be written."""
+    sha256 against the manifest, record fields, specs, key re-derived from the record). Raises
+    InputError when the file is not a bundle or this cache cannot be written."""
     if not cache.writable:
         raise InputError(f"cannot import into {cache.directory}: the cache is not writable")
     try:
         tar = tarfile.open(path, "r:*")
     except (OSError, tarfile.TarError) as exc:
         raise InputError(f"{path} is not a readable bundle ({exc})") from None
-    report, added, seen = ImportReport(), [], set()
+    report, seen = ImportReport(), set()
     with tar:
         manifest = _read_manifest(tar, path)
         if manifest.get("jitmarlin") != __version__:
             log.warning("jitmarlin: bundle %s was built by jitmarlin %s (this is %s): its "
                         "kernels are only found by that version", path,
                         manifest.get("jitmarlin"), __version__)
-        for item in manifest["entries"]:
-            key, e, problem = _bundle_entry(tar, item)
-            if problem is None and key in seen:
-                problem = "listed twice in the manifest"
-            if problem:
-                report.rejected.append((key, problem))
-                continue
-            seen.add(key)
-            if cache.has(key):
-                report.present += 1
-            elif cache.put_entry(key, e):
-                report.imported += 1
-                added.append(key)
-            else:
-                report.rejected.append((key, "could not be stored"))
-        for key, rec, problem in _bundle_tuned(tar, manifest):
-            if problem is None and key in seen:
-                problem = "listed twice in the manifest"
-            if problem:
-                report.rejected.append((key, problem))
-                continue
-            seen.add(key)
-            if cache.has_tuned(key):
-                report.tuned_present += 1
-            elif cache.put_tuned(key, rec):
-                report.tuned_imported += 1
-            else:
-                report.rejected.append((key, "could not be stored"))
+        entries = (_bundle_entry(tar, item) for item in manifest["entries"])
+        ok, present = _store_items(entries, seen, report, cache.has, cache.put_entry)
+        report.imported, report.present, added = len(ok), present, ok
+        ok, present = _store_items(_bundle_tuned(tar, manifest), seen, report, cache.has_tuned,
+                                   cache.put_tuned)
+        report.tuned_imported, report.tuned_present = len(ok), present
     if added:
         report.evicted = len(cache.enforce_cap(keep=set(added)))
     return report

@@ -44,7 +44,7 @@ def _wgmma_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
     M <= 64, 64-token tiles, 128 features wide on small layers and 256 on big ones, 5 stages;
     above, 256 tokens x 128 features (M > 128) or 128 x 256, 4 stages."""
     gb = group_blocks(p)
-    big = p.n * p.k * get_qtype(p.qtype).bits // 8 >= BIG_LAYER_BYTES_PER_SM * profile.sms
+    big = big_layer(profile, p)
     if p.m <= 64:
         shapes = [(4, 16), (4, 8)] if big else [(4, 8), (4, 16)]
         depth = 5
@@ -160,6 +160,11 @@ def check_problem(profile: DeviceProfile, p: Problem) -> None:
 BIG_LAYER_BYTES_PER_SM = 192 * 1024
 
 
+def big_layer(profile: DeviceProfile, p: Problem) -> bool:
+    """The layer's packed weights exceed BIG_LAYER_BYTES_PER_SM per SM of `profile`."""
+    return p.n * p.k * get_qtype(p.qtype).bits // 8 >= BIG_LAYER_BYTES_PER_SM * profile.sms
+
+
 def max_tm(path: str, p: Problem) -> int:
     """Most m16 blocks per tile: register-staged paths also hold a stage of 8-bit codes (twice
     the chunks of 4-bit ones) in registers, which leaves room for two m16 blocks only."""
@@ -178,8 +183,7 @@ def group_blocks(p: Problem) -> int:
 
 def _preferences(profile: DeviceProfile, p: Problem) -> list[tuple[int, int, int]]:
     """(tn, tk, max stages) in order of preference for problem `p`."""
-    bits = get_qtype(p.qtype).bits
-    big = p.n * p.k * bits // 8 >= BIG_LAYER_BYTES_PER_SM * profile.sms
+    big = big_layer(profile, p)
     if profile.path != "sm80":
         # Register-staged pipelines hold a stage's chunks in registers: K tiles of 128 keep that
         # small next to the accumulators (256-wide ones spill with group-32 scales).
