@@ -357,6 +357,13 @@ inline int run(Runtime& rt, int grid, int threads, int smem_bytes, unsigned seed
       if (t.done) continue;
       any = true;
       if (!active[(size_t)t.block * warps_per_block + t.tidx.x / 32]) continue;
+      // cp.async copies land at some time between issue and the wait: here the oldest group
+      // may land early (else at the wait), so that a stage reused while copies into it are
+      // still in flight shows up as corrupted data.
+      if (seed && !t.groups.empty() && rng() % 4 == 0) {
+        for (const CopyOp& op : t.groups.front()) do_copy(op);
+        t.groups.erase(t.groups.begin());
+      }
       rt.cur = &t;
       resume(t);
       if (!rt.error.empty()) break;
