@@ -41,25 +41,50 @@ def wgmma_available(profile: DeviceProfile) -> bool:
 
 def _wgmma_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
     """wgmma kernels for `p` in order of preference (tools/sweep on H100, tools/PERF.md): at
-    M <= 64, 64-token tiles, 128 features wide on small layers and 256 on big ones, 5 stages;
+    M <= 64, 64-token tiles, 256 features wide from N = 8192 up (else 128), two blocks per SM
+    where each still gets enough K-steps (wgmma_occupancy), 5 stages (4 for two 256-wide blocks);
     above, 256 tokens x 128 features (M > 128) or 128 x 256, 4 stages."""
     gb = group_blocks(p)
-    big = big_layer(profile, p)
+    occ = 1
     if p.m <= 64:
-        shapes = [(4, 16), (4, 8)] if big else [(4, 8), (4, 16)]
-        depth = 5
+        wide = p.n >= WGMMA_WIDE_MIN_N
+        shapes = [(4, 16), (4, 8)] if wide else [(4, 8), (4, 16)]
+        occ = wgmma_occupancy(profile, p)
+        depth = 4 if wide and occ == 2 else 5
     elif p.m <= 128:
         shapes, depth = [(8, 16), (8, 8), (4, 16)], 4
     else:
         shapes, depth = [(16, 8), (8, 16), (8, 8)], 4
     out = []
     for tm, tn in shapes:
-        for stages in range(depth, 1, -1):
-            spec = KernelSpec("sm90", p.qtype, p.act, gb, tm, tn, 4, stages)
-            if _fits(profile, spec):
-                out.append(spec)
-                break
+        for o in sorted({occ, 1}, reverse=True):
+            # two blocks per SM only with a pipeline at least 4 deep each
+            for stages in range(depth, 3 if o > 1 else 1, -1):
+                spec = KernelSpec("sm90", p.qtype, p.act, gb, tm, tn, 4, stages, occupancy=o)
+                if _fits(profile, spec):
+                    out.append(spec)
+                    break
+            else:
+                continue
+            break
     return out
+
+
+# Two wgmma blocks per SM at M <= 64: while one block dequantises its weights the other's
+# warpgroup MMAs run (one block alone waits for its wgmmas, then dequantises). H100, M = 64
+# (tools/PERF.md, entry 11): 70B gate_up 197 -> 153 us, 70B down 103 -> 93, 8B gate_up 53 ->
+# 47; but slower where each block gets only a few K-steps (8B o: 13.1 -> 14.8 us).
+WGMMA_OCC2_MIN_STEPS = 10
+# At M <= 64, 256-feature wgmma tiles win from this N up (70B layers, 8B gate_up); below, 128
+# (8B qkv, o, down: with 256 there are too few tiles across N).
+WGMMA_WIDE_MIN_N = 8192
+
+
+def wgmma_occupancy(profile: DeviceProfile, p: Problem) -> int:
+    """Blocks per SM for the M <= 64 wgmma kernel: 2 when each of 2 x SMs blocks still gets
+    WGMMA_OCC2_MIN_STEPS K-steps of a 64 x 128 x 64 tile, else 1."""
+    steps = -(-p.n // 128) * (p.k // 64)
+    return 2 if steps >= WGMMA_OCC2_MIN_STEPS * 2 * profile.sms else 1
 
 
 # ---- route: fused kernel, or dequantise + cuBLAS -------------------------------------------------
@@ -203,7 +228,8 @@ def _fits(profile: DeviceProfile, spec: KernelSpec) -> bool:
         spec.check()
     except ValueError:
         return False
-    return spec.smem_bytes() <= profile.smem_per_block
+    return (spec.smem_bytes() <= profile.smem_per_block
+            and (spec.occupancy == 1 or spec.smem_per_sm() <= profile.smem_per_sm))
 
 
 def dequant_spec(profile: DeviceProfile, p: Problem) -> DequantSpec:
@@ -273,9 +299,11 @@ def candidate_specs(profile: DeviceProfile, p: Problem) -> list[AnySpec]:
         for tm in (4, 8, 16):
             for tn in (8, 16):
                 for st in (2, 3, 4, 5, 6, 8):
-                    spec = KernelSpec("sm90", p.qtype, p.act, gb, tm, tn, 4, st)
-                    if _fits(profile, spec):
-                        out.append(spec)
+                    # two blocks per SM where the sums leave registers for it (<= 64 a thread)
+                    for occ in (1, 2) if tm * tn <= 64 else (1,):
+                        spec = KernelSpec("sm90", p.qtype, p.act, gb, tm, tn, 4, st, occupancy=occ)
+                        if _fits(profile, spec):
+                            out.append(spec)
     if p.m >= DEQUANT_CANDIDATE_MIN_M:
         out.append(dequant_spec(profile, p))
     return out
@@ -302,18 +330,20 @@ def plan(profile: DeviceProfile, p: Problem, spec: AnySpec | None = None) -> Pla
         if spec.route == "fused":
             if p.k % spec.tile_k:
                 raise InputError(f"K={p.k} is not a multiple of the kernel's K tile {spec.tile_k}")
-            if spec.smem_bytes() > profile.smem_per_block:
-                raise UnsupportedError(f"{spec.name} needs more shared memory than {profile.name} has")
+            if not _fits(profile, spec):
+                raise UnsupportedError(f"{spec.name} needs more shared memory than {profile.name} has "
+                                       f"({spec.occupancy} block(s) of {spec.smem_bytes()} bytes per SM)")
     if spec.route == "dequant":
         return Plan(spec=spec, problem=p, grid=spec.grid(p.n, p.k), iters=1, smem_bytes=0)
     m_chunks = -(-p.m // spec.tile_m)
     n_tiles = -(-p.n // spec.tile_n)
     k_tiles = p.k // spec.tile_k
     total = m_chunks * n_tiles * k_tiles
-    # One block per SM; every block takes an equal run of the striped work list so that all SMs
-    # stream weights for the whole kernel. All blocks must be resident: blocks wait on one another
+    # `occupancy` blocks per SM; every block takes an equal run of the striped work list so that
+    # all SMs stream weights for the whole kernel. All blocks are resident (the shared memory of
+    # `occupancy` blocks fits an SM, launch bounds cap the registers): blocks wait on one another
     # when they share an output tile.
-    grid = max(1, min(profile.sms, total))
+    grid = max(1, min(profile.sms * spec.occupancy, total))
     iters = -(-total // grid)
     grid = -(-total // iters)
     return Plan(spec=spec, problem=p, grid=grid, iters=iters, smem_bytes=spec.smem_bytes())

@@ -43,7 +43,9 @@ class KernelSpec(_WeightFormat):
     group_blocks: scale group size in units of 16 along K; -1: one scale per output channel,
     applied to the fp32 sums; 0: one scale (and offset) per output channel applied in the K loop
     (zero-point types, whose offsets cannot move past the sum);
-    tm, tn, tk: tile size in 16-element blocks along M, N and K; stages: shared-memory pipeline depth.
+    tm, tn, tk: tile size in 16-element blocks along M, N and K; stages: shared-memory pipeline depth;
+    occupancy: blocks resident per SM (1 or 2; with 2, registers are capped at 128 a thread and
+    the grid has two blocks per SM, so one block's dequantisation overlaps the other's MMAs).
     On 'sm90', M is the wgmma N side (tm in 4, 8, 16: 64..256 tokens), N is split into 64-feature
     slabs over two warpgroups (tn 8 or 16) and tk is 4 (one 128-byte swizzled x row per stage).
     """
@@ -59,6 +61,7 @@ class KernelSpec(_WeightFormat):
     tk: int
     stages: int
     threads: int = THREADS
+    occupancy: int = 1
 
     # ---- derived geometry (the same numbers the template computes) ----
     @property
@@ -132,6 +135,11 @@ class KernelSpec(_WeightFormat):
         used = max(self.stages * self.stage_bytes(), self.reduce_bytes(), self.epilogue_bytes())
         return used + (1024 if self.wgmma else 0)
 
+    def smem_per_sm(self) -> int:
+        """Shared memory its resident blocks take from one SM, bytes (each block also costs the
+        1 KB the driver reserves)."""
+        return self.occupancy * (self.smem_bytes() + 1024)
+
     def check(self) -> None:
         """Raise ValueError when the fields do not describe a buildable kernel."""
         if self.path not in ("sm70", "sm75", "sm80", "sm90"):
@@ -142,6 +150,8 @@ class KernelSpec(_WeightFormat):
             raise ValueError(f"unknown activation dtype {self.act!r}")
         if self.threads != THREADS:
             raise ValueError("kernels use 256 threads")
+        if self.occupancy not in (1, 2):
+            raise ValueError(f"occupancy (blocks per SM) must be 1 or 2, got {self.occupancy}")
         if self.wgmma:
             self._check_wgmma()
             return
@@ -194,6 +204,7 @@ class KernelSpec(_WeightFormat):
         return (
             f"jm_{self.path}_{self.qtype}_{ACT_DTYPES[self.act]}_{g}"
             f"_m{self.tm}n{self.tn}k{self.tk}s{self.stages}"
+            + (f"o{self.occupancy}" if self.occupancy > 1 else "")
         )
 
 
@@ -235,6 +246,11 @@ class DequantSpec(_WeightFormat):
 
     def smem_bytes(self) -> int:
         return 0
+
+    def smem_per_sm(self) -> int:
+        """Shared memory its resident blocks take from one SM, bytes (each block also costs the
+        1 KB the driver reserves)."""
+        return self.occupancy * (self.smem_bytes() + 1024)
 
     def check(self) -> None:
         """Raise ValueError when the fields do not describe a buildable kernel."""

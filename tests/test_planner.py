@@ -11,8 +11,9 @@ from jitmarlin.spec import DequantSpec, KernelSpec, spec_from_canonical
 @pytest.mark.parametrize("prof", list(PROFILES.values()), ids=lambda p: p.name)
 def test_every_plan_fits_the_profile(prof):
     """Planner guarantee: for every supported combination and a sweep of shapes the chosen spec
-    fits the profile's shared memory, thread and register budgets (256 threads, one block per
-    SM: 64K registers is 255 a thread, which ptxas enforces; spills are checked in test_nvrtc)."""
+    fits the profile's shared memory, thread and register budgets (256 threads, `occupancy`
+    blocks per SM: 64K registers is 255 a thread for one, 128 for two, which ptxas enforces
+    through the launch bounds; spills are checked in test_nvrtc)."""
     ms = [1, 2, 15, 16, 17, 48, 64, 65, 256, 1000, 4096, 8192]
     nks = [64, 128, 192, 4160, 6144, 14336, 28672, 57344]
     acts = ["float16", "bfloat16"] if prof.path == "sm80" else ["float16"]
@@ -30,9 +31,12 @@ def test_every_plan_fits_the_profile(prof):
         wgmma = prof.cc == (9, 0) and m >= 64
         assert s.path == ("sm90" if wgmma else prof.path)
         assert s.smem_bytes() <= prof.smem_per_block
-        assert s.threads <= prof.max_threads_per_sm and s.threads * 255 <= prof.regs_per_sm
+        assert s.occupancy * (s.smem_bytes() + 1024) <= prof.smem_per_sm
+        assert s.occupancy * s.threads <= prof.max_threads_per_sm
+        assert s.occupancy * s.threads * (255 if s.occupancy == 1 else 128) <= prof.regs_per_sm
         assert k % s.tile_k == 0
-        assert 1 <= p.grid <= prof.sms
+        assert 1 <= p.grid <= prof.sms * s.occupancy
+        assert s.occupancy == 1 or (wgmma and m <= 64)
         assert p.grid * p.iters >= p.total_iters > (p.grid - 1) * p.iters   # no idle block
         if not wgmma:
             assert s.tm == min(2 if prof.path == "sm70" else 4, -(-m // 16))   # 4-bit codes

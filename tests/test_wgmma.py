@@ -22,9 +22,13 @@ TILES = [(4, 8), (4, 16), (8, 8), (8, 16), (16, 8)]
 GROUP_OF = {"nvfp4": 16, "mxfp4": 32}
 
 
-def _spec(qtype="uint4b8", act="float16", group=128, tm=8, tn=16, stages=4):
+def _spec(qtype="uint4b8", act="float16", group=128, tm=8, tn=16, stages=4, occupancy=1):
     p = Problem(256, 4096, 4096, act, qtype, group)
-    return KernelSpec("sm90", qtype, act, group_blocks(p), tm, tn, 4, stages)
+    return KernelSpec("sm90", qtype, act, group_blocks(p), tm, tn, 4, stages, occupancy=occupancy)
+
+
+# tiles whose sums leave room for two blocks per SM (<= 128 registers a thread)
+OCC2_TILES = [(4, 8), (4, 16), (8, 8)]
 
 
 # ---- planning (pure) ---------------------------------------------------------------------------
@@ -69,7 +73,22 @@ def test_every_wgmma_plan_fits(rng):
         p = Problem(m, n, k, "float16", "uint4b8", g)
         pl = plan(h, p, choose_fused_spec(h, p))     # (the planner's own route from 1024 rows up
         assert pl.spec.wgmma and pl.smem_bytes <= h.smem_per_block    # is dequant + cuBLAS)
-        assert pl.grid <= h.sms and pl.grid * pl.iters >= pl.total_iters
+        assert pl.spec.occupancy * (pl.smem_bytes + 1024) <= h.smem_per_sm
+        assert pl.grid <= h.sms * pl.spec.occupancy and pl.grid * pl.iters >= pl.total_iters
+
+
+def test_two_blocks_per_sm_where_each_gets_enough_steps():
+    h = get_profile("h100")
+    for (k, n), occ in [((4096, 4096), 1), ((4096, 6144), 2), ((8192, 57344), 2), ((28672, 8192), 2)]:
+        spec = plan(h, Problem(64, n, k, "float16", "uint4b8", 128)).spec
+        assert spec.wgmma and spec.occupancy == occ and spec.name.endswith("o2") == (occ == 2)
+        assert plan(h, Problem(64, n, k, "float16", "uint4b8", 128)).grid <= 2 * h.sms
+    # only M <= 64 takes it, and never where two blocks' shared memory would not fit an SM
+    assert plan(h, Problem(200, 57344, 8192, "float16", "uint4b8", 128)).spec.occupancy == 1
+    small = replace(h, smem_per_sm=120 * 1024)   # two 4-stage blocks need ~140 KB
+    assert plan(small, Problem(64, 57344, 8192, "float16", "uint4b8", 128)).spec.occupancy == 1
+    with pytest.raises(ValueError, match="occupancy"):
+        _spec(occupancy=3).check()
 
 
 def test_wgmma_candidates_are_valid():
@@ -126,6 +145,16 @@ def test_every_tile_compiles_without_spills(tm, tn, group):
     art = _compile(_spec("uint4b8", "float16", group, tm, tn, 3))
     assert f"m64n{16 * tm}k16" in art.ptx
     assert art.resources["spill_stores"] == 0 and art.resources["stack_bytes"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tm,tn", OCC2_TILES)
+@pytest.mark.parametrize("qt,group", [("uint4b8", 128), ("uint8", 32), ("nvfp4", 16)])
+def test_two_blocks_per_sm_fit_128_registers_without_spills(tm, tn, qt, group):
+    art = _compile(_spec(qt, "bfloat16", group, tm, tn, 5, occupancy=2))
+    assert ".maxnreg" in art.ptx or ".minnctapersm 2" in art.ptx
+    r = art.resources
+    assert r["registers"] <= 128 and r["spill_stores"] == 0 and r["stack_bytes"] == 0, r
 
 
 # ---- GPU: correctness on sm_90 -----------------------------------------------------------------
@@ -204,6 +233,24 @@ def test_every_type_matches_reference(qt, rng):
         for m, (tm, tn) in ((96, (8, 8)), (1000, (8, 16)), (130, (16, 8))):
             spec = KernelSpec("sm90", qt, act, group_blocks(Problem(m, qw.n, qw.k, act, qt, g)), tm, tn, 4, 3)
             y, ref = _run_forced(qw, m, act, spec, rng, lda=1024 + 64)
+            assert _rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {_rel(y, ref):.3e}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tm,tn", OCC2_TILES)
+def test_two_blocks_per_sm_match_reference(tm, tn, rng):
+    """Two blocks per SM: twice the blocks, each with a short K range, split tiles everywhere."""
+    if not _hopper():
+        pytest.skip("needs an sm_90 GPU without JITMARLIN_EMULATE")
+    import jitmarlin
+
+    w = rng.standard_normal((2048 + 64, 8192)) * 0.02
+    for act, group in (("float16", 128), ("bfloat16", -1)):
+        qw = jitmarlin.quantize(w, "uint4b8", group, scale_dtype=act)
+        spec = KernelSpec("sm90", "uint4b8", act, group_blocks(Problem(64, qw.n, 8192, act, "uint4b8", group)),
+                          tm, tn, 4, 5, occupancy=2)
+        for m in (64, 41, 150):
+            y, ref = _run_forced(qw, m, act, spec, rng)
             assert _rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {_rel(y, ref):.3e}"
 
 

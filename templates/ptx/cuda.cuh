@@ -4,7 +4,10 @@
 // own logic (fragment mapping, emulated instructions) runs unchanged in the emulator.
 // Functions are static: NVRTC only emits the ones a kernel uses, so an instruction that does not
 // exist on an older target is never assembled for it.
-#define JM_KERNEL extern "C" __global__ void __launch_bounds__(256, 1)
+#ifndef JM_MIN_BLOCKS
+#define JM_MIN_BLOCKS 1   // blocks per SM the kernel is built for (KernelSpec.occupancy)
+#endif
+#define JM_KERNEL extern "C" __global__ void __launch_bounds__(256, JM_MIN_BLOCKS)
 #define JM_DEV static __device__ __forceinline__
 #define JM_INL __device__ __forceinline__
 #define JM_UNROLL _Pragma("unroll")
