@@ -51,3 +51,23 @@ def rng():
     seed = int.from_bytes(os.urandom(4), "little")
     print(f"rng seed {seed}")
     return np.random.default_rng(seed)
+
+
+@pytest.fixture
+def plant(monkeypatch):
+    """plant(old, new): the CPU emulator runs kernels whose source has `old` replaced by `new`
+    (a planted bug it must catch); `old` must occur in every source it renders."""
+    from jitmarlin import emu
+    from jitmarlin import render as render_mod
+
+    real = render_mod.render
+
+    def _plant(old: str, new: str) -> None:
+        def planted(spec, target="cuda"):
+            src = real(spec, target)
+            assert old in src, f"{old!r} not in the source of {spec.name}"
+            return src.replace(old, new)
+
+        monkeypatch.setattr(emu, "render", planted)
+
+    return _plant

@@ -76,17 +76,8 @@ def test_kernel_on_emulator(case, rng):
     assert err <= TOL[case[4]], f"{pl.spec.name}: relative error {err:.3e}"
 
 
-def _mutated_run(monkeypatch, old, new, rng):
-    from jitmarlin import render as render_mod
-
-    real = render_mod.render
-
-    def fake(spec, target="cuda"):
-        src = real(spec, target)
-        assert old in src
-        return src.replace(old, new)
-
-    monkeypatch.setattr(emu, "render", fake)
+def _mutated_run(plant, old, new, rng):
+    plant(old, new)
     return _run_case(33, 256, 512, 64, "float16", 4, None, rng, bias=False)
 
 
@@ -95,25 +86,25 @@ def _mutated_run(monkeypatch, old, new, rng):
     ("pipe.template land<STAGES - 2>();", "pipe.template land<STAGES - 1>();"),
     ("        bar_sync();\n        if (wk == 0) {", "        if (wk == 0) {"),
 ], ids=["missing-barrier", "shallow-wait", "missing-reduce-barrier"])
-def test_emulator_catches_planted_races(monkeypatch, rng, old, new):
-    assert _caught(monkeypatch, old, new, rng)
+def test_emulator_catches_planted_races(plant, rng, old, new):
+    assert _caught(plant, old, new, rng)
 
 
-def _caught(monkeypatch, old, new, rng) -> bool:
+def _caught(plant, old, new, rng) -> bool:
     """The planted bug is caught: the emulator reports an error, or the suite's own tolerance
     would fail the result."""
     try:
-        _, out, ref = _mutated_run(monkeypatch, old, new, rng)
+        _, out, ref = _mutated_run(plant, old, new, rng)
     except emu.EmuError:
         return True
     return bool(np.isnan(out).any()) or rel_error(out, ref) > TOL["float16"]
 
 
-def test_emulator_catches_finisher_not_waiting(monkeypatch, rng):
+def test_emulator_catches_finisher_not_waiting(plant, rng):
     # The finishing block reads the others' partial sums before they are all stored. One
     # schedule in ~6 lets the finisher arrive last anyway (then nothing is wrong); eight random
     # schedules miss it with probability ~1e-6.
-    assert any(_caught(monkeypatch, "wait_count(locks + b_lo, b_hi - b_lo);", "", rng)
+    assert any(_caught(plant, "wait_count(locks + b_lo, b_hi - b_lo);", "", rng)
                for _ in range(8))
 
 
@@ -122,21 +113,11 @@ def test_emulator_catches_finisher_not_waiting(monkeypatch, rng):
 # randomised scheduler rarely produces. The emulator is a strong check, not a proof.
 
 
-def test_emulator_catches_scratch_in_a_stage_still_loading(monkeypatch, rng):
+def test_emulator_catches_scratch_in_a_stage_still_loading(plant, rng):
     # Between tiles the reduction may use only the stage just consumed: every other stage holds
     # or awaits the next steps. Using the next one (copies in flight) must show up: the emulator
     # lands cp.async groups at random times between issue and wait.
-    from jitmarlin import render as render_mod
-
-    real = render_mod.render
-
-    def fake(spec, target="cuda"):
-        src = real(spec, target)
-        old = "smem + ((t - 1) % STAGES) * STAGE : smem"
-        assert old in src
-        return src.replace(old, "smem + (t % STAGES) * STAGE : smem")
-
-    monkeypatch.setattr(emu, "render", fake)
+    plant("smem + ((t - 1) % STAGES) * STAGE : smem", "smem + (t % STAGES) * STAGE : smem")
     for case in CASES[-6:-3]:   # cp.async kernels whose blocks cross tile boundaries
         try:
             _, out, ref = _run_case(*case, rng)
@@ -145,9 +126,9 @@ def test_emulator_catches_scratch_in_a_stage_still_loading(monkeypatch, rng):
         assert np.isnan(out).any() or rel_error(out, ref) > TOL[case[4]], case
 
 
-def test_emulator_catches_divergent_barrier(monkeypatch, rng):
+def test_emulator_catches_divergent_barrier(plant, rng):
     with pytest.raises(emu.EmuError, match="deadlock"):
-        _mutated_run(monkeypatch, "        fence_gpu();\n        bar_sync();",
+        _mutated_run(plant, "        fence_gpu();\n        bar_sync();",
                      "        fence_gpu();\n        if (wk == 0) bar_sync();", rng)
 
 

@@ -7,12 +7,7 @@
 # then one line per row and variant. CACHE names the carried kernel cache (prewarm the variants
 # with tools/probe/prewarm_sweep.py through variant_bench.py).
 set -u
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/jm-out}; mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl >/dev/null 2>&1
-export PYTHONPATH="$PWD:/tmp/site"
-rm -rf /tmp/jmcache; cp -r ${CACHE:-.jmcache} /tmp/jmcache
-export JITMARLIN_CACHE_DIR=/tmp/jmcache JITMARLIN_TEST_CACHE_DIR=/tmp/jmcache
+source "$(dirname "$0")/env.sh"
 if [ "${TESTS:-0}" = 1 ]; then
   t0=$(date +%s)
   timeout ${TEST_TIMEOUT:-300} python3 -m pytest tests -m gpu -q -p no:cacheprovider --maxfail=25 \

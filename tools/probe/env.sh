@@ -1,0 +1,8 @@
+# Sourced by the probe session scripts on the device: $OUT, the carried wheels (.whl) installed
+# to /tmp/site, the carried kernel cache ($CACHE, default .jmcache) copied to /tmp/jmcache.
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/jm-out}; mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl >/dev/null 2>&1
+export PYTHONPATH="$PWD:/tmp/site"
+rm -rf /tmp/jmcache; cp -r "${CACHE:-.jmcache}" /tmp/jmcache
+export JITMARLIN_CACHE_DIR=/tmp/jmcache JITMARLIN_TEST_CACHE_DIR=/tmp/jmcache
