@@ -45,7 +45,6 @@ def _wgmma_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
     where each still gets enough K-steps (wgmma_occupancy), 5 stages (4 for two 256-wide blocks);
     up to 128 rows, 128 tokens x 256 features, 4 stages; above, 256 x 128 with 3 stages (M = 256
     sweep: 3 stages beat 4 by 3-10% on 7 of the 8 layers)."""
-    gb = group_blocks(p)
     occ = 1
     if p.m <= 64:
         wide = p.n >= WGMMA_WIDE_MIN_N
@@ -58,17 +57,22 @@ def _wgmma_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
         shapes, depth = [(16, 8), (8, 16), (8, 8)], 3
     out = []
     for tm, tn in shapes:
-        for o in sorted({occ, 1}, reverse=True):
-            # two blocks per SM only with a pipeline at least 4 deep each
-            for stages in range(depth, 3 if o > 1 else 1, -1):
-                spec = KernelSpec("sm90", p.qtype, p.act, gb, tm, tn, 4, stages, occupancy=o)
-                if _fits(profile, spec):
-                    out.append(spec)
-                    break
-            else:
-                continue
-            break
+        spec = _deepest_wgmma(profile, p, tm, tn, depth, occ) if occ > 1 else None
+        spec = spec or _deepest_wgmma(profile, p, tm, tn, depth, 1)
+        if spec:
+            out.append(spec)
     return out
+
+
+def _deepest_wgmma(profile: DeviceProfile, p: Problem, tm: int, tn: int, depth: int,
+                   occupancy: int) -> KernelSpec | None:
+    """The wgmma tile (tm, tn) with the deepest pipeline, at most `depth`, that fits `profile`
+    with `occupancy` blocks per SM; two blocks only with at least 4 stages each."""
+    for stages in range(depth, 3 if occupancy > 1 else 1, -1):
+        spec = KernelSpec("sm90", p.qtype, p.act, group_blocks(p), tm, tn, 4, stages, occupancy=occupancy)
+        if _fits(profile, spec):
+            return spec
+    return None
 
 
 # Two wgmma blocks per SM at M <= 64: while one block dequantises its weights the other's

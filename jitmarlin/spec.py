@@ -247,11 +247,6 @@ class DequantSpec(_WeightFormat):
     def smem_bytes(self) -> int:
         return 0
 
-    def smem_per_sm(self) -> int:
-        """Shared memory its resident blocks take from one SM, bytes (each block also costs the
-        1 KB the driver reserves)."""
-        return self.occupancy * (self.smem_bytes() + 1024)
-
     def check(self) -> None:
         """Raise ValueError when the fields do not describe a buildable kernel."""
         if self.path not in PATHS:
