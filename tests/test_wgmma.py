@@ -148,6 +148,20 @@ def test_every_tile_compiles_without_spills(tm, tn, group):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("tm,tn", TILES)
+def test_wgmmas_stay_asynchronous(tm, tn):
+    """ptxas serialises every wgmma (a C7511/C7513/C7515 note) when registers run short or the
+    code between a wgmma and its wait touches its registers: no tile, depth or occupancy may
+    get that."""
+    for stages in (2, 3, 4, 5, 6):
+        for occ in (1, 2) if tm * tn <= 64 else (1,):
+            art = _compile(_spec("uint4b8", "float16", 128, tm, tn, stages, occupancy=occ))
+            notes = [line for line in art.log.splitlines() if "serialized" in line]
+            assert not notes, (art.name, notes)
+            assert art.resources["spill_stores"] == 0, art.name
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("tm,tn", OCC2_TILES)
 @pytest.mark.parametrize("qt,group", [("uint4b8", 128), ("uint8", 32), ("nvfp4", 16)])
 def test_two_blocks_per_sm_fit_128_registers_without_spills(tm, tn, qt, group):

@@ -56,7 +56,7 @@ def bench_problems():
 
 def wgmma_specs():
     """Kernels tests/test_wgmma.py forces on an sm_90 GPU, and every wgmma candidate of the sweep."""
-    from test_wgmma import GROUP_OF, TILES
+    from test_wgmma import GROUP_OF, OCC2_TILES, TILES
 
     from jitmarlin.planner import ALL_QTYPES, candidate_specs, group_blocks
     from jitmarlin.problem import Problem
@@ -67,6 +67,9 @@ def wgmma_specs():
             for g in (-1, 64):
                 for act in ("float16", "bfloat16"):
                     yield KernelSpec("sm90", "uint4b8", act, -1 if g < 0 else g // 16, tm, tn, 4, st)
+    for tm, tn in OCC2_TILES:   # test_two_blocks_per_sm_match_reference
+        yield KernelSpec("sm90", "uint4b8", "float16", 8, tm, tn, 4, 5, occupancy=2)
+        yield KernelSpec("sm90", "uint4b8", "bfloat16", -1, tm, tn, 4, 5, occupancy=2)
     for qt in ALL_QTYPES:
         g = GROUP_OF.get(qt, 32)
         for act in ("float16", "bfloat16"):
