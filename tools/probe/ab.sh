@@ -3,7 +3,8 @@
 # for each source variant (VARIANTS: head = the templates of a base commit in
 # tools/probe/templates_head, made with
 #   mkdir -p tools/probe/templates_head && git archive HEAD templates | tar -x -C tools/probe/templates_head --strip-components=1
-# new = the working tree, occ2 = two blocks per SM, or substitution names of variant_bench.py),
+# new = the working tree, or substitution names of variant_bench.py; KernelSpec.occupancy has
+# replaced the two-blocks-per-SM variant of session 3),
 # then one line per row and variant. CACHE names the carried kernel cache (prewarm the variants
 # with tools/probe/prewarm_sweep.py through variant_bench.py).
 set -u
@@ -20,8 +21,6 @@ for v in ${VARIANTS:-new}; do
   case $v in
     new) env=() ;;
     head) env=(JM_PROBE_TEMPLATES=tools/probe/templates_head) ;;
-    occ2) env=(JM_PROBE_OCC=2 JM_PROBE_SUB=lb2) ;;
-    occ2rb1) env=(JM_PROBE_OCC=2 JM_PROBE_SUB=lb2,rb1) ;;
     *) env=(JM_PROBE_SUB=$v) ;;
   esac
   env "${env[@]}" timeout ${BENCH_TIMEOUT:-200} python3 tools/probe/variant_bench.py bench --json "$OUT/ab-$v.json" \

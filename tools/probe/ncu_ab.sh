@@ -7,8 +7,7 @@ for r in long_scoreboard barrier wait lg_throttle short_scoreboard mio_throttle 
 done
 for v in ${NCU_VARIANTS:-head new}; do
   case $v in new) env=() ;; head) env=(JM_PROBE_TEMPLATES=tools/probe/templates_head) ;;
-    occ2) env=(JM_PROBE_OCC=2 JM_PROBE_SUB=lb2) ;;
-    occ2rb1) env=(JM_PROBE_OCC=2 JM_PROBE_SUB=lb2,rb1) ;; *) env=(JM_PROBE_SUB=$v) ;; esac
+    *) env=(JM_PROBE_SUB=$v) ;; esac
   echo "== $v"
   env "${env[@]}" timeout 120 ncu --clock-control none -k regex:^jm_ --metrics $M \
       python3 tools/probe/variant_bench.py probe/ncu_decode.py --shapes ${NCU_SHAPES:-14336x4096,8192x57344} --calls 1 2>&1 \

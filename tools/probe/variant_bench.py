@@ -19,10 +19,10 @@ SUBS = {
     "l2_256": [("cp.async.cg.shared.global [%0]", "cp.async.cg.shared.global.L2::256B [%0]")],
     "l2_128": [("cp.async.cg.shared.global [%0]", "cp.async.cg.shared.global.L2::128B [%0]")],
     "rb1": [("constexpr int RED_BATCH = TM >= 4 ? 1 : 4 / TM;", "constexpr int RED_BATCH = 1;"),
-            ("constexpr int RED_BATCH = MW * ACC <= 64 ? 2 : 1;", "constexpr int RED_BATCH = 1;")],
+            ("constexpr int RED_BATCH = MW * ACC <= 64 && JM_MIN_BLOCKS == 1 ? 2 : 1;",
+             "constexpr int RED_BATCH = 1;")],
     "no_overlap": [("constexpr bool OVERLAP = RED_CHUNKS <= STAGE && OUT_STAGE_CHUNKS <= STAGE;",
                     "constexpr bool OVERLAP = false;")],
-    "lb2": [("__launch_bounds__(256, 1)", "__launch_bounds__(256, 2)")],
     "skip_a_rows": [("pipe.fetch16(j, sA + row * A_ROW + a_swizzle(row, chunk), src,\n"
                      "                   A_STAGE % THREADS == 0 || i < A_STAGE, valid);",
                      "pipe.fetch16(j, sA + row * A_ROW + a_swizzle(row, chunk), src,\n"
@@ -46,21 +46,6 @@ if subs:
         return src
 
     jitmarlin.cache.render = patched
-occ = int(os.environ.get("JM_PROBE_OCC", "1"))
-if occ > 1:
-    # Plan as if the GPU had occ x its SMs and 1/occ of its shared memory per SM: occ blocks
-    # per SM (pair with the lb2 substitution so registers allow it).
-    from dataclasses import replace
-
-    import jitmarlin.api
-    P = sys.modules["jitmarlin.profiles"]
-
-    def shrink(prof):
-        return replace(prof, sms=prof.sms * occ, smem_per_block=prof.smem_per_sm // occ - 2048)
-
-    real_pp, real_gp = jitmarlin.api.planning_profile, P.get_profile
-    jitmarlin.api.planning_profile = lambda dev: shrink(real_pp(dev))
-    P.get_profile = lambda name: shrink(real_gp(name))
 tool = sys.argv[1]
 sys.argv = [os.path.join(HERE, "..", tool)] + sys.argv[2:]
 runpy.run_path(sys.argv[0], run_name="__main__")
