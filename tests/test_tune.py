@@ -77,6 +77,8 @@ def test_key_names_gpu_arch_problem_bucket_and_code_version():
 def test_spec_from_canonical_is_the_one_reader():
     s = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 8, 16, 4)
     assert spec_kind(s) == "KernelSpec" and spec_from_canonical(s.canonical()) == s
+    two = KernelSpec("sm90", "uint4b8", "bfloat16", 8, 4, 16, 4, 4, occupancy=2)
+    assert spec_from_canonical(two.canonical()) == two != dataclasses.replace(two, occupancy=1)
     with pytest.raises(ValueError, match="unknown spec kind"):
         spec_from_canonical(s.canonical(), "WgmmaSpec")
     extra = json.dumps(dict(json.loads(s.canonical()), kind="sm90"), sort_keys=True, separators=(",", ":"))
