@@ -33,6 +33,19 @@ class _WeightFormat:
     def group_size(self) -> int:
         return -1 if self.group_blocks <= 0 else 16 * self.group_blocks
 
+    @property
+    def group_tag(self) -> str:
+        """The group part of kernel names: gc (per-channel), gk (per-channel with offsets), g128."""
+        return {-1: "gc", 0: "gk"}.get(self.group_blocks, f"g{16 * self.group_blocks}")
+
+    @classmethod
+    def from_canonical(cls, text: str):
+        """The spec whose canonical() is `text` (fields it does not have are ignored; use
+        spec_from_canonical(), which also checks the text round-trips)."""
+        d = json.loads(text)
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
 
 @dataclass(frozen=True)
 class KernelSpec(_WeightFormat):
@@ -191,18 +204,11 @@ class KernelSpec(_WeightFormat):
         """Stable text form (sorted JSON) used in cache keys."""
         return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
 
-    @classmethod
-    def from_canonical(cls, text: str) -> "KernelSpec":
-        d = json.loads(text)
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
-
     @property
     def name(self) -> str:
         """Kernel symbol, readable in profilers: jm_sm80_uint4b8_f16_g128_m1n8k8s4."""
-        g = {-1: "gc", 0: "gk"}.get(self.group_blocks, f"g{16 * self.group_blocks}")
         return (
-            f"jm_{self.path}_{self.qtype}_{ACT_DTYPES[self.act]}_{g}"
+            f"jm_{self.path}_{self.qtype}_{ACT_DTYPES[self.act]}_{self.group_tag}"
             f"_m{self.tm}n{self.tn}k{self.tk}s{self.stages}"
             + (f"o{self.occupancy}" if self.occupancy > 1 else "")
         )
@@ -231,7 +237,6 @@ class DequantSpec(_WeightFormat):
     act: str
     group_blocks: int
     threads: int = THREADS
-
 
     @property
     def wgmma(self) -> bool:
@@ -273,17 +278,10 @@ class DequantSpec(_WeightFormat):
         d["route"] = self.route
         return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
-    @classmethod
-    def from_canonical(cls, text: str) -> "DequantSpec":
-        d = json.loads(text)
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
-
     @property
     def name(self) -> str:
         """Kernel symbol: jm_dq_sm80_uint4b8_f16_g128."""
-        g = {-1: "gc", 0: "gk"}.get(self.group_blocks, f"g{16 * self.group_blocks}")
-        return f"jm_dq_{self.path}_{self.qtype}_{ACT_DTYPES[self.act]}_{g}"
+        return f"jm_dq_{self.path}_{self.qtype}_{ACT_DTYPES[self.act]}_{self.group_tag}"
 
 
 AnySpec = Union[KernelSpec, DequantSpec]
