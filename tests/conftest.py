@@ -71,3 +71,22 @@ def plant(monkeypatch):
         monkeypatch.setattr(emu, "render", planted)
 
     return _plant
+
+
+@pytest.fixture
+def rewrite_bundle():
+    """rewrite_bundle(src, dst, edit): copy bundle `src` to `dst`, passing its {name: bytes}
+    through edit() first (tampered and old-format bundles)."""
+    import tarfile
+
+    from jitmarlin import bundle as bundle_mod
+
+    def _rewrite(src, dst, edit):
+        with tarfile.open(src) as tar:
+            files = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
+        edit(files)
+        with tarfile.open(dst, "w") as tar:
+            for name, data in files.items():
+                bundle_mod._tar_add(tar, name, data)
+
+    return _rewrite

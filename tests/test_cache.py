@@ -248,17 +248,7 @@ def test_export_import_into_empty_dir_needs_no_nvrtc(tmp_path, seed, monkeypatch
     assert (rep.imported, rep.present) == (0, 2)
 
 
-def _rewrite_bundle(src, dst, edit):
-    """Copy bundle `src` to `dst`, passing {name: bytes} through edit() first."""
-    with tarfile.open(src) as tar:
-        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
-    edit(files)
-    with tarfile.open(dst, "w") as tar:
-        for name, data in files.items():
-            bundle_mod._tar_add(tar, name, data)
-
-
-def test_tampered_bundle_entry_is_rejected_with_a_reason(tmp_path, seed):
+def test_tampered_bundle_entry_is_rejected_with_a_reason(tmp_path, seed, rewrite_bundle):
     import hashlib
 
     bundle = tmp_path / "b.tar"
@@ -297,7 +287,7 @@ def test_tampered_bundle_entry_is_rejected_with_a_reason(tmp_path, seed):
              (old_format, "entry format 1"), (other_spec, "manifest and entry disagree on spec")]
     for i, (edit, reason) in enumerate(cases):
         bad = tmp_path / f"bad{i}.tar"
-        _rewrite_bundle(bundle, bad, edit)
+        rewrite_bundle(bundle, bad, edit)
         rep = import_bundle(KernelCache(tmp_path / f"dst{i}"), bad)
         assert rep.imported == 1, reason                       # the other kernel still imports
         (key, why), = rep.rejected

@@ -276,17 +276,6 @@ def test_tuned_rows_are_not_kernels_and_survive_lru_and_verify(tmp_path):
 
 # ---- bundles -------------------------------------------------------------------------------------
 
-def _rewrite(src, dst, edit):
-    from jitmarlin import bundle as bundle_mod
-
-    with tarfile.open(src) as tar:
-        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
-    edit(files)
-    with tarfile.open(dst, "w") as tar:
-        for name, data in files.items():
-            bundle_mod._tar_add(tar, name, data)
-
-
 def test_bundles_carry_tuned_choices(tmp_path):
     src = KernelCache(tmp_path / "src")
     a = _choice()
@@ -323,7 +312,7 @@ def test_bundles_carry_tuned_choices(tmp_path):
     assert tune.lookup(ro, GPU, "sm_90", P16) == a and ro.tuned_keys() == []
 
 
-def test_tampered_or_old_bundles(tmp_path):
+def test_tampered_or_old_bundles(tmp_path, rewrite_bundle):
     src = KernelCache(tmp_path / "src")
     a, b = _choice(), _choice(dataclasses.replace(P16, m=64))
     tune.store(src, a)
@@ -356,7 +345,7 @@ def test_tampered_or_old_bundles(tmp_path):
     for i, (edit, reason, good) in enumerate([(alter, "altered", 1), (rekey, "key does not match", 1),
                                               (drop_member, "missing", 0)]):
         bad = tmp_path / f"bad{i}.tar"
-        _rewrite(bundle, bad, edit)
+        rewrite_bundle(bundle, bad, edit)
         rep = import_bundle(KernelCache(tmp_path / f"d{i}"), bad)
         assert rep.tuned_imported == good, reason
         assert rep.rejected and all(reason in why for _, why in rep.rejected), rep.rejected
@@ -369,7 +358,7 @@ def test_tampered_or_old_bundles(tmp_path):
         del m["tuned"]
         files["manifest.json"] = json.dumps(m).encode()
 
-    _rewrite(bundle, tmp_path / "old.tar", old)
+    rewrite_bundle(bundle, tmp_path / "old.tar", old)
     rep = import_bundle(KernelCache(tmp_path / "o"), tmp_path / "old.tar")
     assert (rep.imported, rep.tuned_imported, rep.rejected) == (0, 0, [])
 
