@@ -24,6 +24,13 @@ JM_DEV void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" :: "
 // The accumulators are outputs of an asynchronous instruction: this empty asm, placed after
 // the wait, stops the compiler from reading them any earlier.
 JM_DEV void wgmma_hold(float& r) { asm volatile("" : "+f"(r) :: "memory"); }
+// A real instruction reading `r` (an A-fragment register of a wgmma that was in flight), placed
+// after its wait: ptxas keeps `r` untouched until here. Volatile: not moved or removed.
+JM_DEV u32 wgmma_keep(u32 sink, u32 r) {
+  u32 out;
+  asm volatile("xor.b32 %0, %1, %2;" : "=r"(out) : "r"(sink), "r"(r) : "memory");
+  return out;
+}
 // cp.async writes shared memory through the generic proxy, wgmma reads it through the async
 // proxy: each writer fences before the barrier that publishes a stage.
 JM_DEV void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
