@@ -41,20 +41,24 @@ def wgmma_available(profile: DeviceProfile) -> bool:
 
 def _wgmma_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
     """wgmma kernels for `p` in order of preference (tools/sweep on H100, tools/PERF.md): at
-    M <= 64, 64-token tiles, 256 features wide from N = 8192 up (else 128), two blocks per SM
-    where each still gets enough K-steps (wgmma_occupancy), 5 stages (4 for two 256-wide blocks);
-    up to 128 rows, 128 tokens x 256 features, 4 stages; above, 256 x 128 with 3 stages (M = 256
-    sweep: 3 stages beat 4 by 3-10% on 7 of the 8 layers)."""
+    M <= 64, 64-token tiles, 256 features wide from N = 8192 up with two blocks per SM where each
+    still gets enough K-steps (wgmma_occupancy), 4 stages; below, 128 wide, one block, 5 stages
+    (its warpgroups overlap dequant and wgmmas themselves, which beat two blocks there). Up to
+    128 rows, 128 x 128 tiles, 4 stages; above, 256 x 128, 4 stages. With one 64-feature slab
+    per warpgroup and >= 4 stages the kernel dequantises one step while the wgmmas of the step
+    before run (sweeps, session 4: M = 128 0.60-0.91x the time of 128 x 256 tiles; M = 256
+    0.74-0.86x the time of 3 stages).
+    """
     occ = 1
     if p.m <= 64:
         wide = p.n >= WGMMA_WIDE_MIN_N
         shapes = [(4, 16), (4, 8)] if wide else [(4, 8), (4, 16)]
-        occ = wgmma_occupancy(profile, p)
+        occ = wgmma_occupancy(profile, p) if wide else 1
         depth = 4 if wide and occ == 2 else 5
     elif p.m <= 128:
-        shapes, depth = [(8, 16), (8, 8), (4, 16)], 4
+        shapes, depth = [(8, 8), (8, 16), (4, 16)], 4
     else:
-        shapes, depth = [(16, 8), (8, 16), (8, 8)], 3
+        shapes, depth = [(16, 8), (8, 16), (8, 8)], 4
     out = []
     for tm, tn in shapes:
         spec = _deepest_wgmma(profile, p, tm, tn, depth, occ) if occ > 1 else None
@@ -75,8 +79,9 @@ def _deepest_wgmma(profile: DeviceProfile, p: Problem, tm: int, tn: int, depth: 
     return None
 
 
-# Two wgmma blocks per SM at M <= 64: while one block dequantises its weights the other's
-# warpgroup MMAs run (one block alone waits for its wgmmas, then dequantises). H100, M = 64
+# Two wgmma blocks per SM at M <= 64 for 64 x 256 tiles: while one block dequantises its weights
+# the other's warpgroup MMAs run (with two slabs a warpgroup has no registers for the overlap
+# within one block, so one block alone waits for its wgmmas, then dequantises). H100, M = 64
 # (tools/PERF.md, entry 11): 70B gate_up 197 -> 153 us, 70B down 103 -> 93, 8B gate_up 53 ->
 # 47; but slower where each block gets only a few K-steps (8B o: 13.1 -> 14.8 us).
 WGMMA_OCC2_MIN_STEPS = 10
@@ -100,9 +105,10 @@ def wgmma_occupancy(profile: DeviceProfile, p: Problem) -> int:
 # is weakest on Volta/Turing, hence their lower threshold. Set from measurements per arch: on
 # Hopper the fused route below the threshold is the wgmma kernel (WGMMA_MIN_M), so sm_90's number
 # comes from comparing that with this route (tools/sweep and the autotuner time both).
-# sm_90 (H100 sweep, tools/PERF.md): at M = 512 the route ties the wgmma kernel on big layers
-# and wins on small ones (8B o 40.9 vs 46.3 us); from 1024 it wins everywhere (1.3-1.7x).
-DEQUANT_MIN_M = {"sm_70": 256, "sm_72": 256, "sm_75": 256, "sm_90": 512}
+# sm_90 (H100 sweeps, tools/PERF.md entry 14): at M = 512 the wgmma kernel (with its dequant /
+# MMA overlap) wins on all eight bench layers (0.80-0.98x the route's time); at 1024 the route
+# wins on seven of eight (70B gate_up: 1678 vs 1718 us), at 4096 on all.
+DEQUANT_MIN_M = {"sm_70": 256, "sm_72": 256, "sm_75": 256, "sm_90": 1024}
 DEQUANT_MIN_M_DEFAULT = 1024
 # candidate_specs() offers the dequant route to an autotuner from this M up.
 DEQUANT_CANDIDATE_MIN_M = 256

@@ -97,7 +97,7 @@ def test_pre_volta_is_rejected():
 
 # ---- route choice: fused kernel below the threshold, dequant + cuBLAS at or above it ------------
 
-@pytest.mark.parametrize("prof,threshold", [("h100", 512), ("h200", 512), ("a100", 1024), ("rtx-pro-6000", 1024),
+@pytest.mark.parametrize("prof,threshold", [("h100", 1024), ("h200", 1024), ("a100", 1024), ("rtx-pro-6000", 1024),
                                             ("gb10", 1024), ("v100", 256), ("t4", 256)])
 def test_route_follows_the_m_threshold(prof, threshold):
     pr = get_profile(prof)

@@ -77,9 +77,10 @@ def test_every_wgmma_plan_fits(rng):
         assert pl.grid <= h.sms * pl.spec.occupancy and pl.grid * pl.iters >= pl.total_iters
 
 
-def test_two_blocks_per_sm_where_each_gets_enough_steps():
+def test_two_blocks_per_sm_for_wide_tiles_where_each_gets_enough_steps():
     h = get_profile("h100")
-    for (k, n), occ in [((4096, 4096), 1), ((4096, 6144), 2), ((8192, 57344), 2), ((28672, 8192), 2)]:
+    # 8B qkv (N = 6144) has the steps but 128-wide tiles, which overlap within one block
+    for (k, n), occ in [((4096, 4096), 1), ((4096, 6144), 1), ((8192, 57344), 2), ((28672, 8192), 2)]:
         spec = plan(h, Problem(64, n, k, "float16", "uint4b8", 128)).spec
         assert spec.wgmma and spec.occupancy == occ and spec.name.endswith("o2") == (occ == 2)
         assert plan(h, Problem(64, n, k, "float16", "uint4b8", 128)).grid <= 2 * h.sms
@@ -89,6 +90,18 @@ def test_two_blocks_per_sm_where_each_gets_enough_steps():
     assert plan(small, Problem(64, 57344, 8192, "float16", "uint4b8", 128)).spec.occupancy == 1
     with pytest.raises(ValueError, match="occupancy"):
         _spec(occupancy=3).check()
+
+
+def test_planner_takes_the_overlapping_kernel_above_64_rows():
+    """From 65 rows up the planner's wgmma tiles have one 64-feature slab per warpgroup and
+    >= 4 stages: the configurations in which the template dequantises a step while the
+    previous step's wgmmas run (OVERLAP_MMA). Up to 1023 rows on H100; then dequant + cuBLAS."""
+    h = get_profile("h100")
+    for m, tile in [(65, (8, 8)), (128, (8, 8)), (129, (16, 8)), (256, (16, 8)), (1023, (16, 8))]:
+        for k, n in [(4096, 6144), (8192, 57344), (28672, 8192)]:
+            spec = plan(h, Problem(m, n, k, "bfloat16", "uint4b8", 128)).spec
+            assert spec.wgmma and (spec.tm, spec.tn) == tile and spec.stages >= 4, (m, n, k, spec.name)
+    assert plan(h, Problem(1024, 8192, 8192, "float16", "uint4b8", 128)).spec.route == "dequant"
 
 
 def test_wgmma_candidates_are_valid():
