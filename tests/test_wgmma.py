@@ -177,8 +177,9 @@ def test_wgmmas_stay_asynchronous(tm, tn):
 def _inflight_overwrites(sass: str) -> list[str]:
     """SASS instructions (cuobjdump or nvdisasm text) that write a register an HGMMA may still
     be reading: the A-fragment registers of HGMMAs issued since the last WARPGROUP.DEPBAR, on
-    the straight-line order of every loop that issues HGMMAs, taken round the loop twice. A
-    wgmma reads its A registers until its wait; the register allocator does not know that."""
+    the straight-line order of every loop that issues HGMMAs, taken round the loop twice (a
+    WARPGROUP.ARRIVE opens a commit group; WARPGROUP.DEPBAR.LE gsb0, N retires all but the newest
+    N). A wgmma reads its A registers until its wait; the register allocator does not know that."""
     import re
 
     ins, label_at = [], {}
@@ -228,14 +229,19 @@ def _inflight_overwrites(sass: str) -> list[str]:
         body = ins[index[t]:i + 1]
         if not any(o.startswith("HGMMA") for _, o, _, _ in body):
             continue
-        inflight = set()
+        groups = []   # A registers per commit group in flight, oldest first
         for lap in range(2):
             for _, o, ops2, text in body:
-                if o.startswith("WARPGROUP.DEPBAR"):
-                    inflight = set()
+                if o.startswith("WARPGROUP.DEPBAR"):     # .LE gsb0, N: the newest N stay in flight
+                    keep = int(re.search(r"0x([0-9a-f]+)\s*$", ops2.strip()).group(1), 16)
+                    groups = groups[len(groups) - keep:] if keep else []
+                elif o.startswith("WARPGROUP.ARRIVE"):   # wgmma.fence: a new group's wgmmas follow
+                    groups.append(set())
                 elif o.startswith("HGMMA"):
-                    inflight |= a_regs(ops2)
-                elif lap and written(o, ops2) & inflight:
+                    if not groups:
+                        groups.append(set())
+                    groups[-1] |= a_regs(ops2)
+                elif lap and written(o, ops2) & set().union(*groups):
                     found.append(text)
     return found
 
@@ -268,6 +274,21 @@ def test_the_sass_check_finds_an_overwrite():
     """
     assert [b.split()[1] for b in _inflight_overwrites(sass)] == ["LOP3.LUT"]
     assert "R57" in _inflight_overwrites(sass)[0]
+    # with one group left in flight (wait_group 1) only the newest group's registers are busy:
+    # R57 at 0x130 (its group is the newest) and R62, not R57 at 0x170 (its group retired)
+    two = """
+        /*0100*/                   WARPGROUP.ARRIVE ;
+        /*0110*/                   HGMMA.64x64x16.F32 R24, R56, gdesc[UR20], R24, gsb0 ;
+        /*0120*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;
+        /*0130*/                   LOP3.LUT R57, R1, 0xf, RZ, 0xc0, !PT ;
+        /*0140*/                   WARPGROUP.ARRIVE ;
+        /*0150*/                   HGMMA.64x64x16.F32 R24, R60, gdesc[UR20], R24, gsb0 ;
+        /*0160*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;
+        /*0170*/                   LOP3.LUT R57, R1, 0xf, RZ, 0xc0, !PT ;
+        /*0180*/                   LOP3.LUT R62, R1, 0xf, RZ, 0xc0, !PT ;
+        /*0190*/              @P0 BRA 0x100 ;
+    """
+    assert [b.split()[2].rstrip(",") for b in _inflight_overwrites(two)] == ["R57", "R62"]
 
 
 @pytest.mark.slow

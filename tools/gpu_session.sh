@@ -19,7 +19,7 @@ echo "smoke: $(( $(date +%s) - t0 )) s"
 if [ "${TESTS:-1}" = 1 ] && [ "${NATIVE:-1}" = 1 ]; then
   t0=$(date +%s)
   timeout ${TEST_TIMEOUT:-300} python3 -m pytest tests -m gpu -q -p no:cacheprovider --maxfail=${MAXFAIL:-25} \
-      -o addopts="" -rfE ${PYTEST_ARGS:-} > "$OUT/pytest.log" 2>&1
+      -o addopts="" -rfEs ${PYTEST_ARGS:-} > "$OUT/pytest.log" 2>&1
   echo "pytest rc=$? in $(( $(date +%s) - t0 )) s"; grep -E "passed|failed|error" "$OUT/pytest.log" | tail -3
   grep -E "^FAILED|^ERROR" "$OUT/pytest.log" | head -30
 fi
