@@ -454,18 +454,25 @@ def test_large_m_capture_needs_warm_up(rng, large_m_from_256):
     torch = pytest.importorskip("torch")
     small = jitmarlin.quantize(rng.standard_normal((256, 1024)) * 0.05, "uint4b8", 128)
     big = jitmarlin.quantize(rng.standard_normal((8192, 4096)) * 0.05, "uint4b8", 128)
-    x = torch.randn(1024, 1024, device="cuda", dtype=torch.float16)
-    jitmarlin.linear(x, small)                      # compiles the kernel and makes workspaces
-    xb = torch.randn(1024, 4096, device="cuda", dtype=torch.float16)
-    jitmarlin.linear(xb[:1], big)                   # uploads `big` (fused route at M = 1)
-    torch.cuda.synchronize()
-    need = big.n * big.k
-    if any(ws.elems >= need for ws in dequant_gemm._dense.values()):
-        pytest.skip("an earlier test already grew the workspaces past this weight")
-    g = torch.cuda.CUDAGraph()
-    with pytest.raises(CaptureError, match="warm-up"):
-        with torch.cuda.graph(g):
-            jitmarlin.linear(xb, big)               # the dense workspace would have to grow
+    # Earlier tests may have grown the per-device graph workspace past `big`: set it aside (the
+    # launchers that use it hold references) and put it back afterwards.
+    saved = dequant_gemm._dense.pop((0, -1), None)
+    try:
+        x = torch.randn(1024, 1024, device="cuda", dtype=torch.float16)
+        jitmarlin.linear(x, small)                  # compiles the kernel; workspaces of <= small
+        xb = torch.randn(1024, 4096, device="cuda", dtype=torch.float16)
+        jitmarlin.linear(xb[:1], big)               # uploads `big` (fused route at M = 1)
+        torch.cuda.synchronize()
+        graph_ws = dequant_gemm._dense.get((0, -1))
+        assert graph_ws is None or graph_ws.elems < big.n * big.k
+        g = torch.cuda.CUDAGraph()
+        with pytest.raises(CaptureError, match="warm-up"):
+            with torch.cuda.graph(g):
+                jitmarlin.linear(xb, big)           # the graph workspace would have to grow
+    finally:
+        now = dequant_gemm._dense.get((0, -1))
+        if saved is not None and (now is None or saved.elems >= now.elems):
+            dequant_gemm._dense[(0, -1)] = saved
 
 
 @pytest.mark.gpu
