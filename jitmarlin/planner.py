@@ -44,7 +44,8 @@ def _wgmma_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
     M <= 64, 64-token tiles, 256 features wide from N = 8192 up with two blocks per SM where each
     still gets enough K-steps (wgmma_occupancy), 4 stages; below, 128 wide, one block, 5 stages
     (its warpgroups overlap dequant and wgmmas themselves, which beat two blocks there). Up to
-    128 rows, 128 x 128 tiles, 4 stages; above, 256 x 128, 4 stages. With one 64-feature slab
+    128 rows, 128 x 128 tiles, 4 stages; above, 256 x 128, 4 stages (128 x 128 where 256 x 128
+    tiles leave a block fewer than WGMMA_TALL_MIN_STEPS K-steps). With one 64-feature slab
     per warpgroup and >= 4 stages the kernel dequantises one step while the wgmmas of the step
     before run (sweeps, session 4: M = 128 0.60-0.91x the time of 128 x 256 tiles; M = 256
     0.74-0.86x the time of 3 stages).
@@ -58,7 +59,9 @@ def _wgmma_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
     elif p.m <= 128:
         shapes, depth = [(8, 8), (8, 16), (4, 16)], 4
     else:
-        shapes, depth = [(16, 8), (8, 16), (8, 8)], 4
+        tall_steps = -(-p.n // 128) * (p.k // 64) * -(-p.m // 256) / profile.sms
+        shapes = [(16, 8), (8, 16), (8, 8)] if tall_steps >= WGMMA_TALL_MIN_STEPS else [(8, 8), (16, 8)]
+        depth = 4
     out = []
     for tm, tn in shapes:
         spec = _deepest_wgmma(profile, p, tm, tn, depth, occ) if occ > 1 else None
@@ -85,6 +88,11 @@ def _deepest_wgmma(profile: DeviceProfile, p: Problem, tm: int, tn: int, depth: 
 # (tools/PERF.md, entry 11): 70B gate_up 197 -> 153 us, 70B down 103 -> 93, 8B gate_up 53 ->
 # 47; but slower where each block gets only a few K-steps (8B o: 13.1 -> 14.8 us).
 WGMMA_OCC2_MIN_STEPS = 10
+# Above 128 rows, 256 x 128 tiles need this many K-steps per block (SMs x blocks); with fewer,
+# each tile is split over several blocks whose 128 KB partial sums dominate, and 128 x 128 tiles
+# win (H100/H200 sweeps, M = 256: 8B o, 15.5 steps, 0.90-0.97x the time; 8B qkv, 23 steps, a
+# tie; from 54 steps 256 x 128 wins by 4-16%; tools/PERF.md entry 19).
+WGMMA_TALL_MIN_STEPS = 20
 # At M <= 64, 256-feature wgmma tiles win from this N up (70B layers, 8B gate_up); below, 128
 # (8B qkv, o, down: with 256 there are too few tiles across N).
 WGMMA_WIDE_MIN_N = 8192

@@ -98,10 +98,14 @@ def test_planner_takes_the_overlapping_kernel_above_64_rows():
     previous step's wgmmas run (OVERLAP_MMA). Up to 1023 rows on H100; then dequant + cuBLAS."""
     h = get_profile("h100")
     for m, tile in [(65, (8, 8)), (128, (8, 8)), (129, (16, 8)), (256, (16, 8)), (1023, (16, 8))]:
-        for k, n in [(4096, 6144), (8192, 57344), (28672, 8192)]:
+        for k, n in [(4096, 6144), (8192, 57344), (28672, 8192)]:   # >= 20 K-steps a block
             spec = plan(h, Problem(m, n, k, "bfloat16", "uint4b8", 128)).spec
             assert spec.wgmma and (spec.tm, spec.tn) == tile and spec.stages >= 4, (m, n, k, spec.name)
     assert plan(h, Problem(1024, 8192, 8192, "float16", "uint4b8", 128)).spec.route == "dequant"
+    # a small layer above 128 rows: 256 x 128 tiles would give a block too few K-steps
+    small = plan(h, Problem(256, 4096, 4096, "float16", "uint4b8", 128)).spec
+    assert (small.tm, small.tn, small.stages) == (8, 8, 4)
+    assert plan(h, Problem(512, 4096, 4096, "float16", "uint4b8", 128)).spec.tm == 16
 
 
 def test_wgmma_candidates_are_valid():
