@@ -221,6 +221,7 @@ def _write_bundle(path: Path, manifest: dict, members) -> None:
             tmp.unlink()
         raise InputError(f"cannot write bundle {path}: {exc}") from None
 
+
 def _store_items(items, seen: set, report: ImportReport, has, put) -> tuple[list, int]:
     """Store the bundle's checked (key, record, problem) items with `put` unless `has` them:
     (keys stored, count already present). Refusals (a problem, a key listed twice, a failed

@@ -59,9 +59,8 @@ def _wgmma_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
     elif p.m <= 128:
         shapes, depth = [(8, 8), (8, 16), (4, 16)], 4
     else:
-        tall_steps = -(-p.n // 128) * (p.k // 64) * -(-p.m // 256) / profile.sms
-        shapes = [(16, 8), (8, 16), (8, 8)] if tall_steps >= WGMMA_TALL_MIN_STEPS else [(8, 8), (16, 8)]
-        depth = 4
+        tall = _wgmma_steps_per_block(profile, p, 256, 128) >= WGMMA_TALL_MIN_STEPS
+        shapes, depth = ([(16, 8), (8, 16), (8, 8)] if tall else [(8, 8), (16, 8)]), 4
     out = []
     for tm, tn in shapes:
         spec = _deepest_wgmma(profile, p, tm, tn, depth, occ) if occ > 1 else None
@@ -98,11 +97,16 @@ WGMMA_TALL_MIN_STEPS = 20
 WGMMA_WIDE_MIN_N = 8192
 
 
+def _wgmma_steps_per_block(profile: DeviceProfile, p: Problem, tokens: int, features: int,
+                           occupancy: int = 1) -> float:
+    """64-deep K-steps of (tokens x features) wgmma tiles each of SMs x occupancy blocks gets."""
+    return -(-p.m // tokens) * -(-p.n // features) * (p.k // 64) / (profile.sms * occupancy)
+
+
 def wgmma_occupancy(profile: DeviceProfile, p: Problem) -> int:
     """Blocks per SM for the M <= 64 wgmma kernel: 2 when each of 2 x SMs blocks still gets
     WGMMA_OCC2_MIN_STEPS K-steps of a 64 x 128 x 64 tile, else 1."""
-    steps = -(-p.n // 128) * (p.k // 64)
-    return 2 if steps >= WGMMA_OCC2_MIN_STEPS * 2 * profile.sms else 1
+    return 2 if _wgmma_steps_per_block(profile, p, 64, 128, 2) >= WGMMA_OCC2_MIN_STEPS else 1
 
 
 # ---- route: fused kernel, or dequantise + cuBLAS -------------------------------------------------
@@ -204,11 +208,6 @@ def check_problem(profile: DeviceProfile, p: Problem) -> None:
 BIG_LAYER_BYTES_PER_SM = 192 * 1024
 
 
-def big_layer(profile: DeviceProfile, p: Problem) -> bool:
-    """The layer's packed weights exceed BIG_LAYER_BYTES_PER_SM per SM of `profile`."""
-    return p.n * p.k * get_qtype(p.qtype).bits // 8 >= BIG_LAYER_BYTES_PER_SM * profile.sms
-
-
 def max_tm(path: str, p: Problem) -> int:
     """Most m16 blocks per tile: register-staged paths also hold a stage of 8-bit codes (twice
     the chunks of 4-bit ones) in registers, which leaves room for two m16 blocks only."""
@@ -227,7 +226,7 @@ def group_blocks(p: Problem) -> int:
 
 def _preferences(profile: DeviceProfile, p: Problem) -> list[tuple[int, int, int]]:
     """(tn, tk, max stages) in order of preference for problem `p`."""
-    big = big_layer(profile, p)
+    big = p.n * p.k * get_qtype(p.qtype).bits // 8 >= BIG_LAYER_BYTES_PER_SM * profile.sms
     if profile.path != "sm80":
         # Register-staged pipelines hold a stage's chunks in registers: K tiles of 128 keep that
         # small next to the accumulators (256-wide ones spill with group-32 scales).
