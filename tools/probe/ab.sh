@@ -18,11 +18,7 @@ if [ "${TESTS:-0}" = 1 ]; then
 fi
 for v in ${VARIANTS:-new}; do
   t0=$(date +%s)
-  case $v in
-    new) env=() ;;
-    head) env=(JM_PROBE_TEMPLATES=tools/probe/templates_head) ;;
-    *) env=(JM_PROBE_SUB=$v) ;;
-  esac
+  variant_env $v
   env "${env[@]}" timeout ${BENCH_TIMEOUT:-200} python3 tools/probe/variant_bench.py bench --json "$OUT/ab-$v.json" \
       ${BENCH_ARGS:---m 1,16 --peers cublas} > "$OUT/ab-$v.log" 2>&1
   echo "bench $v rc=$? in $(( $(date +%s) - t0 )) s"

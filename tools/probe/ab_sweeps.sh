@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Device session: environment as tools/probe/ab.sh; the GPU tests of test_wgmma, test_api and
 # test_tune (TESTS=0 skips them); then one tools/sweep run per entry of SWEEPS (';'-separated,
-# each "VARIANT ARGS": new = the working tree, head = tools/probe/templates_head), printed and
-# saved as $OUT/sweep-<i>-<variant>.json.
+# each "VARIANT ARGS", VARIANT as in env.sh's variant_env), printed and saved as
+# $OUT/sweep-<i>-<variant>.json.
 set -u
-source tools/probe/env.sh
+source "$(dirname "$0")/env.sh"
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu --format=csv,noheader
 t0=$(date +%s)
 [ "${TESTS:-1}" = 1 ] && timeout 200 python3 -m pytest tests/test_wgmma.py tests/test_api.py tests/test_tune.py -m gpu -q -p no:cacheprovider --maxfail=25 -o addopts="" -rfE > "$OUT/pytest.log" 2>&1
@@ -14,7 +14,7 @@ IFS=';' read -ra runs <<< "$SWEEPS"
 for args in "${runs[@]}"; do
   i=$((i + 1)); t0=$(date +%s)
   v=${args%% *}; args=${args#* }
-  if [ $v = head ]; then export JM_PROBE_TEMPLATES=tools/probe/templates_head; else unset JM_PROBE_TEMPLATES; fi
-  timeout ${SWEEP_TIMEOUT:-200} python3 tools/probe/variant_bench.py sweep --json "$OUT/sweep-$i-$v.json" --target-ms 5 --top 4 $args > "$OUT/sweep-$i-$v.log" 2>&1
+  variant_env $v
+  env "${env[@]}" timeout ${SWEEP_TIMEOUT:-200} python3 tools/probe/variant_bench.py sweep --json "$OUT/sweep-$i-$v.json" --target-ms 5 --top 4 $args > "$OUT/sweep-$i-$v.log" 2>&1
   echo "sweep $i $v rc=$? in $(( $(date +%s) - t0 )) s"; grep -v "compiled\|cache hit" "$OUT/sweep-$i-$v.log" | cut -c1-220 | tail -30
 done

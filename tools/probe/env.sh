@@ -6,3 +6,4 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --tar
 export PYTHONPATH="$PWD:/tmp/site"
 rm -rf /tmp/jmcache; cp -r "${CACHE:-.jmcache}" /tmp/jmcache
 export JITMARLIN_CACHE_DIR=/tmp/jmcache JITMARLIN_TEST_CACHE_DIR=/tmp/jmcache
+source "$(dirname "${BASH_SOURCE[0]}")/variant_env.sh"

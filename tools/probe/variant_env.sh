@@ -1,0 +1,10 @@
+# variant_env V: the environment (an array `env`, for `env "${env[@]}" cmd`) that makes
+# variant_bench.py render source variant V: new = the working tree, head = the templates in
+# tools/probe/templates_head, anything else = the substitutions of that name.
+variant_env() {
+  case $1 in
+    new) env=() ;;
+    head) env=(JM_PROBE_TEMPLATES=tools/probe/templates_head) ;;
+    *) env=(JM_PROBE_SUB=$1) ;;
+  esac
+}
