@@ -60,6 +60,26 @@ def select_shapes(text):
     return out
 
 
+def candidate_filter(paths: str = "", tiles: str = "", stages: str = ""):
+    """tools/sweep's selection of candidate specs: paths ("sm90,dequant": code paths or routes),
+    tiles ("4x8,1x16x16": fused tiles as TMxTN or TMxTNxTK), stages ("3,4": pipeline depths);
+    empty = all. Returns a predicate on specs."""
+    keep_paths = set(filter(None, paths.split(",")))
+    keep_tiles = {tuple(int(v) for v in t.split("x")) for t in tiles.split(",") if t}
+    keep_depths = {int(v) for v in stages.split(",") if v}
+
+    def wanted(s) -> bool:
+        if keep_paths and s.path not in keep_paths and getattr(s, "route", "") not in keep_paths:
+            return False
+        if getattr(s, "route", "") != "fused":
+            return True
+        if keep_tiles and (s.tm, s.tn) not in keep_tiles and (s.tm, s.tn, s.tk) not in keep_tiles:
+            return False
+        return not keep_depths or s.stages in keep_depths
+
+    return wanted
+
+
 def make_tinygemm(torch, n, k, g, ncopies):
     """torch's int4 tinygemm operands: (packed weight, scales_and_zeros), `ncopies` of them."""
     out = []
