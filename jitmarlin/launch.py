@@ -128,12 +128,44 @@ def stream_object(stream_ptr: int):
     return s
 
 
+# A CUtensorMap: 128 opaque bytes, passed by value (a __grid_constant__ parameter, 64-byte aligned).
+TENSOR_MAP = np.dtype([("opaque", "<u8", (16,))], align=True)
+X_BOX_K = 64          # halves of x along K per TMA box: one 128-byte swizzle row
+MAX_X_MAPS = 64       # tensor maps kept per launcher (x buffers seen), oldest dropped first
+
+
+def x_tensor_map(ptr: int, rows: int, cols: int, lda: int, box_rows: int):
+    """The tensor map of x for the wgmma kernel's TMA loads: `rows` x `cols` 16-bit values at
+    `ptr` (16-byte aligned), rows `lda` elements apart (a multiple of 8), boxes of 64 columns x
+    `box_rows` rows with the 128-byte swizzle; reads outside the array give zeros. Host-only
+    (the driver encodes it; no GPU work, so it is allowed during CUDA-graph capture)."""
+    try:
+        from cuda.bindings import driver as cu
+    except ImportError:  # cuda-python < 12.6 layout
+        from cuda import cuda as cu  # type: ignore
+    err, tmap = cu.cuTensorMapEncodeTiled(
+        cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, ptr,
+        [cu.cuuint64_t(cols), cu.cuuint64_t(rows)], [cu.cuuint64_t(lda * 2)],
+        [cu.cuuint32_t(X_BOX_K), cu.cuuint32_t(box_rows)], [cu.cuuint32_t(1), cu.cuuint32_t(1)],
+        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuTensorMapEncodeTiled failed ({err}) for x: {rows} x {cols}, "
+                           f"row stride {lda} elements, at 0x{ptr:x}")
+    import ctypes
+
+    return np.frombuffer(ctypes.string_at(tmap.getPtr(), TENSOR_MAP.itemsize), dtype=TENSOR_MAP)[0]
+
+
 class Launcher:
     """Everything fixed for one (weight, device, activation dtype, M, stream): the call only adds
-    the pointers of x, out and bias."""
+    the pointers of x, out and bias (and, for the wgmma kernel, x's tensor map, kept per x
+    buffer)."""
 
     __slots__ = ("func", "grid", "block", "smem", "stream", "static", "plan", "device", "keep",
-                 "iters")
+                 "iters", "x_maps")
 
     def __init__(self, plan: Plan, func, device: int, stream_ptr: int, ptrs: dict, ws: Workspace,
                  n_out: int, k_in: int, gscale: float):
@@ -147,6 +179,7 @@ class Launcher:
         self.stream = stream_object(stream_ptr)
         p = plan.problem
         self.iters = np.int32(plan.iters)
+        self.x_maps = {} if plan.spec.wgmma else None
         self.static = (np.uint64(ptrs["B"]), np.uint64(ptrs["S"]), np.uint64(ptrs["Z"]),
                        np.float32(gscale), np.uint64(ws.partials_ptr), np.uint64(ws.locks_ptr),
                        np.int32(p.m), np.int32(p.n), np.int32(p.k), np.int32(n_out), np.int32(k_in))
@@ -157,7 +190,14 @@ class Launcher:
 
     def __call__(self, x_ptr: int, lda: int, out_ptr: int, bias_ptr: int) -> None:
         b, s, z, gscale, part, locks, m, n, k, n_out, k_in = self.static
-        self.func(self.grid, self.block,
-                  (np.uint64(x_ptr), b, s, z, np.uint64(bias_ptr), np.uint64(out_ptr), gscale, part,
-                   locks, m, n, k, n_out, k_in, np.int32(lda), self.iters),
-                  shared_mem=self.smem, stream=self.stream)
+        args = (np.uint64(x_ptr), b, s, z, np.uint64(bias_ptr), np.uint64(out_ptr), gscale, part,
+                locks, m, n, k, n_out, k_in, np.int32(lda), self.iters)
+        if self.x_maps is not None:
+            xmap = self.x_maps.get((x_ptr, lda))
+            if xmap is None:
+                if len(self.x_maps) >= MAX_X_MAPS:
+                    del self.x_maps[next(iter(self.x_maps))]
+                xmap = self.x_maps[(x_ptr, lda)] = x_tensor_map(
+                    x_ptr, int(m), int(k_in), lda, self.plan.spec.tile_m)
+            args += (xmap,)
+        self.func(self.grid, self.block, args, shared_mem=self.smem, stream=self.stream)

@@ -117,18 +117,29 @@ def wgmma_occupancy(profile: DeviceProfile, p: Problem) -> int:
 # is weakest on Volta/Turing, hence their lower threshold. Set from measurements per arch: on
 # Hopper the fused route below the threshold is the wgmma kernel (WGMMA_MIN_M), so sm_90's number
 # comes from comparing that with this route (tools/sweep and the autotuner time both).
-# sm_90 (H100 sweeps, tools/PERF.md entry 14): at M = 512 the wgmma kernel (with its dequant /
-# MMA overlap) wins on all eight bench layers (0.80-0.98x the route's time); at 1024 the route
-# wins on seven of eight (70B gate_up: 1678 vs 1718 us), at 4096 on all.
-DEQUANT_MIN_M = {"sm_70": 256, "sm_72": 256, "sm_75": 256, "sm_90": 1024}
+# sm_90 (H100 sweeps, tools/PERF.md entries 14 and 20): with x loaded by TMA the wgmma kernel
+# wins at M = 512 on all eight bench layers (0.64-0.79x the route's time) and at 1024 on seven
+# (0.90-0.93x); at 2048 it ties on three and loses on five, at 4096 it loses on all.
+DEQUANT_MIN_M = {"sm_70": 256, "sm_72": 256, "sm_75": 256, "sm_90": 2048}
 DEQUANT_MIN_M_DEFAULT = 1024
 # candidate_specs() offers the dequant route to an autotuner from this M up.
 DEQUANT_CANDIDATE_MIN_M = 256
 
 
 def dequant_min_m(profile: DeviceProfile) -> int:
-    """The smallest M that the planner sends to the dequant + cuBLAS route on `profile`."""
+    """The smallest M that the planner sends to the dequant + cuBLAS route on `profile` whatever
+    the layer (see dequant_route for the other case)."""
     return DEQUANT_MIN_M.get(profile.arch, DEQUANT_MIN_M_DEFAULT)
+
+
+def dequant_route(profile: DeviceProfile, p: Problem) -> bool:
+    """Whether the planner sends `p` to the dequant + cuBLAS route: from dequant_min_m rows, and
+    from DEQUANT_CANDIDATE_MIN_M rows where x (M x K halves) is larger than the L2 cache. The
+    fused kernels' Stream-K ranges start their blocks at scattered K offsets of every row block
+    at once, so such an x is read from DRAM again and again (H100, 70B down, x 58 MB: wgmma
+    972 us vs 902 for the route at M = 1024; 8B down at 2048: 644 vs 361)."""
+    return p.m >= dequant_min_m(profile) or (
+        p.m >= DEQUANT_CANDIDATE_MIN_M and 2 * p.m * p.k > profile.l2_bytes)
 
 
 @dataclass(frozen=True)
@@ -258,8 +269,8 @@ def dequant_spec(profile: DeviceProfile, p: Problem) -> DequantSpec:
 
 def choose_spec(profile: DeviceProfile, p: Problem) -> AnySpec:
     """Pick the route and kernel for problem `p` on `profile` (raises if none fits): the
-    dequant + cuBLAS route from dequant_min_m(profile) rows up, else the fused kernel."""
-    if p.m >= dequant_min_m(profile):
+    dequant + cuBLAS route where dequant_route(profile, p), else the fused kernel."""
+    if dequant_route(profile, p):
         return dequant_spec(profile, p)
     return choose_fused_spec(profile, p)
 

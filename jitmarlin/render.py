@@ -77,6 +77,7 @@ def partials(spec: KernelSpec, target: str = "cuda") -> dict[str, str]:
             "act": f"act/{spec.act}_sm80.cuh",
             "mma": "mma/sm90.cuh",
             "pipe": "copy/cp_async.cuh",
+            "tma": "copy/tma.cuh",
             "dequant": f"dequant/{DEQUANT_FAMILY[spec.qtype]}_{spec.act}.cuh",
             "reduce": "reduce/locks.cuh",
         }

@@ -144,9 +144,9 @@ class KernelSpec(_WeightFormat):
 
     def smem_bytes(self) -> int:
         """Dynamic shared memory the kernel needs, bytes (the largest of its three uses; the
-        wgmma kernel adds 1 KB of slack to align its stages)."""
+        wgmma kernel adds 1 KB of slack to align its stages and one 8-byte mbarrier a stage)."""
         used = max(self.stages * self.stage_bytes(), self.reduce_bytes(), self.epilogue_bytes())
-        return used + (1024 if self.wgmma else 0)
+        return used + (1024 + 8 * self.stages if self.wgmma else 0)
 
     def smem_per_sm(self) -> int:
         """Shared memory its resident blocks take from one SM, bytes (each block also costs the

@@ -3,7 +3,7 @@ import itertools
 import pytest
 
 from jitmarlin import InputError, UnsupportedError
-from jitmarlin.planner import candidate_specs, dequant_min_m, plan
+from jitmarlin.planner import candidate_specs, dequant_min_m, dequant_route, plan
 from jitmarlin.problem import Problem
 from jitmarlin.profiles import PROFILES, get_profile
 from jitmarlin.spec import DequantSpec, KernelSpec, spec_from_canonical
@@ -22,7 +22,8 @@ def test_every_plan_fits_the_profile(prof):
             continue
         p = plan(prof, Problem(m, n, k, act, "uint4b8", g))
         s = p.spec
-        assert p.route == ("dequant" if m >= dequant_min_m(prof) else "fused")
+        assert p.route == ("dequant" if dequant_route(prof, p.problem) else "fused")
+        assert dequant_route(prof, p.problem) == (m >= dequant_min_m(prof) or (m >= 256 and 2 * m * k > prof.l2_bytes))
         if p.route == "dequant":   # a warp per 16 x 64 block of the weight, no shared memory
             assert s.path == prof.path
             assert p.grid * s.threads // 32 >= (k // 16) * (n // 64) > (p.grid - 1) * s.threads // 32
@@ -97,7 +98,7 @@ def test_pre_volta_is_rejected():
 
 # ---- route choice: fused kernel below the threshold, dequant + cuBLAS at or above it ------------
 
-@pytest.mark.parametrize("prof,threshold", [("h100", 1024), ("h200", 1024), ("a100", 1024), ("rtx-pro-6000", 1024),
+@pytest.mark.parametrize("prof,threshold", [("h100", 2048), ("h200", 2048), ("a100", 1024), ("rtx-pro-6000", 1024),
                                             ("gb10", 1024), ("v100", 256), ("t4", 256)])
 def test_route_follows_the_m_threshold(prof, threshold):
     pr = get_profile(prof)

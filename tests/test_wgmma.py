@@ -95,13 +95,18 @@ def test_two_blocks_per_sm_for_wide_tiles_where_each_gets_enough_steps():
 def test_planner_takes_the_overlapping_kernel_above_64_rows():
     """From 65 rows up the planner's wgmma tiles have one 64-feature slab per warpgroup and
     >= 4 stages: the configurations in which the template dequantises a step while the
-    previous step's wgmmas run (OVERLAP_MMA). Up to 1023 rows on H100; then dequant + cuBLAS."""
+    previous step's wgmmas run (OVERLAP_MMA). Up to 2047 rows on H100 where x fits the L2
+    cache; then dequant + cuBLAS."""
     h = get_profile("h100")
-    for m, tile in [(65, (8, 8)), (128, (8, 8)), (129, (16, 8)), (256, (16, 8)), (1023, (16, 8))]:
+    for m, tile in [(65, (8, 8)), (128, (8, 8)), (129, (16, 8)), (256, (16, 8)), (1023, (16, 8)),
+                    (2047, (16, 8))]:
         for k, n in [(4096, 6144), (8192, 57344), (28672, 8192)]:   # >= 20 K-steps a block
             spec = plan(h, Problem(m, n, k, "bfloat16", "uint4b8", 128)).spec
+            if 2 * m * k > h.l2_bytes:       # x (M x K halves) larger than the L2 cache
+                assert m >= 1023 and spec.route == "dequant", (m, n, k, spec.name)
+                continue
             assert spec.wgmma and (spec.tm, spec.tn) == tile and spec.stages >= 4, (m, n, k, spec.name)
-    assert plan(h, Problem(1024, 8192, 8192, "float16", "uint4b8", 128)).spec.route == "dequant"
+    assert plan(h, Problem(2048, 8192, 8192, "float16", "uint4b8", 128)).spec.route == "dequant"
     # a small layer above 128 rows: 256 x 128 tiles would give a block too few K-steps
     small = plan(h, Problem(256, 4096, 4096, "float16", "uint4b8", 128)).spec
     assert (small.tm, small.tn, small.stages) == (8, 8, 4)
@@ -381,6 +386,26 @@ def test_every_type_matches_reference(qt, rng):
         for m, (tm, tn) in ((96, (8, 8)), (1000, (8, 16)), (130, (16, 8))):
             spec = KernelSpec("sm90", qt, act, group_blocks(Problem(m, qw.n, qw.k, act, qt, g)), tm, tn, 4, 3)
             y, ref = _run_forced(qw, m, act, spec, rng, lda=1024 + 64)
+            assert _rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {_rel(y, ref):.3e}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tm,tn", [(8, 8), (16, 8)])
+def test_x_tile_edges_match_reference(tm, tn, rng):
+    """x by TMA: in_features 1000 (the last K tile is part padding, read as zeros past column
+    1000), a row stride of 1024 + 8 elements, and M short of a whole row block."""
+    if not _hopper():
+        pytest.skip("needs an sm_90 GPU without JITMARLIN_EMULATE")
+    import jitmarlin
+
+    w = rng.standard_normal((192, 1000)) * 0.05
+    for act in ("float16", "bfloat16"):
+        qw = jitmarlin.quantize(w, "uint4b8", -1, scale_dtype=act)
+        assert qw.k == 1024 and qw.in_features == 1000
+        spec = KernelSpec("sm90", "uint4b8", act, group_blocks(Problem(1, qw.n, qw.k, act, "uint4b8", -1)),
+                          tm, tn, 4, 4)
+        for m in (70, 16 * tm + 5):
+            y, ref = _run_forced(qw, m, act, spec, rng, lda=1032)
             assert _rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {_rel(y, ref):.3e}"
 
 
