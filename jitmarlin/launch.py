@@ -134,29 +134,58 @@ X_BOX_K = 64          # halves of x along K per TMA box: one 128-byte swizzle ro
 MAX_X_MAPS = 64       # tensor maps kept per launcher (x buffers seen), oldest dropped first
 
 
-def x_tensor_map(ptr: int, rows: int, cols: int, lda: int, box_rows: int):
-    """The tensor map of x for the wgmma kernel's TMA loads: `rows` x `cols` 16-bit values at
-    `ptr` (16-byte aligned), rows `lda` elements apart (a multiple of 8), boxes of 64 columns x
-    `box_rows` rows with the 128-byte swizzle; reads outside the array give zeros. Host-only
-    (the driver encodes it; no GPU work, so it is allowed during CUDA-graph capture)."""
+def tensor_map_2d(ptr: int, elem_bytes: int, dims: tuple[int, int], row_bytes: int,
+                  box: tuple[int, int], swizzle_128b: bool = False):
+    """A 2-D tensor map for the wgmma kernel's TMA loads: dims = (elements along the contiguous
+    dimension, rows) of `elem_bytes` (2 or 8) each at `ptr` (16-byte aligned), rows `row_bytes`
+    apart (a multiple of 16); boxes of box[0] x box[1] elements; reads outside the array give
+    zeros. Host-only (the driver encodes it; no GPU work, so allowed during CUDA-graph capture)."""
     try:
         from cuda.bindings import driver as cu
     except ImportError:  # cuda-python < 12.6 layout
         from cuda import cuda as cu  # type: ignore
+    dtype = {2: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16,
+             8: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT64}[elem_bytes]
+    swizzle = (cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B if swizzle_128b
+               else cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE)
     err, tmap = cu.cuTensorMapEncodeTiled(
-        cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, ptr,
-        [cu.cuuint64_t(cols), cu.cuuint64_t(rows)], [cu.cuuint64_t(lda * 2)],
-        [cu.cuuint32_t(X_BOX_K), cu.cuuint32_t(box_rows)], [cu.cuuint32_t(1), cu.cuuint32_t(1)],
-        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        dtype, 2, ptr, [cu.cuuint64_t(dims[0]), cu.cuuint64_t(dims[1])], [cu.cuuint64_t(row_bytes)],
+        [cu.cuuint32_t(box[0]), cu.cuuint32_t(box[1])], [cu.cuuint32_t(1), cu.cuuint32_t(1)],
+        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
         cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
     if err != cu.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"cuTensorMapEncodeTiled failed ({err}) for x: {rows} x {cols}, "
-                           f"row stride {lda} elements, at 0x{ptr:x}")
+        raise RuntimeError(f"cuTensorMapEncodeTiled failed ({err}): {dims[1]} rows of {dims[0]} "
+                           f"{elem_bytes}-byte elements, {row_bytes} bytes apart, at 0x{ptr:x}, box {box}")
     import ctypes
 
     return np.frombuffer(ctypes.string_at(tmap.getPtr(), TENSOR_MAP.itemsize), dtype=TENSOR_MAP)[0]
+
+
+def x_tensor_map(ptr: int, rows: int, cols: int, lda: int, box_rows: int):
+    """x's map: `rows` x `cols` halves, rows `lda` elements apart, boxes of 64 columns x
+    `box_rows` rows with the 128-byte swizzle (the wgmma operand layout)."""
+    return tensor_map_2d(ptr, 2, (cols, rows), lda * 2, (X_BOX_K, box_rows), swizzle_128b=True)
+
+
+def weight_tensor_maps(spec, ptrs: dict, n: int, k: int) -> tuple:
+    """(B, S, Z) maps of an uploaded weight for the wgmma kernel (N x K padded; see wgmma.cu.j2):
+    B as K/16 rows of N * bits/4 8-byte words, boxes of one tile's words x 4 rows; S and Z as
+    rows of N halves (one per group, or one), boxes of one tile's features x the rows of a
+    64-deep K step. A pointer that is 0 (no offsets), or a box the kernel does not load by TMA,
+    gets an empty map."""
+    empty = np.zeros((), dtype=TENSOR_MAP)[()]
+    words = n * spec.bits // 4
+    box_words = spec.tile_n * spec.bits // 4
+    bmap = (tensor_map_2d(ptrs["B"], 8, (words, k // 16), words * 8, (box_words, spec.tk))
+            if box_words <= 256 else empty)
+    if spec.group_blocks < 0:      # per-channel scales, read in the epilogue
+        return bmap, empty, empty
+    rows = 1 if spec.group_blocks == 0 else k // (16 * spec.group_blocks)
+    box_rows = 1 if spec.group_blocks == 0 or spec.group_blocks >= spec.tk else spec.tk // spec.group_blocks
+    maps = [tensor_map_2d(ptrs[key], 2, (n, rows), n * 2, (spec.tile_n, box_rows)) if ptrs[key] else empty
+            for key in ("S", "Z")]
+    return (bmap, *maps)
 
 
 class Launcher:
@@ -165,7 +194,7 @@ class Launcher:
     buffer)."""
 
     __slots__ = ("func", "grid", "block", "smem", "stream", "static", "plan", "device", "keep",
-                 "iters", "x_maps")
+                 "iters", "x_maps", "w_maps")
 
     def __init__(self, plan: Plan, func, device: int, stream_ptr: int, ptrs: dict, ws: Workspace,
                  n_out: int, k_in: int, gscale: float):
@@ -180,6 +209,7 @@ class Launcher:
         p = plan.problem
         self.iters = np.int32(plan.iters)
         self.x_maps = {} if plan.spec.wgmma else None
+        self.w_maps = weight_tensor_maps(plan.spec, ptrs, plan.problem.n, plan.problem.k) if plan.spec.wgmma else ()
         self.static = (np.uint64(ptrs["B"]), np.uint64(ptrs["S"]), np.uint64(ptrs["Z"]),
                        np.float32(gscale), np.uint64(ws.partials_ptr), np.uint64(ws.locks_ptr),
                        np.int32(p.m), np.int32(p.n), np.int32(p.k), np.int32(n_out), np.int32(k_in))
@@ -199,5 +229,5 @@ class Launcher:
                     del self.x_maps[next(iter(self.x_maps))]
                 xmap = self.x_maps[(x_ptr, lda)] = x_tensor_map(
                     x_ptr, int(m), int(k_in), lda, self.plan.spec.tile_m)
-            args += (xmap,)
+            args += (xmap, *self.w_maps)
         self.func(self.grid, self.block, args, shared_mem=self.smem, stream=self.stream)

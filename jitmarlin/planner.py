@@ -42,8 +42,8 @@ def wgmma_available(profile: DeviceProfile) -> bool:
 def _wgmma_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
     """wgmma kernels for `p` in order of preference (tools/sweep on H100, tools/PERF.md): at
     M <= 64, 64-token tiles, 256 features wide from N = 8192 up with two blocks per SM where each
-    still gets enough K-steps (wgmma_occupancy), 4 stages; below, 128 wide, one block, 5 stages
-    (its warpgroups overlap dequant and wgmmas themselves, which beat two blocks there). Up to
+    still gets enough K-steps (wgmma_occupancy), 4 stages; otherwise 128 wide, one block, 5
+    stages (its warpgroups overlap dequant and wgmmas themselves, and TMA feeds it). Up to
     128 rows, 128 x 128 tiles, 4 stages; above, 256 x 128, 4 stages (128 x 128 where 256 x 128
     tiles leave a block fewer than WGMMA_TALL_MIN_STEPS K-steps). With one 64-feature slab
     per warpgroup and >= 4 stages the kernel dequantises one step while the wgmmas of the step
@@ -52,10 +52,9 @@ def _wgmma_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
     """
     occ = 1
     if p.m <= 64:
-        wide = p.n >= WGMMA_WIDE_MIN_N
-        shapes = [(4, 16), (4, 8)] if wide else [(4, 8), (4, 16)]
-        occ = wgmma_occupancy(profile, p) if wide else 1
-        depth = 4 if wide and occ == 2 else 5
+        occ = wgmma_occupancy(profile, p) if p.n >= WGMMA_WIDE_MIN_N else 1
+        shapes = [(4, 16), (4, 8)] if occ == 2 else [(4, 8), (4, 16)]
+        depth = 4 if occ == 2 else 5
     elif p.m <= 128:
         shapes, depth = [(8, 8), (8, 16), (4, 16)], 4
     else:
@@ -85,8 +84,10 @@ def _deepest_wgmma(profile: DeviceProfile, p: Problem, tm: int, tn: int, depth: 
 # the other's warpgroup MMAs run (with two slabs a warpgroup has no registers for the overlap
 # within one block, so one block alone waits for its wgmmas, then dequantises). H100, M = 64
 # (tools/PERF.md, entry 11): 70B gate_up 197 -> 153 us, 70B down 103 -> 93, 8B gate_up 53 ->
-# 47; but slower where each block gets only a few K-steps (8B o: 13.1 -> 14.8 us).
-WGMMA_OCC2_MIN_STEPS = 10
+# 47; but slower where each block gets only a few K-steps (8B o: 13.1 -> 14.8 us). Since the
+# one-block kernel loads by TMA (entry 20) it wins up to 39 K-steps a block (70B o 28.9 vs 31.7
+# us, 70B qkv 34.7 vs 38.0) and loses from 54 (8B gate_up 46.9 vs 44.6, 70B down 92.3 vs 81.5).
+WGMMA_OCC2_MIN_STEPS = 48
 # Above 128 rows, 256 x 128 tiles need this many K-steps per block (SMs x blocks); with fewer,
 # each tile is split over several blocks whose 128 KB partial sums dominate, and 128 x 128 tiles
 # win (H100/H200 sweeps, M = 256: 8B o, 15.5 steps, 0.90-0.97x the time; 8B qkv, 23 steps, a

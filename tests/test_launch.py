@@ -34,34 +34,53 @@ def no_device(monkeypatch):
     monkeypatch.setattr(drv, "funcSetAttribute", lambda *a: None)
     encoded = []
 
-    def fake_map(ptr, rows, cols, lda, box_rows):
-        encoded.append((ptr, rows, cols, lda, box_rows))
+    def fake_map(ptr, elem_bytes, dims, row_bytes, box, swizzle_128b=False):
+        encoded.append((ptr, elem_bytes, dims, row_bytes, box, swizzle_128b))
         v = np.zeros(1, launch.TENSOR_MAP)[0]
         v["opaque"][0] = ptr
         return v
 
-    monkeypatch.setattr(launch, "x_tensor_map", fake_map)
+    monkeypatch.setattr(launch, "tensor_map_2d", fake_map)
     return encoded
 
 
-def _launcher(m, k=4096, n=4096):
-    p = Problem(m, n, k, "float16", "uint4b8", 128)
+def _launcher(m, k=4096, n=4096, qtype="uint4b8", group=128, z=0):
+    p = Problem(m, n, k, "float16", qtype, group)
     pl = planner.plan(get_profile("h100"), p)
     ws = types.SimpleNamespace(partials_ptr=2, locks_ptr=3)
     f = _Func()
-    lz = launch.Launcher(pl, f, 0, 0, {"B": 10, "S": 11, "Z": 0}, ws, n - 3, k - 8, 1.0)
+    lz = launch.Launcher(pl, f, 0, 0, {"B": 0x10, "S": 0x20, "Z": z}, ws, n - 3, k - 8, 1.0)
     return lz, f, pl
 
 
 def test_wgmma_launches_carry_x_tensor_map_per_buffer(no_device):
-    lz, f, pl = _launcher(200)
-    assert pl.spec.wgmma
-    lz(0x1000, 4096, 0x9000, 0)
-    lz(0x1000, 4096, 0xa000, 0)          # same x buffer: the map is reused
-    lz(0x2000, 4104, 0x9000, 0)          # another buffer (and row stride): a new map
-    assert no_device == [(0x1000, 200, 4088, 4096, pl.spec.tile_m), (0x2000, 200, 4088, 4104, pl.spec.tile_m)]
-    assert [c[-1]["opaque"][0] for c in f.calls] == [0x1000, 0x1000, 0x2000]
-    assert len(f.calls[0]) == 17 and f.calls[2][14] == 4104   # lda still passed as an int
+    lz, f, pl = _launcher(200, k=8192, n=8192)
+    assert pl.spec.wgmma and (pl.spec.tile_m, pl.spec.tile_n) == (256, 128)
+    # the weight's maps, once: B as 512 rows of 8192 * 4 / 4 words, S as 64 groups of 8192 halves
+    assert no_device == [(0x10, 8, (8192, 512), 8192 * 8, (128, 4), False),
+                         (0x20, 2, (8192, 64), 8192 * 2, (128, 1), False)]
+    del no_device[:]
+    lz(0x1000, 8192, 0x9000, 0)
+    lz(0x1000, 8192, 0xa000, 0)          # same x buffer: the map is reused
+    lz(0x2000, 8200, 0x9000, 0)          # another buffer (and row stride): a new map
+    assert no_device == [(0x1000, 2, (8184, 200), 8192 * 2, (64, 256), True),
+                         (0x2000, 2, (8184, 200), 8200 * 2, (64, 256), True)]
+    assert [c[-4]["opaque"][0] for c in f.calls] == [0x1000, 0x1000, 0x2000]
+    assert [c[-3]["opaque"][0] for c in f.calls] == [0x10] * 3 and f.calls[0][-2]["opaque"][0] == 0x20
+    assert not f.calls[0][-1]["opaque"].any()            # no offsets: an empty map
+    assert len(f.calls[0]) == 20 and f.calls[2][14] == 8200   # lda still passed as an int
+
+
+def test_weight_maps_follow_type_and_groups(no_device):
+    # 8-bit codes, 128-wide tile: 256 words a box row; groups of 32: two scale rows a K step;
+    # offsets get their own map
+    _launcher(200, qtype="uint8", group=32, z=0x30)
+    assert no_device == [(0x10, 8, (8192, 256), 8192 * 8, (256, 4), False),
+                         (0x20, 2, (4096, 128), 4096 * 2, (128, 2), False),
+                         (0x30, 2, (4096, 128), 4096 * 2, (128, 2), False)]
+    del no_device[:]
+    _launcher(200, group=-1)                                # per-channel scales: no scale maps
+    assert [e[0] for e in no_device] == [0x10]
 
 
 def test_x_tensor_maps_are_bounded(no_device):
@@ -77,4 +96,4 @@ def test_mma_sync_launches_take_no_tensor_map(no_device):
     lz, f, pl = _launcher(16)
     assert not pl.spec.wgmma
     lz(0x1000, 4096, 0x9000, 0)
-    assert no_device == [] and len(f.calls[0]) == 16
+    assert no_device == [] and len(f.calls[0]) == 16 and lz.w_maps == ()

@@ -79,10 +79,13 @@ def test_every_wgmma_plan_fits(rng):
 
 def test_two_blocks_per_sm_for_wide_tiles_where_each_gets_enough_steps():
     h = get_profile("h100")
-    # 8B qkv (N = 6144) has the steps but 128-wide tiles, which overlap within one block
-    for (k, n), occ in [((4096, 4096), 1), ((4096, 6144), 1), ((8192, 57344), 2), ((28672, 8192), 2)]:
+    # 8B qkv (N = 6144) has the steps but 128-wide tiles, which overlap within one block; 70B o
+    # and qkv (31 and 39 K-steps a block) are wide but too short for two blocks
+    for (k, n), occ in [((4096, 4096), 1), ((4096, 6144), 1), ((8192, 8192), 1), ((8192, 10240), 1),
+                        ((4096, 28672), 2), ((8192, 57344), 2), ((28672, 8192), 2)]:
         spec = plan(h, Problem(64, n, k, "float16", "uint4b8", 128)).spec
         assert spec.wgmma and spec.occupancy == occ and spec.name.endswith("o2") == (occ == 2)
+        assert (spec.tn, spec.stages) == ((16, 4) if occ == 2 else (8, 5)), spec.name
         assert plan(h, Problem(64, n, k, "float16", "uint4b8", 128)).grid <= 2 * h.sms
     # only M <= 64 takes it, and never where two blocks' shared memory would not fit an SM
     assert plan(h, Problem(200, 57344, 8192, "float16", "uint4b8", 128)).spec.occupancy == 1
