@@ -41,9 +41,9 @@ def wgmma_available(profile: DeviceProfile) -> bool:
 
 def _wgmma_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
     """wgmma kernels for `p` in order of preference (tools/sweep on H100, tools/PERF.md): at
-    M <= 64, 64-token tiles, 256 features wide from N = 8192 up with two blocks per SM where each
-    still gets enough K-steps (wgmma_occupancy), 4 stages; otherwise 128 wide, one block, 5
-    stages (its warpgroups overlap dequant and wgmmas themselves, and TMA feeds it). Up to
+    M <= 64, 64-token tiles, two blocks per SM and 4 stages where each block still gets enough
+    K-steps (wgmma_occupancy), 256 features wide where it gets many more (WGMMA_WIDE_MIN_STEPS);
+    otherwise 128 wide, one block, 5 stages (its warpgroups overlap dequant and wgmmas). Up to
     128 rows, 128 x 128 tiles, 4 stages; above, 256 x 128, 4 stages (128 x 128 where 256 x 128
     tiles leave a block fewer than WGMMA_TALL_MIN_STEPS K-steps). With one 64-feature slab
     per warpgroup and >= 4 stages the kernel dequantises one step while the wgmmas of the step
@@ -52,8 +52,9 @@ def _wgmma_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
     """
     occ = 1
     if p.m <= 64:
-        occ = wgmma_occupancy(profile, p) if p.n >= WGMMA_WIDE_MIN_N else 1
-        shapes = [(4, 16), (4, 8)] if occ == 2 else [(4, 8), (4, 16)]
+        occ = wgmma_occupancy(profile, p)
+        wide = occ == 2 and _wgmma_steps_per_block(profile, p, 64, 128, 2) >= WGMMA_WIDE_MIN_STEPS
+        shapes = [(4, 16), (4, 8)] if wide else [(4, 8), (4, 16)]
         depth = 4 if occ == 2 else 5
     elif p.m <= 128:
         shapes, depth = [(8, 8), (8, 16), (4, 16)], 4
@@ -80,22 +81,19 @@ def _deepest_wgmma(profile: DeviceProfile, p: Problem, tm: int, tn: int, depth: 
     return None
 
 
-# Two wgmma blocks per SM at M <= 64 for 64 x 256 tiles: while one block dequantises its weights
-# the other's warpgroup MMAs run (with two slabs a warpgroup has no registers for the overlap
-# within one block, so one block alone waits for its wgmmas, then dequantises). H100, M = 64
-# (tools/PERF.md, entry 11): 70B gate_up 197 -> 153 us, 70B down 103 -> 93, 8B gate_up 53 ->
-# 47; but slower where each block gets only a few K-steps (8B o: 13.1 -> 14.8 us). Since the
-# one-block kernel loads by TMA (entry 20) it wins up to 39 K-steps a block (70B o 28.9 vs 31.7
-# us, 70B qkv 34.7 vs 38.0) and loses from 54 (8B gate_up 46.9 vs 44.6, 70B down 92.3 vs 81.5).
-WGMMA_OCC2_MIN_STEPS = 48
+# Two wgmma blocks per SM at M <= 64: while one block dequantises its weights the other's
+# warpgroup MMAs run. H100, M = 64 (tools/PERF.md entries 11 and 20), with every stage loaded by
+# TMA: two blocks win from 27 K-steps of a 64 x 128 x 64 tile a block (70B o, 31 steps: 26.6 vs
+# 29.0 us; 70B qkv 33.1 vs 34.6; 8B down, 27 steps, a tie) and lose at 12 (8B qkv 15.7 vs 14.5,
+# 8B o 13.6 vs 11.2). 256-feature tiles (two slabs a warpgroup) win from 54 steps (70B down 75.7
+# vs 78.4 us, 70B gate_up 135.6 vs 148.4; 8B gate_up, 54 steps, a tie) and lose at 39.
+WGMMA_OCC2_MIN_STEPS = 20
+WGMMA_WIDE_MIN_STEPS = 48
 # Above 128 rows, 256 x 128 tiles need this many K-steps per block (SMs x blocks); with fewer,
 # each tile is split over several blocks whose 128 KB partial sums dominate, and 128 x 128 tiles
 # win (H100/H200 sweeps, M = 256: 8B o, 15.5 steps, 0.90-0.97x the time; 8B qkv, 23 steps, a
 # tie; from 54 steps 256 x 128 wins by 4-16%; tools/PERF.md entry 19).
 WGMMA_TALL_MIN_STEPS = 20
-# At M <= 64, 256-feature wgmma tiles win from this N up (70B layers, 8B gate_up); below, 128
-# (8B qkv, o, down: with 256 there are too few tiles across N).
-WGMMA_WIDE_MIN_N = 8192
 
 
 def _wgmma_steps_per_block(profile: DeviceProfile, p: Problem, tokens: int, features: int,

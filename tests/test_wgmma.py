@@ -79,13 +79,15 @@ def test_every_wgmma_plan_fits(rng):
 
 def test_two_blocks_per_sm_for_wide_tiles_where_each_gets_enough_steps():
     h = get_profile("h100")
-    # 8B qkv (N = 6144) has the steps but 128-wide tiles, which overlap within one block; 70B o
-    # and qkv (31 and 39 K-steps a block) are wide but too short for two blocks
-    for (k, n), occ in [((4096, 4096), 1), ((4096, 6144), 1), ((8192, 8192), 1), ((8192, 10240), 1),
-                        ((4096, 28672), 2), ((8192, 57344), 2), ((28672, 8192), 2)]:
+    # K-steps of a 64 x 128 tile a block with two blocks per SM: 8B o 7.8, 8B qkv 11.6 (one
+    # block, 128 wide, 5 stages); 8B down 27, 70B o 31, 70B qkv 39 (two blocks, 128 wide);
+    # 8B gate_up 54, 70B down 109, 70B gate_up 217 (two blocks, 256 wide); 4 stages with two
+    for (k, n), occ, tn in [((4096, 4096), 1, 8), ((4096, 6144), 1, 8), ((14336, 4096), 2, 8),
+                            ((8192, 8192), 2, 8), ((8192, 10240), 2, 8), ((4096, 28672), 2, 16),
+                            ((28672, 8192), 2, 16), ((8192, 57344), 2, 16)]:
         spec = plan(h, Problem(64, n, k, "float16", "uint4b8", 128)).spec
         assert spec.wgmma and spec.occupancy == occ and spec.name.endswith("o2") == (occ == 2)
-        assert (spec.tn, spec.stages) == ((16, 4) if occ == 2 else (8, 5)), spec.name
+        assert (spec.tn, spec.stages) == (tn, 4 if occ == 2 else 5), spec.name
         assert plan(h, Problem(64, n, k, "float16", "uint4b8", 128)).grid <= 2 * h.sms
     # only M <= 64 takes it, and never where two blocks' shared memory would not fit an SM
     assert plan(h, Problem(200, 57344, 8192, "float16", "uint4b8", 128)).spec.occupancy == 1

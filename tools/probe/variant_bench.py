@@ -23,9 +23,8 @@ SUBS = {
              "constexpr int RED_BATCH = 1;")],
     "no_overlap": [("constexpr bool OVERLAP = RED_CHUNKS <= STAGE && OUT_STAGE_CHUNKS <= STAGE;",
                     "constexpr bool OVERLAP = false;")],
-    "no_tma": [("constexpr bool X_TMA = JM_MIN_BLOCKS == 1;", "constexpr bool X_TMA = false;")],
-    "no_wtma": [("constexpr bool W_TMA = X_TMA && 16 * TN * QI <= 256;", "constexpr bool W_TMA = false;")],
-    "tma_o2": [("constexpr bool X_TMA = JM_MIN_BLOCKS == 1;", "constexpr bool X_TMA = true;")],
+    "no_tma": [("constexpr bool X_TMA = JM_MIN_BLOCKS == 1 || (W_BOX_OK && STAGES <= 5);", "constexpr bool X_TMA = false;")],
+    "no_wtma": [("constexpr bool W_TMA = X_TMA && W_BOX_OK;", "constexpr bool W_TMA = false;")],
     "mw2": [("constexpr bool OVERLAP_MMA = MW == 1 &&", "constexpr bool OVERLAP_MMA = MW <= 2 &&")],
     "skip_a_rows": [("pipe.fetch16(j, sA + row * A_ROW + a_swizzle(row, chunk), src,\n"
                      "                   A_STAGE % THREADS == 0 || i < A_STAGE, valid);",
