@@ -140,10 +140,8 @@ def tensor_map_2d(ptr: int, elem_bytes: int, dims: tuple[int, int], row_bytes: i
     dimension, rows) of `elem_bytes` (2 or 8) each at `ptr` (16-byte aligned), rows `row_bytes`
     apart (a multiple of 16); boxes of box[0] x box[1] elements; reads outside the array give
     zeros. Host-only (the driver encodes it; no GPU work, so allowed during CUDA-graph capture)."""
-    try:
-        from cuda.bindings import driver as cu
-    except ImportError:  # cuda-python < 12.6 layout
-        from cuda import cuda as cu  # type: ignore
+    from cuda.bindings import driver as cu   # cuda-python >= 12.6 (both extras pin it)
+
     dtype = {2: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16,
              8: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT64}[elem_bytes]
     swizzle = (cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B if swizzle_128b
@@ -182,7 +180,7 @@ def weight_tensor_maps(spec, ptrs: dict, n: int, k: int) -> tuple:
     if spec.group_blocks < 0:      # per-channel scales, read in the epilogue
         return bmap, empty, empty
     rows = 1 if spec.group_blocks == 0 else k // (16 * spec.group_blocks)
-    box_rows = 1 if spec.group_blocks == 0 or spec.group_blocks >= spec.tk else spec.tk // spec.group_blocks
+    box_rows = spec.scale_rows // (2 if spec.affine else 1)   # scale rows of one K tile
     maps = [tensor_map_2d(ptrs[key], 2, (n, rows), n * 2, (spec.tile_n, box_rows)) if ptrs[key] else empty
             for key in ("S", "Z")]
     return (bmap, *maps)
