@@ -5,8 +5,9 @@
 #   mkdir -p tools/probe/templates_head && git archive HEAD templates | tar -x -C tools/probe/templates_head --strip-components=1
 # new = the working tree, or substitution names of variant_bench.py; KernelSpec.occupancy has
 # replaced the two-blocks-per-SM variant of session 3),
-# then one line per row and variant. CACHE names the carried kernel cache (prewarm the variants
-# with tools/probe/prewarm_sweep.py through variant_bench.py).
+# then one line per row and variant (a variant named twice keeps its last run). CACHE names the
+# carried kernel cache (prewarm the variants with tools/probe/prewarm_sweep.py through
+# variant_bench.py). templates_head is git-ignored: name it in the device run's carry.
 set -u
 source "$(dirname "$0")/env.sh"
 if [ "${TESTS:-0}" = 1 ]; then

@@ -30,6 +30,15 @@ SUBS = {
                      "                   A_STAGE % THREADS == 0 || i < A_STAGE, valid);",
                      "pipe.fetch16(j, sA + row * A_ROW + a_swizzle(row, chunk), src,\n"
                      "                   (A_STAGE % THREADS == 0 || i < A_STAGE) && grow < M, valid);")],
+    # Decode tail probes (timing only: the results are wrong on purpose).
+    "probe_empty": [("const int n_steps = jm_min(first + iters, total) - first;",
+                     "const int n_steps = 0 * (jm_min(first + iters, total) - first);")],
+    "probe_no_red": [("    if (b_hi > b_lo) {\n      if ((int)blockIdx.x != b_lo) {",
+                      "    if (b_hi > b_lo && (int)blockIdx.x != b_lo) continue;\n"
+                      "    if (false) {\n      if ((int)blockIdx.x != b_lo) {")],
+    "probe_no_wait": [("wait_count(locks + b_lo, b_hi - b_lo);", "")],
+    "fence1": [("        fence_gpu();\n        bar_sync();\n        if (tid == 0) arrive(locks + b_lo);",
+                "        bar_sync();\n        if (tid == 0) {\n          fence_gpu();\n          arrive(locks + b_lo);\n        }")],
 }
 tdir = os.environ.get("JM_PROBE_TEMPLATES")
 if tdir:
@@ -49,6 +58,31 @@ if subs:
         return src
 
     jitmarlin.cache.render = patched
+# JM_PROBE_WHOLE=TN,TK,STAGES: decode (M <= 16, mma.sync path) with that tile and whole output
+# tiles per block (iters a multiple of the K-tiles: no tile is split, no cross-block reduction).
+whole = os.environ.get("JM_PROBE_WHOLE")
+if whole:
+    import dataclasses
+
+    import jitmarlin.planner as P
+    from jitmarlin.spec import KernelSpec
+
+    tn, tk, st = map(int, whole.split(","))
+    real_plan = P.plan
+
+    def plan_whole(profile, p, spec=None):
+        pl = real_plan(profile, p, spec)
+        s = pl.spec
+        if p.m > 16 or s.route != "fused" or s.wgmma:
+            return pl
+        s = KernelSpec(s.path, s.qtype, s.act, s.group_blocks, s.tm, tn, tk, st)
+        k_tiles = p.k // s.tile_k
+        tiles = -(-p.m // s.tile_m) * -(-p.n // s.tile_n)
+        per = -(-tiles // profile.sms)
+        return dataclasses.replace(pl, spec=s, iters=per * k_tiles, grid=-(-tiles // per),
+                                   smem_bytes=s.smem_bytes())
+
+    P.plan = plan_whole
 tool = sys.argv[1]
 sys.argv = [os.path.join(HERE, "..", tool)] + sys.argv[2:]
 runpy.run_path(sys.argv[0], run_name="__main__")
