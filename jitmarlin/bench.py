@@ -105,9 +105,11 @@ def copies_needed(bytes_per_copy, l2_bytes):
     return max(1, math.ceil(4 * l2_bytes / bytes_per_copy))
 
 
-def random_weights(n, k, group, act, copies):
+def random_weights(n, k, group, act, copies, shared_values=False):
     """`copies` random QuantizedWeights on the current GPU: random 32-bit words are valid packed
-    4-bit weights; scales random positive, rounded to `act`."""
+    4-bit weights; scales random positive, rounded to `act`. shared_values: scales rounded to
+    bfloat16 first, values that float16 holds exactly too, so that an fp16 and a bf16 run multiply
+    the same numbers (see draw_values)."""
     import cupy as cp
 
     from . import halves, packing
@@ -116,10 +118,28 @@ def random_weights(n, k, group, act, copies):
     for _ in range(copies):
         packed = cp.random.randint(-2**31, 2**31 - 1, size=(k // 16, 2 * n), dtype=cp.int64).astype(cp.int32)
         g = 1 if group == -1 else k // group
-        s = cp.asarray(halves.to_bits(cp.asnumpy(cp.random.random((g, n), dtype=cp.float32) * 0.01 + 0.001), act))
+        s = cp.asnumpy(cp.random.random((g, n), dtype=cp.float32) * 0.01 + 0.001)
+        if shared_values:
+            s = halves.round_to(s, "bfloat16")
+        s = cp.asarray(halves.to_bits(s, act))
         scales = packing.permute_scales(s) if group != -1 else s.reshape(n)
         out.append(QuantizedWeight("uint4b8", group, n, k, packed, scales, scale_dtype=act))
     return out
+
+
+def draw_values(torch, shape, dtype, scale=1.0, shared_values=False):
+    """A random tensor (normal, times `scale`) of `dtype` on the GPU. shared_values: drawn in fp32
+    and rounded to bfloat16 first; float16 holds those exactly (all but the few below its normal
+    range, 2^-14), so every dtype, and every peer fed a conversion, gets the same numbers. Why it matters: at large M
+    an H100 runs GEMMs at its power cap, and the clock it holds there depends on how many bits the
+    operands toggle: the same fp16 cuBLAS GEMM runs 3-12% faster on bf16-rounded values than on
+    full fp16 ones (tools/PERF.md, entry 26)."""
+    x = torch.randn(*shape, device="cuda")
+    if scale != 1.0:
+        x = x * scale
+    if shared_values:
+        x = x.to(torch.bfloat16)
+    return x.to(dtype)
 
 
 def floor_us(m, n, k, group, bw_tbps):

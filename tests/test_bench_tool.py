@@ -292,7 +292,7 @@ def _fake_gpu(monkeypatch, gemlite_error=None):
 
     monkeypatch.setattr(b, "Timer", Timer)
     monkeypatch.setattr(b, "copy_bandwidth", lambda torch: 3.0)
-    monkeypatch.setattr(b, "random_weights", lambda n, k, g, act, c: [object()] * c)
+    monkeypatch.setattr(b, "random_weights", lambda n, k, g, act, c, **kw: [object()] * c)
     monkeypatch.setattr(b, "kernel_name", lambda qw, act, m: f"jm_fake_m{m}")
     monkeypatch.setattr(b, "make_tinygemm", lambda torch, n, k, g, c: [(None, None)] * c)
     monkeypatch.setattr(b, "load_gemlite", load_gemlite)
@@ -345,3 +345,93 @@ def test_deadline_stops_measuring_but_still_reports(tmp_path, monkeypatch, capsy
     assert res["rows"] == [] and "deadline" in res["stopped_early"]
     assert res["targets"]["a"]["pass"] is None
     assert "## Targets (issue 6)" in capsys.readouterr().out
+
+
+def _recording_gpu(monkeypatch):
+    """The fake GPU, with torch's seeding, draws and conversions and random_weights recorded."""
+    b, _ = _fake_gpu(monkeypatch)
+    torch = sys.modules["torch"]
+    log = []
+
+    class T(_T):
+        def to(self, dtype):
+            log.append(("to", dtype))
+            return T(self.shape)
+
+    def randn(*shape, device=None, dtype=None):
+        log.append(("randn", shape, dtype))
+        return T(shape)
+
+    torch.randn = randn
+    torch.manual_seed = lambda s: log.append(("seed", s))
+    monkeypatch.setattr(b, "random_weights",
+                        lambda n, k, g, act, c, shared_values=False: log.append(("weights", act, shared_values)) or [object()] * c)
+    return b, log
+
+
+def test_shared_data_gives_fp16_and_bf16_rows_the_same_bf16_exact_x(tmp_path, monkeypatch):
+    b, log = _recording_gpu(monkeypatch)
+    out = tmp_path / "run.json"
+    assert b.main(["--shapes", "L3-8B o", "--m", "1,16", "--act", "float16,bfloat16",
+                   "--peers", "cublas", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["data"].startswith("shared")
+    seeds = [e[1] for e in log if e[0] == "seed"][1:]          # the first is the run's own seed
+    assert len(seeds) == 4 and seeds[:2] == seeds[2:] and seeds[0] != seeds[1]   # per M, same per dtype
+    assert ("weights", "float16", True) in log and ("weights", "bfloat16", True) in log
+    # every draw is fp32 (no dtype), rounded to bf16 before it becomes the row's dtype
+    draws = [i for i, e in enumerate(log) if e[0] == "randn"]
+    assert draws and all(log[i][2] is None and log[i + 1] == ("to", "bf16") for i in draws)
+
+
+def test_own_data_draws_in_each_dtype(tmp_path, monkeypatch):
+    b, log = _recording_gpu(monkeypatch)
+    out = tmp_path / "run.json"
+    assert b.main(["--shapes", "L3-8B o", "--m", "1", "--act", "float16", "--peers", "cublas",
+                   "--data", "own", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["data"].startswith("own")
+    assert ("weights", "float16", False) in log and ("to", "bf16") not in log
+    assert len([e for e in log if e[0] == "seed"]) == 1
+
+
+def test_bf16_rounded_values_are_exact_in_fp16():
+    """What 'shared' data rests on: bf16-rounded normal draws (x, 0.02 W) and scales
+    (0.001..0.011) survive a trip through fp16 unchanged."""
+    import numpy as np
+
+    from jitmarlin import halves
+
+    rng = np.random.default_rng()
+    for v in (rng.standard_normal(1 << 16), 0.02 * rng.standard_normal(1 << 16),
+              rng.random(1 << 16) * 0.01 + 0.001):
+        v = v[np.abs(v) > 2.0 ** -14]              # fp16's normal range (smaller ones: subnormal)
+        r = halves.round_to(v, "bfloat16")
+        assert np.array_equal(halves.round_to(r, "float16"), r)
+        assert not np.array_equal(halves.round_to(v, "float16"), halves.round_to(v, "bfloat16"))
+
+
+def test_repeats_alternate_jitmarlin_and_cublas_and_keep_medians(tmp_path, monkeypatch):
+    b, _ = _fake_gpu(monkeypatch)
+    order = []
+    drift = iter([30.0, 10.0, 20.0, 31.0, 9.0, 40.0, 33.0, 11.0, 12.0, 50.0])
+
+    class Timer:
+        def __init__(self, torch, target_ms):
+            pass
+
+        def __call__(self, fns, use_graph=True):
+            kind, _ = fns[0]()
+            order.append(kind)
+            return next(drift) if kind in ("jitmarlin", "cublas") else 1.0
+
+    monkeypatch.setattr(b, "Timer", Timer)
+    out = tmp_path / "run.json"
+    assert b.main(["--shapes", "L3-8B o", "--m", "16", "--peers", "cublas", "--repeats", "5",
+                   "--json", str(out)]) == 0
+    assert order == ["jitmarlin", "cublas"] * 5
+    r = json.loads(out.read_text())["rows"][0]
+    assert r["samples_us"] == {"jitmarlin": [30.0, 20.0, 9.0, 33.0, 12.0],
+                               "cublas_fp16": [10.0, 31.0, 40.0, 11.0, 50.0]}
+    assert r["jitmarlin_us"] == 20.0 and r["cublas_fp16_us"] == 31.0
+    with pytest.raises(SystemExit):
+        b.parse_args(["--repeats", "0"])

@@ -11,14 +11,14 @@ import sys
 import types
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from jitmarlin.bench import (Timer, copies_needed, copy_bandwidth, floor_us,  # noqa: E402
-                             host_overhead, random_weights)
+from jitmarlin.bench import (Timer, copies_needed, copy_bandwidth, draw_values,  # noqa: E402
+                             floor_us, host_overhead, random_weights)
 
 __all__ = ["SHAPES", "IST_MARLIN", "BENCH_CUBLAS", "BEST_PEERS", "FLOOR_TARGET_SHAPES", "select_shapes",
            "make_tinygemm", "load_gemlite", "make_gemlite", "gemlite_config_source", "save_gemlite_configs",
            "single_call_ms", "kernel_name", "best_peer", "row_ratios", "markdown", "evaluate_targets",
            "format_targets", "merge_rows", "Timer", "copies_needed", "copy_bandwidth", "floor_us",
-           "host_overhead", "random_weights"]
+           "host_overhead", "random_weights", "draw_values"]
 
 SHAPES = {
     "L3-8B qkv": (4096, 6144), "L3-8B o": (4096, 4096), "L3-8B gate_up": (4096, 28672),

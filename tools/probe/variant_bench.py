@@ -39,6 +39,12 @@ SUBS = {
     "probe_no_wait": [("wait_count(locks + b_lo, b_hi - b_lo);", "")],
     "fence1": [("        fence_gpu();\n        bar_sync();\n        if (tid == 0) arrive(locks + b_lo);",
                 "        bar_sync();\n        if (tid == 0) {\n          fence_gpu();\n          arrive(locks + b_lo);\n        }")],
+    # Cheaper synchronisation for the split-tile reduction (results stay correct): contributors
+    # fence with fence.acq_rel.gpu instead of __threadfence's fence.sc.gpu; the finisher polls the
+    # counter without sleeping between reads.
+    "acqrel": [("JM_DEV void fence_gpu() { __threadfence(); }",
+                'JM_DEV void fence_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }')],
+    "no_sleep": [("JM_DEV void spin_pause() { __nanosleep(20); }", "JM_DEV void spin_pause() {}")],
 }
 tdir = os.environ.get("JM_PROBE_TEMPLATES")
 if tdir:
