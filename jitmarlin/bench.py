@@ -130,10 +130,10 @@ def random_weights(n, k, group, act, copies, shared_values=False):
 def draw_values(torch, shape, dtype, scale=1.0, shared_values=False):
     """A random tensor (normal, times `scale`) of `dtype` on the GPU. shared_values: drawn in fp32
     and rounded to bfloat16 first; float16 holds those exactly (all but the few below its normal
-    range, 2^-14), so every dtype, and every peer fed a conversion, gets the same numbers. Why it matters: at large M
-    an H100 runs GEMMs at its power cap, and the clock it holds there depends on how many bits the
-    operands toggle: the same fp16 cuBLAS GEMM runs 3-12% faster on bf16-rounded values than on
-    full fp16 ones (tools/PERF.md, entry 26)."""
+    range, 2^-14), so every dtype, and every peer fed a conversion, gets the same numbers. Why it
+    matters: at large M an H100 runs GEMMs at its power cap, where the clock depends on the bits
+    the operands toggle: the same fp16 cuBLAS GEMM at M = 4096 runs 5-6% faster on bf16-rounded
+    values than on full fp16 ones (tools/PERF.md, entry 26)."""
     x = torch.randn(*shape, device="cuda")
     if scale != 1.0:
         x = x * scale
