@@ -134,9 +134,7 @@ def draw_values(torch, shape, dtype, scale=1.0, shared_values=False):
     matters: at large M an H100 runs GEMMs at its power cap, where the clock depends on the bits
     the operands toggle: the same fp16 cuBLAS GEMM at M = 4096 runs 5-6% faster on bf16-rounded
     values than on full fp16 ones (tools/PERF.md, entry 26)."""
-    x = torch.randn(*shape, device="cuda")
-    if scale != 1.0:
-        x = x * scale
+    x = torch.randn(*shape, device="cuda") * scale
     if shared_values:
         x = x.to(torch.bfloat16)
     return x.to(dtype)

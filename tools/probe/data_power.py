@@ -11,30 +11,15 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-import cupy as cp  # noqa: E402
 import torch  # noqa: E402
 
 import jitmarlin  # noqa: E402
-from jitmarlin import halves, packing  # noqa: E402
-from jitmarlin.bench import Timer, copies_needed  # noqa: E402
+from jitmarlin.bench import Timer, copies_needed, random_weights  # noqa: E402
 from jitmarlin.profiles import live_profile  # noqa: E402
-from jitmarlin.quant import QuantizedWeight  # noqa: E402
 
 SHAPES = {"8B down": (14336, 4096), "70B o": (8192, 8192), "8B gate_up": (4096, 28672)}
 G = 128
 ROUNDS = int(os.environ.get("ROUNDS", "5"))
-
-
-def weights(n, k, act, bfval, copies):
-    out = []
-    for _ in range(copies):
-        packed = cp.random.randint(-2**31, 2**31 - 1, size=(k // 16, 2 * n), dtype=cp.int64).astype(cp.int32)
-        s = cp.asnumpy(cp.random.random((k // G, n), dtype=cp.float32) * 0.01 + 0.001)
-        if bfval:
-            s = halves.round_to(s, "bfloat16")
-        bits = cp.asarray(halves.to_bits(s, act))
-        out.append(QuantizedWeight("uint4b8", G, n, k, packed, packing.permute_scales(bits), scale_dtype=act))
-    return out
 
 
 def main():
@@ -50,9 +35,9 @@ def main():
         w_bf = [w.bfloat16() for w in wf]
         del wf
         qc = copies_needed(n * k // 2, l2)
-        q_full = weights(n, k, "float16", False, qc)
-        q_bfv = weights(n, k, "float16", True, qc)
-        q_bf = weights(n, k, "bfloat16", True, qc)
+        q_full = random_weights(n, k, G, "float16", qc)
+        q_bfv = random_weights(n, k, G, "float16", qc, shared_values=True)
+        q_bf = random_weights(n, k, G, "bfloat16", qc, shared_values=True)
         for m in ms:
             x32 = torch.randn(m, k, device="cuda")
             x_full, x_bfv, x_bf = x32.half(), x32.bfloat16().half(), x32.bfloat16()
