@@ -260,6 +260,82 @@ def _fits(profile: DeviceProfile, spec: KernelSpec) -> bool:
             and (spec.occupancy == 1 or spec.smem_per_sm() <= profile.smem_per_sm))
 
 
+# ---- decode with thread-block clusters (sm_90+) ---------------------------------------------------
+# Stream-K splits output tiles over blocks anywhere on the GPU, and their partial sums meet in L2
+# (store, fence, count, wait, load): ~2 us a call at decode on H100 (tools/PERF.md entry 22).
+# Where whole tiles can be dealt to clusters with (almost) the busiest block's load of the
+# Stream-K plan, the blocks that share a tile sit in one cluster and add their sums through
+# distributed shared memory instead (reduce/cluster.cuh). A cluster of C blocks takes T whole
+# tiles and runs Stream-K over their T x k_tiles steps with C x iters = T x k_tiles, so block b's
+# range is still [b iters, (b + 1) iters) and no tile crosses a cluster. 64-wide tiles are left
+# out: their small pipeline steps stream weights ~1.35x slower (entry 29).
+CLUSTER_SIZES = (2, 4, 8)
+CLUSTER_MAX_LOAD = 1.03   # a cluster plan's busiest block against Stream-K's, in weight bytes
+CLUSTER_MAX_M = 16        # decode (one m16 block)
+
+
+def cluster_tiles(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> int:
+    """Whole tiles each cluster of `spec.cluster` blocks takes: the fewest that spread the tiles
+    over the clusters the GPU holds at once (profile.cluster_capacity, else SMs / size) and split
+    into `cluster` equal block ranges."""
+    c = spec.cluster
+    tiles = -(-p.m // spec.tile_m) * -(-p.n // spec.tile_n)
+    k_tiles = p.k // spec.tile_k
+    t = -(-tiles // (profile.cluster_capacity(c) or max(1, profile.sms // c)))
+    while (t * k_tiles) % c:
+        t += 1
+    return t
+
+
+def _geometry(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> tuple[int, int]:
+    """(grid, iters) of the fused kernel `spec` on `p`."""
+    m_chunks = -(-p.m // spec.tile_m)
+    n_tiles = -(-p.n // spec.tile_n)
+    k_tiles = p.k // spec.tile_k
+    total = m_chunks * n_tiles * k_tiles
+    if spec.cluster > 1:
+        t = cluster_tiles(profile, p, spec)
+        return -(-(m_chunks * n_tiles) // t) * spec.cluster, t * k_tiles // spec.cluster
+    # `occupancy` blocks per SM; every block takes an equal run of the striped work list so that
+    # all SMs stream weights for the whole kernel. All blocks are resident (the shared memory of
+    # `occupancy` blocks fits an SM, launch bounds cap the registers): blocks wait on one another
+    # when they share an output tile.
+    grid = max(1, min(profile.sms * spec.occupancy, total))
+    iters = -(-total // grid)
+    return -(-total // iters), iters
+
+
+def _block_bytes(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> int:
+    """Weight bytes the busiest block of `spec`'s plan streams."""
+    return _geometry(profile, p, spec)[1] * spec.tile_n * spec.tile_k * spec.bits // 8
+
+
+def _cluster_spec(profile: DeviceProfile, p: Problem, base: KernelSpec) -> KernelSpec | None:
+    """The decode kernel with clusters whose busiest block streams at most CLUSTER_MAX_LOAD x
+    the weight bytes of `base`'s Stream-K plan (the lightest such; ties in preference order), or
+    None."""
+    if (not profile.clusters or profile.cc < (9, 0) or base.path != "sm80" or base.cluster > 1
+            or p.m > CLUSTER_MAX_M):
+        return None
+    limit = CLUSTER_MAX_LOAD * _block_bytes(profile, p, base)
+    best, best_bytes = None, None
+    for tn, tk, max_stages in _preferences(profile, p):
+        if tn < 8 or p.k % (16 * tk):
+            continue
+        for c in CLUSTER_SIZES:
+            if not profile.cluster_capacity(c):
+                continue
+            spec = next((s for st in range(min(max_stages, PATH_MAX_STAGES["sm80"]), 1, -1)
+                         if _fits(profile, s := KernelSpec("sm80", p.qtype, p.act, base.group_blocks,
+                                                           base.tm, tn, tk, st, cluster=c))), None)
+            if spec is None:
+                continue
+            b = _block_bytes(profile, p, spec)
+            if b <= limit and (best_bytes is None or b < best_bytes):
+                best, best_bytes = spec, b
+    return best
+
+
 def dequant_spec(profile: DeviceProfile, p: Problem) -> DequantSpec:
     """The dequantisation kernel of the large-M route for problem `p` on `profile`."""
     check_problem(profile, p)
@@ -299,10 +375,8 @@ def choose_fused_spec(profile: DeviceProfile, p: Problem) -> KernelSpec:
             f"memory per block) for M={p.m} N={p.n} K={p.k}"
         )
     # Prefer a tile width that divides N (no idle columns); keep preference order otherwise.
-    for spec in fitting:
-        if p.n % spec.tile_n == 0:
-            return spec
-    return fitting[0]
+    spec = next((s for s in fitting if p.n % s.tile_n == 0), fitting[0])
+    return _cluster_spec(profile, p, spec) or spec
 
 
 def candidate_specs(profile: DeviceProfile, p: Problem) -> list[AnySpec]:
@@ -355,6 +429,9 @@ def plan(profile: DeviceProfile, p: Problem, spec: AnySpec | None = None) -> Pla
         _check_spec_matches(spec, p)
         if spec.wgmma and not wgmma_available(profile):
             raise UnsupportedError(f"{spec.name} is a wgmma (sm_90a) kernel; {profile.name} is {profile.arch}")
+        if getattr(spec, "cluster", 1) > 1 and profile.cc < (9, 0):
+            raise UnsupportedError(f"{spec.name} uses thread-block clusters, which need sm_90 or newer; "
+                                   f"{profile.name} is {profile.arch}")
         if spec.route == "fused":
             if p.k % spec.tile_k:
                 raise InputError(f"K={p.k} is not a multiple of the kernel's K tile {spec.tile_k}")
@@ -363,15 +440,5 @@ def plan(profile: DeviceProfile, p: Problem, spec: AnySpec | None = None) -> Pla
                                        f"({spec.occupancy} block(s) of {spec.smem_bytes()} bytes per SM)")
     if spec.route == "dequant":
         return Plan(spec=spec, problem=p, grid=spec.grid(p.n, p.k), iters=1, smem_bytes=0)
-    m_chunks = -(-p.m // spec.tile_m)
-    n_tiles = -(-p.n // spec.tile_n)
-    k_tiles = p.k // spec.tile_k
-    total = m_chunks * n_tiles * k_tiles
-    # `occupancy` blocks per SM; every block takes an equal run of the striped work list so that
-    # all SMs stream weights for the whole kernel. All blocks are resident (the shared memory of
-    # `occupancy` blocks fits an SM, launch bounds cap the registers): blocks wait on one another
-    # when they share an output tile.
-    grid = max(1, min(profile.sms * spec.occupancy, total))
-    iters = -(-total // grid)
-    grid = -(-total // iters)
+    grid, iters = _geometry(profile, p, spec)
     return Plan(spec=spec, problem=p, grid=grid, iters=iters, smem_bytes=spec.smem_bytes())

@@ -22,6 +22,9 @@ class DeviceProfile:
     smem_per_block: opt-in shared memory limit for one block, bytes.
     smem_per_sm: shared memory per SM, bytes. regs_per_sm: 32-bit registers per SM.
     l2_bytes: L2 size, bytes.
+    clusters: (size, count) pairs: how many thread-block clusters of `size` blocks, one block per
+    SM, the GPU holds at once (cuOccupancyMaxActiveClusters; GPCs need not divide evenly, so this
+    is not sms / size). Empty where not measured: the planner then makes no cluster plans.
     """
 
     name: str
@@ -32,6 +35,11 @@ class DeviceProfile:
     l2_bytes: int
     regs_per_sm: int = 65536
     max_threads_per_sm: int = 2048
+    clusters: tuple[tuple[int, int], ...] = ()
+
+    def cluster_capacity(self, size: int) -> int:
+        """Clusters of `size` one-block-per-SM blocks resident at once (0: unknown)."""
+        return dict(self.clusters).get(size, 0)
 
     @property
     def arch(self) -> str:
@@ -56,6 +64,10 @@ def code_path(cc: tuple[int, int]) -> str:
     return "sm80"
 
 
+# Measured on an H100 SXM (132 SMs; tools/probe/clusters.py, tools/PERF.md entry 25): clusters of
+# 4 or 8 leave 12 SMs idle. H200 and every 132-SM GH100 part are assumed to share the layout.
+GH100_132_CLUSTERS = ((2, 66), (4, 30), (8, 15))
+
 PROFILES: dict[str, DeviceProfile] = {
     p.name: p
     for p in (
@@ -65,8 +77,8 @@ PROFILES: dict[str, DeviceProfile] = {
         DeviceProfile("a10", (8, 6), 72, 99 * KB, 100 * KB, 6 * 1024 * KB, max_threads_per_sm=1536),
         DeviceProfile("l4", (8, 9), 58, 99 * KB, 100 * KB, 48 * 1024 * KB, max_threads_per_sm=1536),
         DeviceProfile("rtx4090", (8, 9), 128, 99 * KB, 100 * KB, 72 * 1024 * KB, max_threads_per_sm=1536),
-        DeviceProfile("h100", (9, 0), 132, 227 * KB, 228 * KB, 50 * 1024 * KB),
-        DeviceProfile("h200", (9, 0), 132, 227 * KB, 228 * KB, 60 * 1024 * KB),
+        DeviceProfile("h100", (9, 0), 132, 227 * KB, 228 * KB, 50 * 1024 * KB, clusters=GH100_132_CLUSTERS),
+        DeviceProfile("h200", (9, 0), 132, 227 * KB, 228 * KB, 60 * 1024 * KB, clusters=GH100_132_CLUSTERS),
         DeviceProfile("rtx-pro-6000", (12, 0), 188, 99 * KB, 100 * KB, 128 * 1024 * KB, max_threads_per_sm=1536),
         DeviceProfile("rtx5090", (12, 0), 170, 99 * KB, 100 * KB, 96 * 1024 * KB, max_threads_per_sm=1536),
         DeviceProfile("gb10", (12, 1), 48, 99 * KB, 100 * KB, 24 * 1024 * KB, max_threads_per_sm=1536),
@@ -112,6 +124,8 @@ def live_profile(device: int) -> DeviceProfile:
             l2_bytes=int(p["l2CacheSize"]),
             regs_per_sm=int(p["regsPerMultiprocessor"]),
             max_threads_per_sm=int(p["maxThreadsPerMultiProcessor"]),
+            clusters=GH100_132_CLUSTERS if (int(p["major"]), int(p["minor"])) == (9, 0)
+            and int(p["multiProcessorCount"]) == 132 else (),
         )
         code_path(prof.cc)  # raises a clear error for pre-Volta GPUs
         _live_cache[device] = prof

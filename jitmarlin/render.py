@@ -88,7 +88,7 @@ def partials(spec: KernelSpec, target: str = "cuda") -> dict[str, str]:
         "ldsm": "ldsm/quadpair.cuh" if spec.path == "sm70" else "ldsm/native.cuh",
         "pipe": "copy/register_staged.cuh" if legacy else "copy/cp_async.cuh",
         "dequant": f"dequant/{DEQUANT_FAMILY[spec.qtype]}_{spec.act}.cuh",
-        "reduce": "reduce/locks.cuh",
+        "reduce": "reduce/cluster.cuh" if spec.cluster > 1 else "reduce/locks.cuh",
     }
 
 

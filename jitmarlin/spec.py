@@ -58,7 +58,10 @@ class KernelSpec(_WeightFormat):
     (zero-point types, whose offsets cannot move past the sum);
     tm, tn, tk: tile size in 16-element blocks along M, N and K; stages: shared-memory pipeline depth;
     occupancy: blocks resident per SM (1 or 2; with 2, registers are capped at 128 a thread and
-    the grid has two blocks per SM, so one block's dequantisation overlaps the other's MMAs).
+    the grid has two blocks per SM, so one block's dequantisation overlaps the other's MMAs);
+    cluster: blocks per thread-block cluster (1, 2, 4 or 8; sm_90+, mma.sync kernel only): the
+    blocks that share an output tile are in one cluster and add their partial sums through
+    distributed shared memory instead of the global workspace.
     On 'sm90', M is the wgmma N side (tm in 4, 8, 16: 64..256 tokens), N is split into 64-feature
     slabs over two warpgroups (tn 8 or 16) and tk is 4 (one 128-byte swizzled x row per stage).
     """
@@ -75,6 +78,7 @@ class KernelSpec(_WeightFormat):
     stages: int
     threads: int = THREADS
     occupancy: int = 1
+    cluster: int = 1
 
     # ---- derived geometry (the same numbers the template computes) ----
     @property
@@ -142,11 +146,22 @@ class KernelSpec(_WeightFormat):
         """Shared memory for staging one finished output tile (16 bytes of padding per row)."""
         return self.tile_m * (self.tile_n * 2 + 16)
 
+    def slot_bytes(self) -> int:
+        """One block's fp32 partial sums of a split output tile, bytes (float4 per lane, per n8
+        sub-tile, per m16 block, per N-warp)."""
+        return self.warps_n * self.tm * 8 * 32 * 16
+
+    def cluster_bytes(self) -> int:
+        """Shared memory where a cluster's finishing block receives the other blocks' partial
+        sums (cluster - 1 slots) plus its 8-byte mbarrier; 0 without clusters."""
+        return (self.cluster - 1) * self.slot_bytes() + 16 if self.cluster > 1 else 0
+
     def smem_bytes(self) -> int:
-        """Dynamic shared memory the kernel needs, bytes (the largest of its three uses; the
-        wgmma kernel adds 1 KB of slack to align its stages and one 8-byte mbarrier a stage)."""
+        """Dynamic shared memory the kernel needs, bytes (the largest of its three uses, plus
+        the cluster receive area; the wgmma kernel adds 1 KB of slack to align its stages and one
+        8-byte mbarrier a stage)."""
         used = max(self.stages * self.stage_bytes(), self.reduce_bytes(), self.epilogue_bytes())
-        return used + (1024 + 8 * self.stages if self.wgmma else 0)
+        return used + self.cluster_bytes() + (1024 + 8 * self.stages if self.wgmma else 0)
 
     def smem_per_sm(self) -> int:
         """Shared memory its resident blocks take from one SM, bytes (each block also costs the
@@ -165,6 +180,10 @@ class KernelSpec(_WeightFormat):
             raise ValueError("kernels use 256 threads")
         if self.occupancy not in (1, 2):
             raise ValueError(f"occupancy (blocks per SM) must be 1 or 2, got {self.occupancy}")
+        if self.cluster not in (1, 2, 4, 8):
+            raise ValueError(f"cluster (blocks per thread-block cluster) must be 1, 2, 4 or 8, got {self.cluster}")
+        if self.cluster > 1 and self.path != "sm80":
+            raise ValueError("thread-block clusters are built into the sm80-path (mma.sync) kernel only")
         if self.wgmma:
             self._check_wgmma()
             return
@@ -172,6 +191,8 @@ class KernelSpec(_WeightFormat):
             raise ValueError(f"tn must be 4, 8 or 16 (got {self.tn})")
         if not 1 <= self.tm <= (2 if self.path == "sm70" else 4):
             raise ValueError(f"tm must be 1..4 (1..2 on sm70), got {self.tm}")
+        if self.tk not in (4, 8, 16):
+            raise ValueError(f"tk must be 4, 8 or 16 (got {self.tk})")
         if self.tk % self.warps_k or self.sub_steps < 1:
             raise ValueError(f"tk={self.tk} cannot be split over {self.warps_k} K-warps")
         if self.group_blocks > 0 and self.tk % self.group_blocks and self.group_blocks % self.tk:
@@ -201,8 +222,12 @@ class KernelSpec(_WeightFormat):
 
     # ---- identity ----
     def canonical(self) -> str:
-        """Stable text form (sorted JSON) used in cache keys."""
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        """Stable text form (sorted JSON) used in cache keys. `cluster` appears only when it is
+        not 1, so specs (and bundles, tuned choices) from before clusters keep their text."""
+        d = asdict(self)
+        if d["cluster"] == 1:
+            del d["cluster"]
+        return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
     @property
     def name(self) -> str:
@@ -211,6 +236,7 @@ class KernelSpec(_WeightFormat):
             f"jm_{self.path}_{self.qtype}_{ACT_DTYPES[self.act]}_{self.group_tag}"
             f"_m{self.tm}n{self.tn}k{self.tk}s{self.stages}"
             + (f"o{self.occupancy}" if self.occupancy > 1 else "")
+            + (f"c{self.cluster}" if self.cluster > 1 else "")
         )
 
 

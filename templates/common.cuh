@@ -12,6 +12,7 @@ struct FragA { u32 r[4]; };
 struct FragB { u32 r[2]; };
 
 JM_DEV int jm_min(int a, int b) { return a < b ? a : b; }
+constexpr int jm_cmax(int a, int b) { return a > b ? a : b; }   // for compile-time sizes
 JM_DEV u32 word(const int4& v, int i) {
   return (u32)(i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w);
 }

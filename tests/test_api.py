@@ -8,7 +8,7 @@ import pytest
 import jitmarlin
 from jitmarlin import InputError, QuantizedWeight
 from jitmarlin.api import _rows
-from gpu_cases import cases
+from gpu_cases import Case, cases
 
 TOL = {"float16": 2e-3, "bfloat16": 1e-2}
 
@@ -424,3 +424,56 @@ def test_act_order(kind, rng):
         for _ in range(2):                              # the gather buffer is reused
             y = jitmarlin.linear(x, qw, bias=b)
             assert _rel(y, ref) <= TOL["float16"]
+
+
+# ---- thread-block clusters (sm_90): forced cluster kernels against the reference ---------------
+# (m, n, k, group, act, (tn, tk, stages, cluster)): the planner's own choice for 70B o on H100
+# (clusters of 2, each tile over both blocks), then forced sizes whose tiles spread over 4 and 8
+# blocks (3 and 7 contributors), odd M, per-channel and group-32 scales, N not a multiple of 128.
+CLUSTER_CASES = [
+    (1, 8192, 8192, 128, "float16", (8, 16, 8, 2)),
+    (16, 8192, 8192, 128, "bfloat16", (8, 16, 8, 2)),
+    (5, 1024, 4096, 64, "float16", (8, 16, 6, 4)),
+    (1, 640, 14336, -1, "bfloat16", (16, 16, 2, 8)),
+    (13, 4160, 4096, 32, "float16", (8, 16, 4, 8)),
+]
+
+
+def cluster_case_spec(case):
+    from jitmarlin.spec import KernelSpec
+
+    m, n, k, group, act, (tn, tk, st, c) = case
+    return KernelSpec("sm80", "uint4b8", act, -1 if group < 0 else group // 16, 1, tn, tk, st, cluster=c)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", CLUSTER_CASES, ids=lambda c: f"m{c[0]}-n{c[1]}-k{c[2]}-c{c[5][3]}-{c[4]}")
+def test_cluster_decode_matches_reference(case, rng, monkeypatch):
+    from jitmarlin import planner, tune
+    from jitmarlin.problem import Problem
+    from jitmarlin.profiles import planning_profile
+
+    cp = _cp()
+    m, n, k, group, act, _ = case
+    prof = planning_profile(0)
+    spec = cluster_case_spec(case)
+    if prof.cc < (9, 0) or not planner._fits(prof, spec):
+        pytest.skip(f"{prof.name}: no clusters, or {spec.name} does not fit its shared memory")
+    monkeypatch.setattr(tune, "choose_for", lambda *a, **kw: spec)
+    qw, w = make_weight(n, k, group, act)
+    c = Case(m, n, k, group, act, "torch" if act == "bfloat16" else "cupy", poison_out=True, bias=True)
+    if c.kind == "torch":
+        pytest.importorskip("torch")
+    x, bias, out, x64, b64 = make_input(c, int(rng.integers(1 << 31)))
+    y = jitmarlin.linear(x, qw, bias=bias, out=out)
+    if c.kind == "torch":
+        import torch
+
+        torch.cuda.synchronize()
+    pl = planner.plan(prof, Problem(m, n, k, act, "uint4b8", group), spec)
+    assert pl.iters % pl.k_tiles, "the case must split tiles over the blocks of a cluster"
+    y64 = _to_f64(y)
+    assert not bool(cp.isnan(y64).any()), "output has unwritten (NaN) elements"
+    ref = x64 @ w.T + b64
+    err = float(cp.linalg.norm(y64 - ref) / cp.linalg.norm(ref))
+    assert err <= TOL[act], f"{spec.name}: relative error {err:.3e}"

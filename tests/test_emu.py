@@ -104,7 +104,7 @@ def test_emulator_catches_finisher_not_waiting(plant, rng):
     # The finishing block reads the others' partial sums before they are all stored. One
     # schedule in ~6 lets the finisher arrive last anyway (then nothing is wrong); eight random
     # schedules miss it with probability ~1e-6.
-    assert any(_caught(plant, "wait_count(locks + b_lo, b_hi - b_lo);", "", rng)
+    assert any(_caught(plant, "wait_count(r.locks + b_lo, contributors);", "", rng)
                for _ in range(8))
 
 
@@ -128,8 +128,72 @@ def test_emulator_catches_scratch_in_a_stage_still_loading(plant, rng):
 
 def test_emulator_catches_divergent_barrier(plant, rng):
     with pytest.raises(emu.EmuError, match="deadlock"):
-        _mutated_run(plant, "        fence_gpu();\n        bar_sync();",
-                     "        fence_gpu();\n        if (wk == 0) bar_sync();", rng)
+        _mutated_run(plant, "  fence_gpu();\n  bar_sync();",
+                     "  fence_gpu();\n  if (threadIdx.x < 64) bar_sync();", rng)
+
+
+# Thread-block clusters (sm_90): split tiles reduce through another block's shared memory.
+# (m, n, k, group, act, emulated SMs, (tn, tk, stages, cluster)): tiles split over 2, 4 and 8
+# blocks of a cluster (1, 3 and 7 contributors), clusters with fewer tiles than the others,
+# blocks with no steps, bf16, per-channel scales, several M chunks' worth of rows (M = 16).
+CLUSTER_CASES = [
+    (1, 256, 1024, 128, "float16", 4, (8, 16, 4, 2)),
+    (5, 384, 1536, 64, "bfloat16", 4, (8, 8, 3, 4)),
+    (16, 320, 2048, 128, "float16", 3, (16, 8, 2, 8)),
+    (3, 640, 1024, -1, "float16", 4, (8, 16, 2, 2)),
+    (9, 1152, 2048, 32, "bfloat16", 16, (8, 16, 2, 4)),
+]
+
+
+def _run_cluster_case(m, n, k, group, act, sms, cfg, rng):
+    tn, tk, st, c = cfg
+    prof = replace(get_profile("h100"), sms=sms, clusters=())
+    spec = KernelSpec("sm80", "uint4b8", act, -1 if group < 0 else group // 16, 1, tn, tk, st, cluster=c)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    qw = quantize(w, "uint4b8", group, scale_dtype=act)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    pl = plan(prof, Problem(m, n, k, act, "uint4b8", group), spec)
+    out = emu.run_values(pl, x, qw, bias=b, seed=int(rng.integers(1, 1 << 30)))
+    ref = linear_reference(halves.round_to(x, act), qw, halves.round_to(b, act))
+    return pl, out, ref
+
+
+@pytest.mark.parametrize("case", CLUSTER_CASES, ids=lambda c: f"m{c[0]}n{c[1]}k{c[2]}c{c[6][3]}")
+def test_cluster_kernel_on_emulator(case, rng):
+    pl, out, ref = _run_cluster_case(*case, rng)
+    assert pl.spec.cluster == case[6][3] and pl.grid % pl.spec.cluster == 0
+    assert (pl.iters * pl.spec.cluster) % pl.k_tiles == 0            # whole tiles per cluster
+    assert pl.iters % pl.k_tiles, "the case must split tiles over the blocks of a cluster"
+    assert not np.isnan(out).any()
+    err = rel_error(out, ref)
+    assert err <= TOL[case[4]], f"{pl.spec.name}: relative error {err:.3e}"
+
+
+def test_emulator_catches_cluster_finisher_not_waiting(plant, rng):
+    plant("  if (reader) cl_bar_wait(r.bar, 0);", "")
+    caught = 0
+    for _ in range(6):
+        try:
+            _, out, ref = _run_cluster_case(*CLUSTER_CASES[2], rng)
+        except emu.EmuError:
+            caught += 1
+            continue
+        caught += bool(np.isnan(out).any()) or rel_error(out, ref) > TOL["float16"]
+    assert caught
+
+
+def test_emulator_catches_partial_sums_in_the_wrong_slot(plant, rng):
+    plant("cluster_map(r.recv + (b - b_lo - 1) * r.slot_f4,", "cluster_map(r.recv,")
+    _, out, ref = _run_cluster_case(*CLUSTER_CASES[2], rng)   # 3 contributors a tile
+    assert np.isnan(out).any() or rel_error(out, ref) > TOL["float16"]
+
+
+def test_emulator_catches_remote_store_outside_the_cluster(plant, rng):
+    # a contributor addressing a rank past its cluster (mapa) is an error, not a stray write
+    plant("(u32)(b_lo % RED_CLUSTER))};", "(u32)(b_lo % RED_CLUSTER) + RED_CLUSTER)};")
+    with pytest.raises(emu.EmuError, match="rank outside the cluster"):
+        _run_cluster_case(*CLUSTER_CASES[0], rng)
 
 
 # Every quant type on the emulator: (qtype, group, act, path profile, m)

@@ -127,3 +127,29 @@ def test_sm70_needs_cuda12_nvrtc(monkeypatch):
     monkeypatch.setattr(nvrtc, "version", lambda: (13, 0))
     with pytest.raises(UnsupportedError, match=r"cu12"):
         nvrtc.check_arch("sm_70")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("act,k,n", [("float16", 8192, 8192), ("bfloat16", 28672, 8192)])
+def test_cluster_decode_compiles_for_sm90(act, k, n):
+    """The H100 plans for 70B o and down at M = 1 are cluster kernels: compile-time cluster
+    dims, partial sums through mapa + st.shared::cluster, an mbarrier waited on at cluster scope,
+    the split cluster barrier; no global workspace traffic (no fence, no polled counter)."""
+    if "sm_90" not in nvrtc.supported_archs():
+        pytest.skip(f"NVRTC {nvrtc.version()} cannot target sm_90")
+    prof, p, art = _build("sm_90", 1, act, 128, n=n, k=k)
+    assert p.spec.cluster == 2 and art.arch == "sm_90"
+    ptx = art.ptx
+    assert ".explicitcluster" in ptx and ".reqnctapercluster 2, 1, 1" in ptx
+    for instr in ("mapa.shared::cluster", "st.shared::cluster.v4.f32",
+                  "mbarrier.arrive.release.cluster.shared::cluster.b64",
+                  "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64",
+                  "barrier.cluster.arrive.release", "barrier.cluster.wait.acquire"):
+        assert instr in ptx, instr
+    assert "atom.global" not in ptx and "ld.global.acquire" not in ptx and "membar" not in ptx
+    r = art.resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0, r
+    assert p.smem_bytes <= prof.smem_per_block
+    # the same spec cannot be built for a GPU without clusters
+    with pytest.raises(UnsupportedError, match="need sm_90 or newer"):
+        default_cache().get(p.spec, "sm_80")

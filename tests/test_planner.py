@@ -1,4 +1,5 @@
 import itertools
+from dataclasses import replace
 
 import pytest
 
@@ -38,7 +39,13 @@ def test_every_plan_fits_the_profile(prof):
         assert k % s.tile_k == 0
         assert 1 <= p.grid <= prof.sms * s.occupancy
         assert s.occupancy == 1 or (wgmma and m <= 64)
-        assert p.grid * p.iters >= p.total_iters > (p.grid - 1) * p.iters   # no idle block
+        if s.cluster > 1:   # whole tiles per cluster, no idle cluster
+            assert prof.clusters and m <= 16 and s.path == "sm80"
+            assert p.grid % s.cluster == 0 and (s.cluster * p.iters) % p.k_tiles == 0
+            assert p.grid // s.cluster <= prof.cluster_capacity(s.cluster)
+            assert p.grid * p.iters >= p.total_iters > (p.grid - s.cluster) * p.iters
+        else:
+            assert p.grid * p.iters >= p.total_iters > (p.grid - 1) * p.iters   # no idle block
         if not wgmma:
             assert s.tm == min(2 if prof.path == "sm70" else 4, -(-m // 16))   # 4-bit codes
         if prof.path != "sm80":
@@ -50,11 +57,63 @@ def test_decode_tiles_follow_layer_size():
     small = plan(h100, Problem(1, 6144, 4096, "float16", "uint4b8", 128))
     assert (small.spec.tm, small.spec.tn, small.spec.tk, small.spec.stages) == (1, 8, 16, 8)
     assert small.grid >= 120
-    big = plan(h100, Problem(16, 57344, 8192, "float16", "uint4b8", 128))
+    no_clusters = replace(h100, clusters=())
+    big = plan(no_clusters, Problem(16, 57344, 8192, "float16", "uint4b8", 128))
     assert (big.spec.tn, big.spec.tk, big.spec.stages) == (16, 16, 3)
     # the same rule on a 99 KB part keeps the tile and trims the pipeline
     sm120 = plan(get_profile("rtx-pro-6000"), Problem(1, 6144, 4096, "float16", "uint4b8", 128))
     assert (sm120.spec.tn, sm120.spec.tk) == (8, 16) and sm120.spec.stages == 4
+
+
+# Llama layers (K, N) of tools/bench; on H100 the planner deals whole tiles to clusters of 2 for
+# the three 70B layers whose tiles spread evenly over 66 clusters (tools/PERF.md entries 25, 29)
+BENCH_LAYERS = {"8B qkv": (4096, 6144), "8B o": (4096, 4096), "8B gate_up": (4096, 28672),
+                "8B down": (14336, 4096), "70B qkv": (8192, 10240), "70B o": (8192, 8192),
+                "70B gate_up": (8192, 57344), "70B down": (28672, 8192)}
+
+
+@pytest.mark.parametrize("m", [1, 16])
+@pytest.mark.parametrize("act", ["float16", "bfloat16"])
+def test_decode_clusters_where_tiles_deal_evenly(m, act):
+    from jitmarlin import planner
+
+    h100 = get_profile("h100")
+    for name, (k, n) in BENCH_LAYERS.items():
+        p = Problem(m, n, k, act, "uint4b8", 128)
+        pl = plan(h100, p)
+        stream_k = plan(replace(h100, clusters=()), p)
+        assert stream_k.spec.cluster == 1
+        if name.startswith("70B") and name != "70B qkv":
+            s = pl.spec
+            assert (s.cluster, s.tn, s.tk) == (2, 8, 16), name
+            t = planner.cluster_tiles(h100, p, s)
+            assert s.cluster * pl.iters == t * pl.k_tiles and pl.grid == -(-pl.n_tiles // t) * 2
+            # the busiest block streams at most 3% more weight bytes than under Stream-K
+            mine = pl.iters * s.tile_n * s.tile_k
+            theirs = stream_k.iters * stream_k.spec.tile_n * stream_k.spec.tile_k
+            assert mine <= planner.CLUSTER_MAX_LOAD * theirs, name
+        else:
+            assert pl.spec == stream_k.spec and pl.grid == stream_k.grid, name
+    # no clusters past decode, on GPUs without them, or where the count was not measured
+    assert plan(h100, Problem(64, 8192, 8192, act, "uint4b8", 128)).spec.cluster == 1
+    for other in ("a100", "rtx-pro-6000", "rtx4090"):
+        assert plan(get_profile(other), Problem(m, 8192, 8192, act, "uint4b8", 128)).spec.cluster == 1
+
+
+def test_cluster_specs_are_checked():
+    s = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 8, 16, 8, cluster=2)
+    assert s.name == "jm_sm80_uint4b8_f16_g128_m1n8k16s8c2"
+    assert '"cluster":2' in s.canonical() and spec_from_canonical(s.canonical()) == s
+    plain = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 8, 16, 8)
+    assert "cluster" not in plain.canonical()   # pre-cluster cache keys and bundles stay valid
+    assert s.smem_bytes() == plain.smem_bytes() + s.slot_bytes() + 16
+    for bad, msg in [(dict(cluster=3), "cluster"), (dict(path="sm90", tk=4, tm=4, cluster=2), "mma.sync"),
+                     (dict(path="sm75", stages=2, cluster=2), "mma.sync"), (dict(tk=32), "tk")]:
+        with pytest.raises(ValueError, match=msg):
+            replace(s, **bad).check()
+    # a cluster kernel on a GPU without clusters: a clear error before anything compiles
+    with pytest.raises(UnsupportedError, match="clusters, which need sm_90"):
+        plan(get_profile("a100"), Problem(1, 1024, 4096, "float16", "uint4b8", 128), s)
 
 
 def test_n_not_multiple_of_tile_prefers_dividing_tiles():

@@ -54,6 +54,13 @@ def bench_problems():
                 yield m, n, k, act, 128, "uint4b8"
 
 
+def cluster_specs():
+    """Cluster kernels tests/test_api.py forces on an sm_90 GPU."""
+    from test_api import CLUSTER_CASES, cluster_case_spec
+    for case in CLUSTER_CASES:
+        yield cluster_case_spec(case)
+
+
 def wgmma_specs():
     """Kernels tests/test_wgmma.py forces on an sm_90 GPU, and every wgmma candidate of the sweep."""
     from test_wgmma import GROUP_OF, OCC2_TILES, TILES
@@ -108,7 +115,7 @@ def main():
             _, _, status = cache.get(spec, arch)
             n_new += status == "compiled"
     if live.cc == (9, 0):
-        for spec in wgmma_specs():
+        for spec in list(wgmma_specs()) + list(cluster_specs()):
             if spec not in seen:
                 seen.add(spec)
                 n_new += cache.get(spec, arch)[2] == "compiled"

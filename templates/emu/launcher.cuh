@@ -4,6 +4,7 @@
 extern "C" int jm_emu_launch(int grid, int smem_bytes, void* const* bufs, const long long* bytes,
                              const int* dims, float gscale, unsigned seed, char* err, int errlen) {
   emu::Runtime rt;
+  rt.cluster = {{ spec.cluster }};
   static const char* names[8] = {"A", "B", "S", "Z", "bias", "C", "partials", "locks"};
   for (int i = 0; i < 8; ++i)
     if (bufs[i])

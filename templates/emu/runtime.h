@@ -100,6 +100,7 @@ struct Block {
   int smem_bytes = 0;
   int arrived = 0;
   unsigned gen = 0;
+  int exited = 0;      // threads that have returned from the kernel
   std::vector<Warp> warps;
 };
 
@@ -117,6 +118,8 @@ struct Runtime {
   ucontext_t main_ctx;
 #endif
   unsigned long long progress = 0;
+  int cluster = 1;                   // blocks per thread-block cluster (set by the launcher)
+  std::vector<int> cluster_arrived;  // barrier.cluster arrivals, per cluster
   std::function<void()> entry;
   std::string error;
 };
@@ -160,6 +163,37 @@ inline void check_smem(const void* p, size_t bytes, size_t align, const char* wh
   const unsigned char* lo = b.smem.data();
   if (c < lo || c + bytes > lo + b.smem_bytes) fail(std::string(what) + ": shared-memory access out of range");
   if (reinterpret_cast<uintptr_t>(p) % align) fail(std::string(what) + ": misaligned shared-memory address");
+}
+
+// ---- thread-block clusters: consecutive blocks; any of them may address the others' shared memory ----
+inline int cluster_id() { return cur().block / g_rt->cluster; }
+// The address in block `rank` of this cluster that `p` (in this block's shared memory) has in its own.
+inline unsigned char* cluster_map(const void* p, unsigned rank) {
+  Block& b = cur_block();
+  const unsigned char* c = static_cast<const unsigned char*>(p);
+  if (c < b.smem.data() || c >= b.smem.data() + b.smem_bytes) fail("mapa: not a shared-memory address");
+  if ((int)rank >= g_rt->cluster) fail("mapa: rank outside the cluster");
+  Block& t = g_rt->blocks[(size_t)cluster_id() * g_rt->cluster + rank];
+  return t.smem.data() + (c - b.smem.data());
+}
+// A shared::cluster access must land inside a block of this cluster that has not exited.
+inline void check_cluster_smem(const unsigned char* p, size_t bytes, size_t align, const char* what) {
+  for (int r = 0; r < g_rt->cluster; ++r) {
+    const Block& t = g_rt->blocks[(size_t)cluster_id() * g_rt->cluster + r];
+    if (p >= t.smem.data() && p + bytes <= t.smem.data() + t.smem_bytes) {
+      if (t.exited == (int)g_rt->block.x) fail(std::string(what) + ": the target block has exited");
+      if (reinterpret_cast<uintptr_t>(p) % align) fail(std::string(what) + ": misaligned address");
+      return;
+    }
+  }
+  fail(std::string(what) + ": not the shared memory of a block of this cluster");
+}
+inline void cluster_arrive() {
+  g_rt->cluster_arrived[cluster_id()]++;
+  g_rt->progress++;
+}
+inline void cluster_wait() {
+  while (g_rt->cluster_arrived[cluster_id()] < g_rt->cluster * (int)g_rt->block.x) yield();
 }
 
 // ---- block barrier ----
@@ -271,6 +305,7 @@ inline uint16_t d2b(double x) { return (uint16_t)round_binary(x, 8, 7); }
 inline void fiber_main() {
   g_rt->entry();
   g_rt->cur->done = true;
+  cur_block().exited++;
   g_rt->progress++;
   for (;;) yield();  // never resumed once done
 }
@@ -309,6 +344,12 @@ inline int run(Runtime& rt, int grid, int threads, int smem_bytes, unsigned seed
   rt.grid = Dim3{(unsigned)grid, 1, 1};
   rt.block = Dim3{(unsigned)threads, 1, 1};
   rt.blocks.resize(grid);
+  if (rt.cluster < 1 || grid % rt.cluster) {
+    std::snprintf(err, errlen, "grid of %d blocks is not a whole number of clusters of %d", grid, rt.cluster);
+    g_rt = nullptr;
+    return 1;
+  }
+  rt.cluster_arrived.assign(grid / rt.cluster, 0);
   for (int b = 0; b < grid; ++b) {
     Block& blk = rt.blocks[b];
     blk.bidx = Dim3{(unsigned)b, 0, 0};

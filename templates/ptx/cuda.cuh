@@ -7,7 +7,14 @@
 #ifndef JM_MIN_BLOCKS
 #define JM_MIN_BLOCKS 1   // blocks per SM the kernel is built for (KernelSpec.occupancy)
 #endif
+#ifndef JM_CLUSTER
+#define JM_CLUSTER 1      // blocks per thread-block cluster (KernelSpec.cluster)
+#endif
+#if JM_CLUSTER > 1        // sm_90+: the launch groups consecutive blocks into clusters
+#define JM_KERNEL extern "C" __global__ void __cluster_dims__(JM_CLUSTER, 1, 1) __launch_bounds__(256, JM_MIN_BLOCKS)
+#else
 #define JM_KERNEL extern "C" __global__ void __launch_bounds__(256, JM_MIN_BLOCKS)
+#endif
 #define JM_DEV static __device__ __forceinline__
 #define JM_INL __device__ __forceinline__
 #define JM_UNROLL _Pragma("unroll")
@@ -144,3 +151,42 @@ JM_DEV u32 shfl_idx(u32 v, int src_lane) { return __shfl_sync(0xffffffffu, v, sr
 JM_DEV u32 shfl_xor(u32 v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
 JM_DEV float shfl_xor_f(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
 JM_DEV float shfl_idx_f(float v, int src_lane) { return __shfl_sync(0xffffffffu, v, src_lane); }
+
+// ---- thread-block clusters (sm_90+): distributed shared memory and its barriers ---------------------
+typedef u32 cl_addr;   // a shared::cluster address (another block's shared memory)
+JM_DEV cl_addr cluster_map(const void* smem, u32 rank) {
+  u32 d;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(d) : "r"(smem_u32(smem)), "r"(rank));
+  return d;
+}
+JM_DEV void st_cluster_f32x4(cl_addr a, float4 v) {
+  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};"
+               :: "r"(a), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
+}
+// An mbarrier in this block's shared memory that expects `count` arrivals (from any block of
+// the cluster); the fence makes the initialisation visible to the other blocks.
+JM_DEV void cl_bar_init(u64* bar, u32 count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem_u32(bar)), "r"(count) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+// Arrive on another block's mbarrier; release at cluster scope: this thread's earlier stores
+// into that block's shared memory are visible to whoever sees the phase complete.
+JM_DEV void cl_bar_arrive_remote(cl_addr bar) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" :: "r"(bar) : "memory");
+}
+// Wait (acquire, cluster scope) until the phase of parity `parity` of this block's mbarrier completes.
+JM_DEV void cl_bar_wait(u64* bar, u32 parity) {
+  u32 done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done) : "r"(smem_u32(bar)), "r"(parity) : "memory");
+  } while (!done);
+}
+// Cluster-wide barrier, split: every thread arrives once, and waits once before it touches
+// another block's shared memory (then all blocks of the cluster have started and set up theirs).
+JM_DEV void cluster_arrive() { asm volatile("barrier.cluster.arrive.release;" ::: "memory"); }
+JM_DEV void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
+JM_DEV void jm_trap() { asm volatile("trap;"); }

@@ -214,3 +214,38 @@ JM_DEV u32 shfl_idx(u32 v, int src_lane) {
   const int par = emu::warp_exchange(&v, 1, nullptr);
   return emu::cur_warp().words[par][src_lane & 31][0];
 }
+
+// ---- thread-block clusters ----
+typedef unsigned char* cl_addr;
+JM_DEV cl_addr cluster_map(const void* smem, u32 rank) { return emu::cluster_map(smem, rank); }
+JM_DEV void st_cluster_f32x4(cl_addr a, float4 v) {
+  emu::check_cluster_smem(a, 16, 16, "st.shared::cluster.v4.f32");
+  std::memcpy(a, &v, 16);
+}
+// mbarrier model: low word = arrivals still pending in this phase, high word = expected count
+// << 1 | phase parity.
+JM_DEV void cl_bar_init(u64* bar, u32 count) {
+  emu::check_smem(bar, 8, 8, "mbarrier.init");
+  *bar = (u64)count | ((u64)(count << 1) << 32);
+}
+JM_DEV void cl_bar_arrive_remote(cl_addr bar) {
+  emu::check_cluster_smem(bar, 8, 8, "mbarrier.arrive.shared::cluster");
+  u64 v;
+  std::memcpy(&v, bar, 8);
+  u32 pending = (u32)v, hi = (u32)(v >> 32);
+  if (pending == 0 || pending > (hi >> 1)) emu::fail("mbarrier.arrive: barrier not initialised");
+  if (--pending == 0) {
+    hi ^= 1u;
+    pending = hi >> 1;
+  }
+  v = (u64)pending | ((u64)hi << 32);
+  std::memcpy(bar, &v, 8);
+  emu::g_rt->progress++;
+}
+JM_DEV void cl_bar_wait(u64* bar, u32 parity) {
+  emu::check_smem(bar, 8, 8, "mbarrier.try_wait");
+  while (((*reinterpret_cast<volatile u64*>(bar) >> 32) & 1u) == parity) emu::yield();
+}
+JM_DEV void cluster_arrive() { emu::cluster_arrive(); }
+JM_DEV void cluster_wait() { emu::cluster_wait(); }
+JM_DEV void jm_trap() { emu::fail("trap"); }

@@ -11,3 +11,39 @@ JM_DEV void wait_count(const int* counter, int n) {
 JM_DEV void lock_reset(int* counter) { st_relaxed_gpu(counter, 0); }
 JM_DEV float4 partial_load(const float4* p) { return ld_cg_f32x4(p); }
 JM_DEV void partial_store(float4* p, float4 v) { st_cg_f32x4(p, v); }
+
+// The split-tile interface of the mma.sync kernel (reduce/cluster.cuh implements the same one):
+// red_setup at the start, red_slot / red_publish on a contributing block, red_await / red_get
+// on the finishing one, red_done at the end. Here every block owns one workspace slot of
+// `slot_f4` float4s (a block contributes to one tile at most: its first).
+struct Red {
+  float4* partials;
+  int* locks;
+  int slot_f4;
+};
+struct RedSlot {
+  float4* p;
+  JM_INL void put(int i, float4 v) const { partial_store(p + i, v); }
+};
+JM_DEV Red red_setup(float4* partials, int* locks, int4* /*smem_end*/, int slot_f4, int /*arrivals*/) {
+  return Red{partials, locks, slot_f4};
+}
+JM_DEV RedSlot red_slot(Red& r, int b, int /*b_lo*/) { return RedSlot{r.partials + (size_t)b * r.slot_f4}; }
+// Every thread of the contributing block calls this after its puts.
+JM_DEV void red_publish(Red& r, int b_lo, bool /*stored*/) {
+  fence_gpu();
+  bar_sync();
+  if (threadIdx.x == 0) arrive(r.locks + b_lo);
+}
+// Every thread of the finishing block calls this before its gets.
+JM_DEV void red_await(Red& r, int b_lo, int contributors, bool /*reader*/) {
+  if (threadIdx.x == 0) {
+    wait_count(r.locks + b_lo, contributors);
+    lock_reset(r.locks + b_lo);
+  }
+  bar_sync();
+}
+JM_DEV float4 red_get(const Red& r, int b, int /*b_lo*/, int i) {
+  return partial_load(r.partials + (size_t)b * r.slot_f4 + i);
+}
+JM_DEV void red_done(Red&) {}

@@ -89,6 +89,11 @@ if whole:
                                    smem_bytes=s.smem_bytes())
 
     P.plan = plan_whole
+# JM_PROBE_NO_CLUSTER=1: the planner makes no thread-block cluster plans (Stream-K everywhere).
+if os.environ.get("JM_PROBE_NO_CLUSTER"):
+    import jitmarlin.planner as P
+
+    P.CLUSTER_SIZES = ()
 tool = sys.argv[1]
 sys.argv = [os.path.join(HERE, "..", tool)] + sys.argv[2:]
 runpy.run_path(sys.argv[0], run_name="__main__")
