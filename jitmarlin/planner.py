@@ -269,6 +269,11 @@ def _fits(profile: DeviceProfile, spec: KernelSpec) -> bool:
 # tiles and runs Stream-K over their T x k_tiles steps with C x iters = T x k_tiles, so block b's
 # range is still [b iters, (b + 1) iters) and no tile crosses a cluster. 64-wide tiles are left
 # out: their small pipeline steps stream weights ~1.35x slower (entry 29).
+# Off by default (entry 29, H100): with the same 128-wide tile the cluster reduction beats the
+# global one (70B down M = 1: 51.9 vs 57.5 us), but those layers fit clusters only with 128-wide
+# tiles, which stream slower than Stream-K's 256-wide ones by more than that (70B down 45.8 us,
+# gate_up 90.6 vs 101.7, o 17.5 vs 18.5). The kernels stay buildable for the autotuner and tests.
+CLUSTER_DECODE = False
 CLUSTER_SIZES = (2, 4, 8)
 CLUSTER_MAX_LOAD = 1.03   # a cluster plan's busiest block against Stream-K's, in weight bytes
 CLUSTER_MAX_M = 16        # decode (one m16 block)
@@ -314,8 +319,8 @@ def _cluster_spec(profile: DeviceProfile, p: Problem, base: KernelSpec) -> Kerne
     """The decode kernel with clusters whose busiest block streams at most CLUSTER_MAX_LOAD x
     the weight bytes of `base`'s Stream-K plan (the lightest such; ties in preference order), or
     None."""
-    if (not profile.clusters or profile.cc < (9, 0) or base.path != "sm80" or base.cluster > 1
-            or p.m > CLUSTER_MAX_M):
+    if (not CLUSTER_DECODE or not profile.clusters or profile.cc < (9, 0) or base.path != "sm80"
+            or base.cluster > 1 or p.m > CLUSTER_MAX_M):
         return None
     limit = CLUSTER_MAX_LOAD * _block_bytes(profile, p, base)
     best, best_bytes = None, None

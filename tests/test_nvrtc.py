@@ -132,13 +132,18 @@ def test_sm70_needs_cuda12_nvrtc(monkeypatch):
 @pytest.mark.slow
 @pytest.mark.parametrize("act,k,n", [("float16", 8192, 8192), ("bfloat16", 28672, 8192)])
 def test_cluster_decode_compiles_for_sm90(act, k, n):
-    """The H100 plans for 70B o and down at M = 1 are cluster kernels: compile-time cluster
-    dims, partial sums through mapa + st.shared::cluster, an mbarrier waited on at cluster scope,
-    the split cluster barrier; no global workspace traffic (no fence, no polled counter)."""
+    """The cluster decode kernel (planner.CLUSTER_DECODE's plans for 70B o and down on H100):
+    compile-time cluster dims, partial sums through mapa + st.shared::cluster, an mbarrier waited
+    on at cluster scope, the split cluster barrier; no global workspace traffic (no fence, no
+    polled counter)."""
+    from jitmarlin.spec import KernelSpec
+
     if "sm_90" not in nvrtc.supported_archs():
         pytest.skip(f"NVRTC {nvrtc.version()} cannot target sm_90")
-    prof, p, art = _build("sm_90", 1, act, 128, n=n, k=k)
-    assert p.spec.cluster == 2 and art.arch == "sm_90"
+    prof = get_profile("sm_90")
+    p = plan(prof, Problem(1, n, k, act, "uint4b8", 128), KernelSpec("sm80", "uint4b8", act, 8, 1, 8, 16, 8, cluster=2))
+    art, _, _ = default_cache().get(p.spec, "sm_90")
+    assert art.arch == "sm_90"
     ptx = art.ptx
     assert ".explicitcluster" in ptx and ".reqnctapercluster 2, 1, 1" in ptx
     for instr in ("mapa.shared::cluster", "st.shared::cluster.v4.f32",

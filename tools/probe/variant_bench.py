@@ -94,6 +94,23 @@ if os.environ.get("JM_PROBE_NO_CLUSTER"):
     import jitmarlin.planner as P
 
     P.CLUSTER_SIZES = ()
+# JM_PROBE_TILE=TN,TK,STAGES: decode (M <= 16, sm80 path) plans with that tile, Stream-K, no clusters.
+tile = os.environ.get("JM_PROBE_TILE")
+if tile:
+    import jitmarlin.planner as P
+    from jitmarlin.spec import KernelSpec
+
+    tn_, tk_, st_ = map(int, tile.split(","))
+    real_choose = P.choose_fused_spec
+
+    def choose_tile(profile, p):
+        s = real_choose(profile, p)
+        if p.m > 16 or s.path != "sm80":
+            return s
+        return KernelSpec("sm80", s.qtype, s.act, s.group_blocks, s.tm, tn_, tk_, st_)
+
+    P.choose_fused_spec = choose_tile
+    P.CLUSTER_SIZES = ()
 tool = sys.argv[1]
 sys.argv = [os.path.join(HERE, "..", tool)] + sys.argv[2:]
 runpy.run_path(sys.argv[0], run_name="__main__")

@@ -8,6 +8,7 @@ variant_env() {
     new) env=() ;;
     head) env=(JM_PROBE_TEMPLATES=tools/probe/templates_head) ;;
     no_cluster) env=(JM_PROBE_NO_CLUSTER=1) ;;                      # Stream-K, no clusters
+    tile_*) w=${1#tile_}; env=(JM_PROBE_TILE=${w//_/,}) ;;      # tile_TN_TK_STAGES, Stream-K
     whole_*) w=${1#whole_}; env=(JM_PROBE_WHOLE=${w//_/,}) ;;   # whole_TN_TK_STAGES
     *) env=(JM_PROBE_SUB=$1) ;;
   esac
