@@ -250,6 +250,17 @@ def _preferences(profile: DeviceProfile, p: Problem) -> list[tuple[int, int, int
     return ([wide, narrow] if big else [narrow, wide]) + rest
 
 
+def _deepest_fused(profile: DeviceProfile, p: Problem, tm: int, tn: int, tk: int, max_stages: int,
+                   cluster: int = 1) -> KernelSpec | None:
+    """The mma.sync kernel (profile's path) with that tile and the deepest pipeline, at most
+    `max_stages`, that fits `profile`; None if none does."""
+    for stages in range(min(max_stages, PATH_MAX_STAGES[profile.path]), 1, -1):
+        spec = KernelSpec(profile.path, p.qtype, p.act, group_blocks(p), tm, tn, tk, stages, cluster=cluster)
+        if _fits(profile, spec):
+            return spec
+    return None
+
+
 def _fits(profile: DeviceProfile, spec: KernelSpec) -> bool:
     """`spec` is a buildable kernel and its shared memory fits `profile`."""
     try:
@@ -330,9 +341,7 @@ def _cluster_spec(profile: DeviceProfile, p: Problem, base: KernelSpec) -> Kerne
         for c in CLUSTER_SIZES:
             if not profile.cluster_capacity(c):
                 continue
-            spec = next((s for st in range(min(max_stages, PATH_MAX_STAGES["sm80"]), 1, -1)
-                         if _fits(profile, s := KernelSpec("sm80", p.qtype, p.act, base.group_blocks,
-                                                           base.tm, tn, tk, st, cluster=c))), None)
+            spec = _deepest_fused(profile, p, base.tm, tn, tk, max_stages, cluster=c)
             if spec is None:
                 continue
             b = _block_bytes(profile, p, spec)
@@ -362,18 +371,9 @@ def choose_fused_spec(profile: DeviceProfile, p: Problem) -> KernelSpec:
         wg = _wgmma_specs(profile, p)
         if wg:
             return wg[0]
-    path = profile.path
-    tm = min(max_tm(path, p), -(-p.m // 16))
-    gb = group_blocks(p)
-    fitting = []
-    for tn, tk, max_stages in _preferences(profile, p):
-        if p.k % (16 * tk):
-            continue
-        for stages in range(min(max_stages, PATH_MAX_STAGES[path]), 1, -1):
-            spec = KernelSpec(path, p.qtype, p.act, gb, tm, tn, tk, stages)
-            if _fits(profile, spec):
-                fitting.append(spec)
-                break
+    tm = min(max_tm(profile.path, p), -(-p.m // 16))
+    fitting = [s for tn, tk, max_stages in _preferences(profile, p) if p.k % (16 * tk) == 0
+               and (s := _deepest_fused(profile, p, tm, tn, tk, max_stages))]
     if not fitting:
         raise UnsupportedError(
             f"no tile configuration fits {profile.name} ({profile.smem_per_block} bytes of shared "

@@ -50,13 +50,15 @@ CASES = [
 ]
 
 
-def _run_case(m, n, k, group, act, sms, forced, rng, bias=True):
-    # H100's limits with the mma.sync kernel at every M (the emulator does not model wgmma)
-    prof = replace(get_profile("h100"), sms=sms, cc=(8, 9))
+def _run_case(m, n, k, group, act, sms, forced, rng, bias=True, cluster=1):
+    # H100's limits with the mma.sync kernel at every M (the emulator does not model wgmma); a
+    # forced cluster kernel plans on sm_90 (no measured cluster counts: SMs / size of them)
+    prof = replace(get_profile("h100"), sms=sms, **(dict(clusters=()) if cluster > 1 else dict(cc=(8, 9))))
     spec = None
     if forced:
         path, tm, tn, tk, st = forced
-        spec = KernelSpec(path, "uint4b8", act, -1 if group < 0 else group // 16, tm, tn, tk, st)
+        spec = KernelSpec(path, "uint4b8", act, -1 if group < 0 else group // 16, tm, tn, tk, st,
+                          cluster=cluster)
     w = rng.standard_normal((n, k)).astype(np.float32)
     qw = quantize(w, "uint4b8", group, scale_dtype=act)
     x = rng.standard_normal((m, k)).astype(np.float32)
@@ -147,16 +149,7 @@ CLUSTER_CASES = [
 
 def _run_cluster_case(m, n, k, group, act, sms, cfg, rng):
     tn, tk, st, c = cfg
-    prof = replace(get_profile("h100"), sms=sms, clusters=())
-    spec = KernelSpec("sm80", "uint4b8", act, -1 if group < 0 else group // 16, 1, tn, tk, st, cluster=c)
-    w = rng.standard_normal((n, k)).astype(np.float32)
-    qw = quantize(w, "uint4b8", group, scale_dtype=act)
-    x = rng.standard_normal((m, k)).astype(np.float32)
-    b = rng.standard_normal(n).astype(np.float32)
-    pl = plan(prof, Problem(m, n, k, act, "uint4b8", group), spec)
-    out = emu.run_values(pl, x, qw, bias=b, seed=int(rng.integers(1, 1 << 30)))
-    ref = linear_reference(halves.round_to(x, act), qw, halves.round_to(b, act))
-    return pl, out, ref
+    return _run_case(m, n, k, group, act, sms, ("sm80", 1, tn, tk, st), rng, cluster=c)
 
 
 @pytest.mark.parametrize("case", CLUSTER_CASES, ids=lambda c: f"m{c[0]}n{c[1]}k{c[2]}c{c[6][3]}")

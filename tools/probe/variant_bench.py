@@ -89,12 +89,13 @@ if whole:
                                    smem_bytes=s.smem_bytes())
 
     P.plan = plan_whole
-# JM_PROBE_NO_CLUSTER=1: the planner makes no thread-block cluster plans (Stream-K everywhere).
-if os.environ.get("JM_PROBE_NO_CLUSTER"):
+# JM_PROBE_CLUSTER=1: decode plans with thread-block clusters where they deal evenly
+# (planner.CLUSTER_DECODE, off by default since session 8: tools/PERF.md entry 29).
+if os.environ.get("JM_PROBE_CLUSTER"):
     import jitmarlin.planner as P
 
-    P.CLUSTER_SIZES = ()
-# JM_PROBE_TILE=TN,TK,STAGES: decode (M <= 16, sm80 path) plans with that tile, Stream-K, no clusters.
+    P.CLUSTER_DECODE = True
+# JM_PROBE_TILE=TN,TK,STAGES: decode (M <= 16, sm80 path) plans with that tile (Stream-K).
 tile = os.environ.get("JM_PROBE_TILE")
 if tile:
     import jitmarlin.planner as P
@@ -110,7 +111,6 @@ if tile:
         return KernelSpec("sm80", s.qtype, s.act, s.group_blocks, s.tm, tn_, tk_, st_)
 
     P.choose_fused_spec = choose_tile
-    P.CLUSTER_SIZES = ()
 tool = sys.argv[1]
 sys.argv = [os.path.join(HERE, "..", tool)] + sys.argv[2:]
 runpy.run_path(sys.argv[0], run_name="__main__")
