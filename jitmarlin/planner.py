@@ -118,7 +118,8 @@ def wgmma_occupancy(profile: DeviceProfile, p: Problem) -> int:
 # comes from comparing that with this route (tools/sweep and the autotuner time both).
 # sm_90 (H100 sweeps, tools/PERF.md entries 14 and 20): with x loaded by TMA the wgmma kernel
 # wins at M = 512 on all eight bench layers (0.64-0.79x the route's time) and at 1024 on seven
-# (0.90-0.93x); at 2048 it ties on three and loses on five, at 4096 it loses on all.
+# (0.90-0.93x); at 2048 it ties on three and loses on five, at 4096 it loses on all. Those were
+# Stream-K plans: with whole tiles a block it wins at 2048 too (dequant_route, entry 30).
 DEQUANT_MIN_M = {"sm_70": 256, "sm_72": 256, "sm_75": 256, "sm_90": 2048}
 DEQUANT_MIN_M_DEFAULT = 1024
 # candidate_specs() offers the dequant route to an autotuner from this M up.
@@ -136,9 +137,20 @@ def dequant_route(profile: DeviceProfile, p: Problem) -> bool:
     from DEQUANT_CANDIDATE_MIN_M rows where x (M x K halves) is larger than the L2 cache. The
     fused kernels' Stream-K ranges start their blocks at scattered K offsets of every row block
     at once, so such an x is read from DRAM again and again (H100, 70B down, x 58 MB: wgmma
-    972 us vs 902 for the route at M = 1024; 8B down at 2048: 644 vs 361)."""
-    return p.m >= dequant_min_m(profile) or (
-        p.m >= DEQUANT_CANDIDATE_MIN_M and 2 * p.m * p.k > profile.l2_bytes)
+    972 us vs 902 for the route at M = 1024; 8B down at 2048: 644 vs 361).
+    Not where the wgmma kernel's plan has whole tiles a block (_whole_tiles): its blocks then
+    run their tiles in step and read x and the weights once through L2, and it beats the route
+    at M = 1024 and 2048 on every bench layer and ties at 4096 (tools/PERF.md entry 30), with no
+    N x K workspace."""
+    if not (p.m >= dequant_min_m(profile) or (
+            p.m >= DEQUANT_CANDIDATE_MIN_M and 2 * p.m * p.k > profile.l2_bytes)):
+        return False
+    if wgmma_available(profile) and p.m >= WGMMA_MIN_M:
+        spec = choose_fused_spec(profile, p)
+        _, iters = _geometry(profile, p, spec)
+        if iters % (p.k // spec.tile_k) == 0:
+            return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -318,7 +330,31 @@ def _geometry(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> tuple[int
     # when they share an output tile.
     grid = max(1, min(profile.sms * spec.occupancy, total))
     iters = -(-total // grid)
+    whole = _whole_tiles(profile, spec, m_chunks * n_tiles, k_tiles, iters)
+    if whole:
+        return whole
     return -(-total // iters), iters
+
+
+# Whole output tiles a block (no tile split over blocks), for the wgmma kernel, where that costs
+# the busiest block at most this many times the K-steps of the Stream-K plan: the tile counts of
+# large M are often multiples of 128 (132-SM H100: 128 blocks, 1.03x the steps). No block then
+# stores or waits for 128 KB of partial sums, and the blocks run their tiles in step: at any time
+# they read the same K-tiles of x and of the weights, which L2 serves to all of them, where
+# Stream-K's ranges start at scattered K offsets and read both again and again.
+WHOLE_TILES_MAX_LOAD = 1.035
+
+
+def _whole_tiles(profile: DeviceProfile, spec: KernelSpec, tiles: int, k_tiles: int,
+                 stream_iters: int) -> tuple[int, int] | None:
+    """(grid, iters) with whole tiles a block, or None where that loads the busiest block more
+    than WHOLE_TILES_MAX_LOAD x `stream_iters` (or the kernel is not the wgmma one)."""
+    if not spec.wgmma or spec.cluster > 1:
+        return None
+    per = -(-tiles // (profile.sms * spec.occupancy))
+    if per * k_tiles > WHOLE_TILES_MAX_LOAD * stream_iters:
+        return None
+    return -(-tiles // per), per * k_tiles
 
 
 def _block_bytes(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> int:

@@ -4,7 +4,7 @@ from dataclasses import replace
 import pytest
 
 from jitmarlin import InputError, UnsupportedError
-from jitmarlin.planner import candidate_specs, dequant_min_m, dequant_route, plan
+from jitmarlin.planner import candidate_specs, choose_fused_spec, dequant_min_m, dequant_route, plan
 from jitmarlin.problem import Problem
 from jitmarlin.profiles import PROFILES, get_profile
 from jitmarlin.spec import DequantSpec, KernelSpec, spec_from_canonical
@@ -24,7 +24,11 @@ def test_every_plan_fits_the_profile(prof):
         p = plan(prof, Problem(m, n, k, act, "uint4b8", g))
         s = p.spec
         assert p.route == ("dequant" if dequant_route(prof, p.problem) else "fused")
-        assert dequant_route(prof, p.problem) == (m >= dequant_min_m(prof) or (m >= 256 and 2 * m * k > prof.l2_bytes))
+        big = m >= dequant_min_m(prof) or (m >= 256 and 2 * m * k > prof.l2_bytes)
+        if big and prof.cc == (9, 0):   # unless the wgmma plan has whole tiles a block
+            fused = plan(prof, p.problem, choose_fused_spec(prof, p.problem))
+            big = fused.iters % fused.k_tiles != 0
+        assert dequant_route(prof, p.problem) == big
         if p.route == "dequant":   # a warp per 16 x 64 block of the weight, no shared memory
             assert s.path == prof.path
             assert p.grid * s.threads // 32 >= (k // 16) * (n // 64) > (p.grid - 1) * s.threads // 32
@@ -165,11 +169,17 @@ def test_pre_volta_is_rejected():
 def test_route_follows_the_m_threshold(prof, threshold):
     pr = get_profile(prof)
     assert dequant_min_m(pr) == threshold
+    # on sm_90, N = 2560: 20 wgmma tiles wide, which never deal whole to 132 SMs at these M
+    n = 2560 if pr.cc == (9, 0) else 4096
     for m, route in [(1, "fused"), (threshold - 1, "fused"), (threshold, "dequant"),
                      (threshold + 1, "dequant"), (4096, "dequant")]:
-        p = plan(pr, Problem(m, 4096, 4096, "float16", "uint8", 64))
+        p = plan(pr, Problem(m, n, 4096, "float16", "uint8", 64))
         assert p.route == route, (m, p.spec.name)
-    p = plan(pr, Problem(4096, 4096, 4096, "float16", "uint4", -1))
+    if pr.cc == (9, 0):   # 4096 x 4096 at 2048 and 4096 rows: 256 / 512 tiles, whole to 128 blocks
+        for m in (threshold, 4096):
+            p = plan(pr, Problem(m, 4096, 4096, "float16", "uint8", 64))
+            assert p.spec.wgmma and p.grid == 128 and p.iters % p.k_tiles == 0
+    p = plan(pr, Problem(4096, n, 4096, "float16", "uint4", -1))
     assert p.spec == DequantSpec(pr.path, "uint4", "float16", 0)       # zero points: permuted
     assert p.spec.name == f"jm_dq_{pr.path}_uint4_f16_gk"
 

@@ -77,6 +77,37 @@ def test_every_wgmma_plan_fits(rng):
         assert pl.grid <= h.sms * pl.spec.occupancy and pl.grid * pl.iters >= pl.total_iters
 
 
+def test_whole_tiles_a_block_where_they_cost_little():
+    """Tile counts that are multiples of 128 on a 132-SM H100 get whole tiles a block (no split
+    tile, no partial sums); the others keep Stream-K. Never more than WHOLE_TILES_MAX_LOAD x the
+    Stream-K plan's K-steps for the busiest block."""
+    from jitmarlin import planner
+
+    h = get_profile("h100")
+    for (k, n), m, grid, iters in [((4096, 4096), 1024, 128, 64),        # 8B o: 128 tiles
+                                   ((4096, 28672), 1024, 128, 448),      # 8B gate_up: 7 a block
+                                   ((8192, 8192), 1024, 128, 256),       # 70B o: 2 a block
+                                   ((8192, 57344), 512, 128, 896)]:      # 70B gate_up: 7 a block
+        pl = plan(h, Problem(m, n, k, "float16", "uint4b8", 128))
+        assert pl.spec.wgmma and (pl.grid, pl.iters) == (grid, iters), (k, n, m, pl.grid, pl.iters)
+        assert pl.iters % pl.k_tiles == 0
+    # 8B qkv at 1024 rows: 192 tiles would load a block with 2 where Stream-K gives 1.45
+    pl = plan(h, Problem(1024, 6144, 4096, "float16", "uint4b8", 128))
+    assert (pl.grid, pl.iters) == (131, 94)
+    # decode (mma.sync kernel) keeps Stream-K
+    pl = plan(h, Problem(1, 4096, 14336, "float16", "uint4b8", 128))
+    assert not pl.spec.wgmma and pl.iters % pl.k_tiles
+    rng = np.random.default_rng(5)
+    for _ in range(400):
+        p = Problem(int(rng.integers(65, 2048)), 64 * int(rng.integers(1, 900)),
+                    64 * int(rng.integers(1, 460)), "float16", "uint4b8", -1)
+        pl = plan(h, p, choose_fused_spec(h, p))
+        stream = -(-pl.total_iters // min(h.sms * pl.spec.occupancy, pl.total_iters))
+        assert pl.iters <= planner.WHOLE_TILES_MAX_LOAD * stream
+        if pl.iters % pl.k_tiles == 0:   # whole tiles: no block range ends inside a tile
+            assert pl.grid * pl.iters >= pl.total_iters
+
+
 def test_two_blocks_per_sm_for_wide_tiles_where_each_gets_enough_steps():
     h = get_profile("h100")
     # K-steps of a 64 x 128 tile a block with two blocks per SM: 8B o 7.8, 8B qkv 11.6 (one
@@ -101,17 +132,26 @@ def test_planner_takes_the_overlapping_kernel_above_64_rows():
     """From 65 rows up the planner's wgmma tiles have one 64-feature slab per warpgroup and
     >= 4 stages: the configurations in which the template dequantises a step while the
     previous step's wgmmas run (OVERLAP_MMA). Up to 2047 rows on H100 where x fits the L2
-    cache; then dequant + cuBLAS."""
+    cache; then dequant + cuBLAS, unless the wgmma plan has whole tiles a block."""
     h = get_profile("h100")
     for m, tile in [(65, (8, 8)), (128, (8, 8)), (129, (16, 8)), (256, (16, 8)), (1023, (16, 8)),
                     (2047, (16, 8))]:
         for k, n in [(4096, 6144), (8192, 57344), (28672, 8192)]:   # >= 20 K-steps a block
-            spec = plan(h, Problem(m, n, k, "bfloat16", "uint4b8", 128)).spec
-            if 2 * m * k > h.l2_bytes:       # x (M x K halves) larger than the L2 cache
-                assert m >= 1023 and spec.route == "dequant", (m, n, k, spec.name)
+            pl = plan(h, Problem(m, n, k, "bfloat16", "uint4b8", 128))
+            spec = pl.spec
+            if 2 * m * k > h.l2_bytes and spec.route == "dequant":   # x larger than the L2 cache
+                assert m >= 1023, (m, n, k)
+                fused = plan(h, Problem(m, n, k, "bfloat16", "uint4b8", 128),
+                             choose_fused_spec(h, Problem(m, n, k, "bfloat16", "uint4b8", 128)))
+                assert fused.iters % fused.k_tiles, "whole-tile plans keep the fused route"
                 continue
             assert spec.wgmma and (spec.tm, spec.tn) == tile and spec.stages >= 4, (m, n, k, spec.name)
-    assert plan(h, Problem(2048, 8192, 8192, "float16", "uint4b8", 128)).spec.route == "dequant"
+    # 70B down at 1023 rows: 4 x 64 tiles, two a block, so fused although x is 58 MB
+    pl = plan(h, Problem(1023, 8192, 28672, "float16", "uint4b8", 128))
+    assert pl.spec.wgmma and (pl.grid, pl.iters) == (128, 2 * 448)
+    # 2048 rows: fused where tiles deal whole to 128 blocks, dequant + cuBLAS where they do not
+    assert plan(h, Problem(2048, 8192, 8192, "float16", "uint4b8", 128)).spec.wgmma
+    assert plan(h, Problem(2048, 2560, 8192, "float16", "uint4b8", 128)).spec.route == "dequant"   # 160 tiles
     # a small layer above 128 rows: 256 x 128 tiles would give a block too few K-steps
     small = plan(h, Problem(256, 4096, 4096, "float16", "uint4b8", 128)).spec
     assert (small.tm, small.tn, small.stages) == (8, 8, 4)
@@ -428,6 +468,28 @@ def test_two_blocks_per_sm_match_reference(tm, tn, rng):
         spec = KernelSpec("sm90", "uint4b8", act, group_blocks(Problem(64, qw.n, 8192, act, "uint4b8", group)),
                           tm, tn, 4, 5, occupancy=2)
         for m in (64, 41, 150):
+            y, ref = _run_forced(qw, m, act, spec, rng)
+            assert _rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {_rel(y, ref):.3e}"
+
+
+@pytest.mark.gpu
+def test_whole_tile_plans_match_reference(rng):
+    """128 output tiles (one a block on a 132-SM GPU) and 256 (two a block, the second row block
+    part padding): plans without split tiles."""
+    if not _hopper():
+        pytest.skip("needs an sm_90 GPU without JITMARLIN_EMULATE")
+    import jitmarlin
+    from jitmarlin.profiles import live_profile
+
+    w = rng.standard_normal((16384, 512)) * 0.05
+    for act, group in (("float16", 128), ("bfloat16", -1)):
+        qw = jitmarlin.quantize(w, "uint4b8", group, scale_dtype=act)
+        for m in (256, 300):
+            p = Problem(m, qw.n, qw.k, act, "uint4b8", group)
+            spec = KernelSpec("sm90", "uint4b8", act, group_blocks(p), 16, 8, 4, 4)
+            if live_profile(0).sms == 132:
+                pl = plan(live_profile(0), p, spec)
+                assert (pl.grid, pl.iters) == (128, (m + 255) // 256 * 8), (pl.grid, pl.iters)
             y, ref = _run_forced(qw, m, act, spec, rng)
             assert _rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {_rel(y, ref):.3e}"
 

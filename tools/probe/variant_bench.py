@@ -111,6 +111,17 @@ if tile:
         return KernelSpec("sm80", s.qtype, s.act, s.group_blocks, s.tm, tn_, tk_, st_)
 
     P.choose_fused_spec = choose_tile
+# JM_PROBE_STREAM_K=1: the wgmma kernel's plans stripe K over every SM even where whole tiles a
+# block would do (planner.WHOLE_TILES_MAX_LOAD = 0: the plans before session 9).
+if os.environ.get("JM_PROBE_STREAM_K"):
+    import jitmarlin.planner as P
+
+    P.WHOLE_TILES_MAX_LOAD = 0.0
+# JM_PROBE_NO_ROUTE=1: no dequant + cuBLAS route; the fused kernel (wgmma on sm_90) at every M.
+if os.environ.get("JM_PROBE_NO_ROUTE"):
+    import jitmarlin.planner as P
+
+    P.dequant_route = lambda profile, p: False
 tool = sys.argv[1]
 sys.argv = [os.path.join(HERE, "..", tool)] + sys.argv[2:]
 runpy.run_path(sys.argv[0], run_name="__main__")

@@ -1,13 +1,17 @@
 # variant_env V: the environment (an array `env`, for `env "${env[@]}" cmd`) that makes
 # variant_bench.py render source variant V: new = the working tree, head = the templates in
 # tools/probe/templates_head, whole_TN_TK_STAGES = variant_bench.py's JM_PROBE_WHOLE, cluster = its
-# JM_PROBE_CLUSTER, tile_TN_TK_STAGES = its JM_PROBE_TILE, anything
+# JM_PROBE_CLUSTER, tile_TN_TK_STAGES = its JM_PROBE_TILE, stream_k / fused = its
+# JM_PROBE_STREAM_K / JM_PROBE_NO_ROUTE, anything
 # else = the substitutions of that name.
 variant_env() {
   case $1 in
     new) env=() ;;
     head) env=(JM_PROBE_TEMPLATES=tools/probe/templates_head) ;;
     cluster) env=(JM_PROBE_CLUSTER=1) ;;                            # cluster decode plans on
+    stream_k) env=(JM_PROBE_STREAM_K=1) ;;                         # no whole-tile wgmma plans
+    fused) env=(JM_PROBE_NO_ROUTE=1) ;;                             # no dequant + cuBLAS route
+    stream_k_fused) env=(JM_PROBE_STREAM_K=1 JM_PROBE_NO_ROUTE=1) ;;
     tile_*) w=${1#tile_}; env=(JM_PROBE_TILE=${w//_/,}) ;;      # tile_TN_TK_STAGES, Stream-K
     whole_*) w=${1#whole_}; env=(JM_PROBE_WHOLE=${w//_/,}) ;;   # whole_TN_TK_STAGES
     *) env=(JM_PROBE_SUB=$1) ;;
