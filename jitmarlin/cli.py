@@ -472,8 +472,8 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--act", default="float16", choices=["float16", "bfloat16"])
 
     s = sub.add_parser("inspect", help="show the kernel for a problem: source, PTX or resources (no GPU "
-                       "needed); from the route's M threshold up, the dequantisation kernel of the "
-                       "dequant + cuBLAS route")
+                       "needed); where the planner takes the dequant + cuBLAS route (large M), its "
+                       "dequantisation kernel")
     problem_args(s)
     s.add_argument("--m", type=int, default=16)
     s.add_argument("--n", type=int, default=4096)
