@@ -215,6 +215,28 @@ def test_every_tile_compiles_without_spills(tm, tn, group):
 
 
 @pytest.mark.slow
+def test_overlapping_kernels_issue_before_they_wait():
+    """With the dequant / wgmma overlap a warpgroup issues step t's wgmmas before it waits for
+    step t - 1's (wait_group 1), so a group is always queued on the tensor pipe (PERF.md entry
+    32); the kernels without the overlap (two slabs a warpgroup) wait for everything."""
+    for tm, tn, stages, occ in ((16, 8, 4, 1), (4, 8, 5, 1)):
+        ptx = _compile(_spec(tm=tm, tn=tn, stages=stages, occupancy=occ)).ptx
+        assert "wgmma.wait_group.sync.aligned 1;" in ptx
+    ptx = _compile(_spec(tm=4, tn=16, stages=4, occupancy=2)).ptx
+    assert "wgmma.wait_group.sync.aligned 1;" not in ptx and "wgmma.wait_group.sync.aligned 0;" in ptx
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tm,tn", [(16, 8), (4, 16)])
+def test_epilogue_stages_token_rows_with_stmatrix(tm, tn):
+    """The epilogue turns each lane's token pairs into token rows with stmatrix .trans: one
+    x4 store per 32 sums a thread, no 2-byte shared stores."""
+    ptx = _compile(_spec(tm=tm, tn=tn, stages=4, occupancy=2 if tm * tn <= 64 else 1)).ptx
+    assert ptx.count("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16") == tm * tn // 8
+    assert "st.shared.u16" not in ptx and "st.shared.b16" not in ptx
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("tm,tn", TILES)
 def test_wgmmas_stay_asynchronous(tm, tn):
     """ptxas serialises every wgmma (a C7511/C7513/C7515 note) when registers run short or the

@@ -31,6 +31,13 @@ JM_DEV u32 wgmma_keep(u32 sink, u32 r) {
   asm volatile("xor.b32 %0, %1, %2;" : "=r"(out) : "r"(sink), "r"(r) : "memory");
   return out;
 }
+// Four 8x8 16-bit matrices stored transposed (sm_90): register q of lane (g, t) holds row g,
+// columns 2t and 2t + 1 of matrix q (the mma C layout, packed); lanes 8q..8q+7 give the shared
+// addresses (16-byte aligned) where columns 0..7 of matrix q land as 16-byte rows.
+JM_DEV void stmatrix_x4_trans(const u32 (&r)[4], void* smem) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};"
+               :: "r"(smem_u32(smem)), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
+}
 // cp.async writes shared memory through the generic proxy, wgmma reads it through the async
 // proxy: each writer fences before the barrier that publishes a stage.
 JM_DEV void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
