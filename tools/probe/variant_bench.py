@@ -122,6 +122,19 @@ if os.environ.get("JM_PROBE_NO_ROUTE"):
     import jitmarlin.planner as P
 
     P.dequant_route = lambda profile, p: False
+# JM_PROBE_WGMMA_DEPTH=N: the one-block wgmma plans above 64 rows take up to N stages (planner: 4).
+depth = os.environ.get("JM_PROBE_WGMMA_DEPTH")
+if depth:
+    import jitmarlin.planner as P
+
+    real_deepest = P._deepest_wgmma
+
+    def deepest(profile, p, tm, tn, d, occupancy):
+        if p.m > 64 and occupancy == 1:
+            d = int(depth)
+        return real_deepest(profile, p, tm, tn, d, occupancy)
+
+    P._deepest_wgmma = deepest
 tool = sys.argv[1]
 sys.argv = [os.path.join(HERE, "..", tool)] + sys.argv[2:]
 runpy.run_path(sys.argv[0], run_name="__main__")

@@ -3,7 +3,7 @@
 # tools/probe/templates_head, whole_TN_TK_STAGES = variant_bench.py's JM_PROBE_WHOLE, cluster = its
 # JM_PROBE_CLUSTER, tile_TN_TK_STAGES = its JM_PROBE_TILE, stream_k / fused = its
 # JM_PROBE_STREAM_K / JM_PROBE_NO_ROUTE, anything
-# else = the substitutions of that name.
+# else = the substitutions of that name (head+NAME: applied to the head templates).
 variant_env() {
   case $1 in
     new) env=() ;;
@@ -14,6 +14,8 @@ variant_env() {
     stream_k_fused) env=(JM_PROBE_STREAM_K=1 JM_PROBE_NO_ROUTE=1) ;;
     tile_*) w=${1#tile_}; env=(JM_PROBE_TILE=${w//_/,}) ;;      # tile_TN_TK_STAGES, Stream-K
     whole_*) w=${1#whole_}; env=(JM_PROBE_WHOLE=${w//_/,}) ;;   # whole_TN_TK_STAGES
+    depth*) env=(JM_PROBE_WGMMA_DEPTH=${1#depth}) ;;                # wgmma stages above 64 rows
+    head+*) env=(JM_PROBE_TEMPLATES=tools/probe/templates_head JM_PROBE_SUB=${1#head+}) ;;  # head + subs
     *) env=(JM_PROBE_SUB=$1) ;;
   esac
 }
