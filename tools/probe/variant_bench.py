@@ -135,6 +135,23 @@ if depth:
         return real_deepest(profile, p, tm, tn, d, occupancy)
 
     P._deepest_wgmma = deepest
+# JM_PROBE_WGMMA=M:TM,TN,STAGES,OCC: problems of exactly M rows run that wgmma kernel.
+force = os.environ.get("JM_PROBE_WGMMA")
+if force:
+    import jitmarlin.planner as P
+    from jitmarlin.spec import KernelSpec
+
+    fm, rest = force.split(":")
+    ftm, ftn, fst, focc = map(int, rest.split(","))
+    real_fused = P.choose_fused_spec
+
+    def fused(profile, p):
+        s = real_fused(profile, p)
+        if p.m != int(fm) or not s.wgmma:
+            return s
+        return KernelSpec("sm90", p.qtype, p.act, P.group_blocks(p), ftm, ftn, 4, fst, occupancy=focc)
+
+    P.choose_fused_spec = fused
 tool = sys.argv[1]
 sys.argv = [os.path.join(HERE, "..", tool)] + sys.argv[2:]
 runpy.run_path(sys.argv[0], run_name="__main__")

@@ -15,6 +15,7 @@ variant_env() {
     tile_*) w=${1#tile_}; env=(JM_PROBE_TILE=${w//_/,}) ;;      # tile_TN_TK_STAGES, Stream-K
     whole_*) w=${1#whole_}; env=(JM_PROBE_WHOLE=${w//_/,}) ;;   # whole_TN_TK_STAGES
     depth*) env=(JM_PROBE_WGMMA_DEPTH=${1#depth}) ;;                # wgmma stages above 64 rows
+    wg*) w=${1#wg}; w=${w/_/:}; env=(JM_PROBE_WGMMA=${w//_/,}) ;;   # wgM_TM_TN_STAGES_OCC
     head+*) env=(JM_PROBE_TEMPLATES=tools/probe/templates_head JM_PROBE_SUB=${1#head+}) ;;  # head + subs
     *) env=(JM_PROBE_SUB=$1) ;;
   esac
