@@ -10,6 +10,6 @@ for v in ${NCU_VARIANTS:-head new}; do
   variant_env $v
   echo "== $v"
   env "${env[@]}" timeout 120 ncu --clock-control none -k regex:^jm_ --metrics $M \
-      python3 tools/probe/variant_bench.py probe/ncu_decode.py --shapes ${NCU_SHAPES:-14336x4096,8192x57344} --calls 1 2>&1 \
+      python3 tools/probe/variant_bench.py probe/ncu_gemm.py --no-cublas --m 1 --shapes ${NCU_SHAPES:-14336x4096,8192x57344} --calls 1 2>&1 \
       | grep -E "^  jm_|duration|inst_executed|cycles_active|registers|bytes_read|stalled" | sed -e 's/smsp__average_warps_issue_stalled_//' -e 's/_per_issue_active.ratio//'
 done
