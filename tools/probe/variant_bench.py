@@ -16,6 +16,16 @@ import jitmarlin.cache  # noqa: E402
 import jitmarlin.render as R  # noqa: E402
 
 SUBS = {
+    # timing only (wrong sums): the int4 dequant and the group-scale multiply replaced by register
+    # copies, so the A fragments come from registers without the ALU work (what RS wgmma costs alone)
+    "nodq": [('''  b0.r[0] = sub_f16x2(lop3<0xea>(q, LO, MAGIC), SUB);
+  b0.r[1] = fma_f16x2(lop3<0xea>(q, HI, MAGIC), MUL, ADD);
+  q >>= 8;
+  b1.r[0] = sub_f16x2(lop3<0xea>(q, LO, MAGIC), SUB);
+  b1.r[1] = fma_f16x2(lop3<0xea>(q, HI, MAGIC), MUL, ADD);''',
+              '''  b0.r[0] = q; b0.r[1] = q ^ 1u; b1.r[0] = q ^ 2u; b1.r[1] = q ^ 3u;'''),
+             ('''                b[h].r[0] = act_mul2(b[h].r[0], sc);
+                b[h].r[1] = act_mul2(b[h].r[1], sc);''', '''                (void)sc;''')],
     "l2_256": [("cp.async.cg.shared.global [%0]", "cp.async.cg.shared.global.L2::256B [%0]")],
     "l2_128": [("cp.async.cg.shared.global [%0]", "cp.async.cg.shared.global.L2::128B [%0]")],
     "rb1": [("constexpr int RED_BATCH = TM >= 4 ? 1 : 4 / TM;", "constexpr int RED_BATCH = 1;"),
