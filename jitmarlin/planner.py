@@ -43,26 +43,32 @@ def _wgmma_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
     """wgmma kernels for `p` in order of preference (tools/sweep on H100, tools/PERF.md): at
     M <= 64, 64-token tiles, two blocks per SM and 4 stages where each block still gets enough
     K-steps (wgmma_occupancy), 256 features wide where it gets many more (WGMMA_WIDE_MIN_STEPS);
-    otherwise 128 wide, one block, 5 stages (its warpgroups overlap dequant and wgmmas). Up to
+    between WGMMA_SPLIT_MIN_STEPS and that, 256 wide with one block and 6 stages (its warpgroups
+    dequantise one half of a step while the other half's wgmmas run); with too few K-steps for
+    two blocks, 128 wide, one block, 5 stages (its warpgroups overlap dequant and wgmmas). Up to
     128 rows, 128 x 128 tiles, 4 stages; above, 256 x 128, 4 stages (128 x 128 where 256 x 128
     tiles leave a block fewer than WGMMA_TALL_MIN_STEPS K-steps). With one 64-feature slab
     per warpgroup and >= 4 stages the kernel dequantises one step while the wgmmas of the step
     before run (sweeps, session 4: M = 128 0.60-0.91x the time of 128 x 256 tiles; M = 256
     0.74-0.86x the time of 3 stages).
     """
-    occ = 1
     if p.m <= 64:
-        occ = wgmma_occupancy(profile, p)
-        wide = occ == 2 and _wgmma_steps_per_block(profile, p, 64, 128, 2) >= WGMMA_WIDE_MIN_STEPS
-        shapes = [(4, 16), (4, 8)] if wide else [(4, 8), (4, 16)]
-        depth = 4 if occ == 2 else 5
+        steps = _wgmma_steps_per_block(profile, p, 64, 128, 2)
+        if wgmma_occupancy(profile, p) == 1:
+            tiles = [(4, 8, 5, 1), (4, 16, 5, 1)]
+        elif steps >= WGMMA_WIDE_MIN_STEPS:
+            tiles = [(4, 16, 4, 2), (4, 8, 4, 2)]
+        elif steps >= WGMMA_SPLIT_MIN_STEPS:
+            tiles = [(4, 16, 6, 1), (4, 8, 4, 2)]
+        else:
+            tiles = [(4, 8, 4, 2), (4, 16, 4, 2)]
     elif p.m <= 128:
-        shapes, depth = [(8, 8), (8, 16), (4, 16)], 4
+        tiles = [(8, 8, 4, 1), (8, 16, 4, 1), (4, 16, 4, 1)]
     else:
         tall = _wgmma_steps_per_block(profile, p, 256, 128) >= WGMMA_TALL_MIN_STEPS
-        shapes, depth = ([(16, 8), (8, 16), (8, 8)] if tall else [(8, 8), (16, 8)]), 4
+        tiles = [(16, 8, 4, 1), (8, 16, 4, 1), (8, 8, 4, 1)] if tall else [(8, 8, 4, 1), (16, 8, 4, 1)]
     out = []
-    for tm, tn in shapes:
+    for tm, tn, depth, occ in tiles:
         spec = _deepest_wgmma(profile, p, tm, tn, depth, occ) if occ > 1 else None
         spec = spec or _deepest_wgmma(profile, p, tm, tn, depth, 1)
         if spec:
@@ -89,6 +95,13 @@ def _deepest_wgmma(profile: DeviceProfile, p: Problem, tm: int, tn: int, depth: 
 # vs 78.4 us, 70B gate_up 135.6 vs 148.4; 8B gate_up, 54 steps, a tie) and lose at 39.
 WGMMA_OCC2_MIN_STEPS = 20
 WGMMA_WIDE_MIN_STEPS = 48
+# Below that, from this many steps (of the 64 x 128 two-block tiles), one block of 64 x 256 tiles
+# with 6 stages, whose warpgroups issue each step's wgmmas in two halves and dequantise one half
+# while the other's run (wgmma.cu.j2, SPLIT_MMA), beats the two-block 64 x 128 kernel (H100,
+# M = 64, five A/B passes in three device runs, tools/PERF.md entry 34): 70B o (31 steps)
+# 0.94-0.98x the time, 70B qkv (39) 0.94-0.97x; 8B down (27) 1.02-1.03x. From 48 steps it ties
+# (8B gate_up, 54) or loses (70B gate_up, 217: 0.95-1.07x) against the two-block 64 x 256 kernel.
+WGMMA_SPLIT_MIN_STEPS = 29
 # Above 128 rows, 256 x 128 tiles need this many K-steps per block (SMs x blocks); with fewer,
 # each tile is split over several blocks whose 128 KB partial sums dominate, and 128 x 128 tiles
 # win (H100/H200 sweeps, M = 256: 8B o, 15.5 steps, 0.90-0.97x the time; 8B qkv, 23 steps, a

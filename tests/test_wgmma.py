@@ -111,14 +111,16 @@ def test_whole_tiles_a_block_where_they_cost_little():
 def test_two_blocks_per_sm_for_wide_tiles_where_each_gets_enough_steps():
     h = get_profile("h100")
     # K-steps of a 64 x 128 tile a block with two blocks per SM: 8B o 7.8, 8B qkv 11.6 (one
-    # block, 128 wide, 5 stages); 8B down 27, 70B o 31, 70B qkv 39 (two blocks, 128 wide);
-    # 8B gate_up 54, 70B down 109, 70B gate_up 217 (two blocks, 256 wide); 4 stages with two
-    for (k, n), occ, tn in [((4096, 4096), 1, 8), ((4096, 6144), 1, 8), ((14336, 4096), 2, 8),
-                            ((8192, 8192), 2, 8), ((8192, 10240), 2, 8), ((4096, 28672), 2, 16),
-                            ((28672, 8192), 2, 16), ((8192, 57344), 2, 16)]:
+    # block, 128 wide, 5 stages); 8B down 27 (two blocks, 128 wide); 70B o 31, 70B qkv 39 (one
+    # block, 256 wide, 6 stages: the split-step overlap); 8B gate_up 54, 70B down 109,
+    # 70B gate_up 217 (two blocks, 256 wide); 4 stages with two
+    for (k, n), occ, tn, stages in [((4096, 4096), 1, 8, 5), ((4096, 6144), 1, 8, 5),
+                                    ((14336, 4096), 2, 8, 4), ((8192, 8192), 1, 16, 6),
+                                    ((8192, 10240), 1, 16, 6), ((4096, 28672), 2, 16, 4),
+                                    ((28672, 8192), 2, 16, 4), ((8192, 57344), 2, 16, 4)]:
         spec = plan(h, Problem(64, n, k, "float16", "uint4b8", 128)).spec
         assert spec.wgmma and spec.occupancy == occ and spec.name.endswith("o2") == (occ == 2)
-        assert (spec.tn, spec.stages) == (tn, 4 if occ == 2 else 5), spec.name
+        assert (spec.tn, spec.stages) == (tn, stages), spec.name
         assert plan(h, Problem(64, n, k, "float16", "uint4b8", 128)).grid <= 2 * h.sms
     # only M <= 64 takes it, and never where two blocks' shared memory would not fit an SM
     assert plan(h, Problem(200, 57344, 8192, "float16", "uint4b8", 128)).spec.occupancy == 1
@@ -219,11 +221,28 @@ def test_overlapping_kernels_issue_before_they_wait():
     """With the dequant / wgmma overlap a warpgroup issues step t's wgmmas before it waits for
     step t - 1's (wait_group 1), so a group is always queued on the tensor pipe (PERF.md entry
     32); the kernels without the overlap (two slabs a warpgroup) wait for everything."""
-    for tm, tn, stages, occ in ((16, 8, 4, 1), (4, 8, 5, 1)):
+    for tm, tn, stages, occ in ((16, 8, 4, 1), (4, 8, 5, 1), (4, 16, 6, 1)):
         ptx = _compile(_spec(tm=tm, tn=tn, stages=stages, occupancy=occ)).ptx
         assert "wgmma.wait_group.sync.aligned 1;" in ptx
     ptx = _compile(_spec(tm=4, tn=16, stages=4, occupancy=2)).ptx
     assert "wgmma.wait_group.sync.aligned 1;" not in ptx and "wgmma.wait_group.sync.aligned 0;" in ptx
+
+
+@pytest.mark.slow
+def test_two_slab_kernels_split_each_step_into_two_wgmma_groups():
+    """One block of 64 x 256 tiles (two slabs a warpgroup: no room for a second full fragment
+    set) issues a step's wgmmas as two commit groups of two k16 steps each, on two half-size
+    sets, waiting with one group in flight (SPLIT_MMA); the two-block kernel of that tile keeps
+    one group a step."""
+    from jitmarlin import nvrtc
+
+    if nvrtc.find_disassembler() is None:
+        pytest.skip("no SASS disassembler (pip install nvidia-cuda-nvdisasm)")
+    for occ, groups in ((1, 2), (2, 1)):
+        art = _compile(_spec(tm=4, tn=16, stages=6 if occ == 1 else 4, occupancy=occ))
+        sass = nvrtc.disassemble(art.cubin)
+        assert sass.count("HGMMA") == 8   # 2 slabs x 4 k16 steps, issued once in the main loop
+        assert sass.count("WARPGROUP.ARRIVE") == groups, art.name
 
 
 @pytest.mark.slow
