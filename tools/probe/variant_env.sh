@@ -3,7 +3,8 @@
 # tools/probe/templates_head, whole_TN_TK_STAGES = variant_bench.py's JM_PROBE_WHOLE, cluster = its
 # JM_PROBE_CLUSTER, tile_TN_TK_STAGES = its JM_PROBE_TILE, stream_k / fused = its
 # JM_PROBE_STREAM_K / JM_PROBE_NO_ROUTE, anything
-# else = the substitutions of that name (head+NAME: applied to the head templates).
+# else = the substitutions of that name (head+NAME: applied to the head templates; head_wg...: the
+# wg... plan on the head templates).
 variant_env() {
   case $1 in
     new) env=() ;;
@@ -17,6 +18,7 @@ variant_env() {
     depth*) env=(JM_PROBE_WGMMA_DEPTH=${1#depth}) ;;                # wgmma stages above 64 rows
     wg*) w=${1#wg}; w=${w/_/:}; env=(JM_PROBE_WGMMA=${w//_/,}) ;;   # wgM_TM_TN_STAGES_OCC
     head+*) env=(JM_PROBE_TEMPLATES=tools/probe/templates_head JM_PROBE_SUB=${1#head+}) ;;  # head + subs
+    head_wg*) w=${1#head_wg}; w=${w/_/:}; env=(JM_PROBE_TEMPLATES=tools/probe/templates_head JM_PROBE_WGMMA=${w//_/,}) ;;
     *) env=(JM_PROBE_SUB=$1) ;;
   esac
 }
