@@ -18,7 +18,7 @@ variant_env() {
     depth*) env=(JM_PROBE_WGMMA_DEPTH=${1#depth}) ;;                # wgmma stages above 64 rows
     wg*) w=${1#wg}; w=${w/_/:}; env=(JM_PROBE_WGMMA=${w//_/,}) ;;   # wgM_TM_TN_STAGES_OCC
     head+*) env=(JM_PROBE_TEMPLATES=tools/probe/templates_head JM_PROBE_SUB=${1#head+}) ;;  # head + subs
-    head_wg*) w=${1#head_wg}; w=${w/_/:}; env=(JM_PROBE_TEMPLATES=tools/probe/templates_head JM_PROBE_WGMMA=${w//_/,}) ;;
+    head_wg*) variant_env ${1#head_}; env=(JM_PROBE_TEMPLATES=tools/probe/templates_head "${env[@]}") ;;
     *) env=(JM_PROBE_SUB=$1) ;;
   esac
 }
