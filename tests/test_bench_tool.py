@@ -435,3 +435,54 @@ def test_repeats_alternate_jitmarlin_and_cublas_and_keep_medians(tmp_path, monke
     assert r["jitmarlin_us"] == 20.0 and r["cublas_fp16_us"] == 31.0
     with pytest.raises(SystemExit):
         b.parse_args(["--repeats", "0"])
+
+
+# --- the GPU's thermal state (nvidia-smi) -----------------------------------------------------
+
+# Abridged `nvidia-smi -q -d PERFORMANCE,TEMPERATURE` of an H100 that had been throttling for heat.
+NVSMI_HOT = """
+==============NVSMI LOG==============
+
+Timestamp                                              : Sun Nov 22 07:33:07 2026
+Driver Version                                         : 580.159.04
+
+Attached GPUs                                          : 1
+GPU 00000000:00:06.0
+    Performance State                                  : P0
+    Clocks Event Reasons
+        Idle                                           : Active
+        SW Power Cap                                   : Not Active
+        HW Slowdown                                    : Not Active
+            HW Thermal Slowdown                        : Not Active
+        SW Thermal Slowdown                            : Not Active
+    Clocks Event Reasons Counters
+        SW Power Capping                               : 83760803 us
+        Sync Boost                                     : 0 us
+        SW Thermal Slowdown                            : 114363905 us
+        HW Thermal Slowdown                            : 5307310 us
+        HW Power Braking                               : 0 us
+    Temperature
+        GPU Current Temp                               : 69 C
+        GPU Shutdown Temp                              : 92 C
+        Memory Current Temp                            : 70 C
+"""
+
+
+def test_gpu_state_parses_temperatures_and_slowdown_counters():
+    st = bl.parse_gpu_state(NVSMI_HOT)
+    assert st["gpu_temp_c"] == 69 and st["mem_temp_c"] == 70
+    # the counters, not the "Active / Not Active" flags of the same names above them
+    assert st["slowdown_us"] == {"SW Power Capping": 83760803, "Sync Boost": 0,
+                                 "SW Thermal Slowdown": 114363905, "HW Thermal Slowdown": 5307310,
+                                 "HW Power Braking": 0}
+    assert bl.parse_gpu_state("nvidia-smi: no devices") == {"gpu_temp_c": None, "mem_temp_c": None,
+                                                            "slowdown_us": {}}
+
+
+def test_thermal_slowdown_counts_heat_not_the_power_cap():
+    before = bl.parse_gpu_state(NVSMI_HOT)
+    after = bl.parse_gpu_state(NVSMI_HOT.replace("114363905", "116363905")
+                               .replace("83760803", "93760803"))
+    assert bl.thermal_slowdown(before, after) == {"SW Thermal Slowdown": 2000000}
+    assert bl.thermal_slowdown(before, before) == {}
+    assert bl.thermal_slowdown(None, after) == {}

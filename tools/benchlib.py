@@ -18,7 +18,8 @@ __all__ = ["SHAPES", "IST_MARLIN", "BENCH_CUBLAS", "BEST_PEERS", "FLOOR_TARGET_S
            "make_tinygemm", "load_gemlite", "make_gemlite", "gemlite_config_source", "save_gemlite_configs",
            "single_call_ms", "kernel_name", "best_peer", "row_ratios", "markdown", "evaluate_targets",
            "format_targets", "merge_rows", "Timer", "copies_needed", "copy_bandwidth", "floor_us",
-           "host_overhead", "random_weights", "draw_values"]
+           "host_overhead", "random_weights", "draw_values", "parse_gpu_state", "gpu_state",
+           "thermal_slowdown"]
 
 SHAPES = {
     "L3-8B qkv": (4096, 6144), "L3-8B o": (4096, 4096), "L3-8B gate_up": (4096, 28672),
@@ -254,6 +255,69 @@ def single_call_ms(torch, fn):
     e1.record()
     torch.cuda.synchronize()
     return e0.elapsed_time(e1)
+
+
+# The GPU's own record of heat: nvidia-smi's "Clocks Event Reasons Counters" (microseconds of
+# slowdown since boot, per reason) and its temperatures. A GPU that throttles for heat during a
+# run streams memory slower as it warms (an H100 with its HBM at 70 C when idle ran 70B gate_up
+# at M = 1 in 127 us, then 248 us, where a cool one takes 90): such a run is not a measurement.
+# Power capping is not in the list: at large M the H100 runs at its cap by design (PERF.md 26).
+THERMAL_COUNTERS = ("SW Thermal Slowdown", "HW Thermal Slowdown", "HW Power Braking")
+
+
+def parse_gpu_state(text):
+    """Temperatures (C) and slowdown counters (us) from `nvidia-smi -q -d PERFORMANCE,TEMPERATURE`
+    output for one GPU: {"gpu_temp_c", "mem_temp_c", "slowdown_us": {reason: us}}; a field the
+    driver does not report is None (counters: absent)."""
+    out = {"gpu_temp_c": None, "mem_temp_c": None, "slowdown_us": {}}
+    section = ""
+    for line in text.splitlines():
+        if ":" not in line:
+            section = line.strip()
+            continue
+        key, _, val = (part.strip() for part in line.partition(":"))
+        if not val:
+            section = key
+            continue
+        num = val.split()[0]
+        if key == "GPU Current Temp" and num.isdigit():
+            out["gpu_temp_c"] = int(num)
+        elif key == "Memory Current Temp" and num.isdigit():
+            out["mem_temp_c"] = int(num)
+        elif section.endswith("Reasons Counters") and val.endswith(" us") and num.isdigit():
+            out["slowdown_us"][key] = int(num)
+    return out
+
+
+def gpu_state(torch, dev):
+    """parse_gpu_state of CUDA device `dev` now, through nvidia-smi (found by PCI bus id); None
+    where nvidia-smi is missing or fails (the bench then records no state)."""
+    import subprocess
+
+    try:
+        pr = torch.cuda.get_device_properties(dev)
+        ident = f"{pr.pci_domain_id:08X}:{pr.pci_bus_id:02X}:{pr.pci_device_id:02X}.0"
+    except Exception:
+        ident = str(dev)
+    try:
+        text = subprocess.run(["nvidia-smi", "-q", "-d", "PERFORMANCE,TEMPERATURE", "-i", ident],
+                              capture_output=True, text=True, timeout=20, check=True).stdout
+    except Exception:
+        return None
+    return parse_gpu_state(text)
+
+
+def thermal_slowdown(before, after):
+    """Microseconds of heat slowdown (THERMAL_COUNTERS) between two gpu_state records, per reason
+    that grew; {} where none did or either record is missing."""
+    if not before or not after:
+        return {}
+    out = {}
+    for name in THERMAL_COUNTERS:
+        a, b = before["slowdown_us"].get(name), after["slowdown_us"].get(name)
+        if a is not None and b is not None and b > a:
+            out[name] = b - a
+    return out
 
 
 def kernel_name(qw, act, m):

@@ -10,7 +10,7 @@ fi
 export PYTHONPATH="$PWD:${PYTHONPATH:-}"
 if [ -d .jmcache ]; then rm -rf /tmp/jmcache; cp -r .jmcache /tmp/jmcache; fi
 export JITMARLIN_CACHE_DIR=/tmp/jmcache JITMARLIN_TEST_CACHE_DIR=/tmp/jmcache
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,temperature.memory --format=csv,noheader
 python3 -c "import torch, cupy, cuda.bindings; print('torch', torch.__version__, 'cupy', cupy.__version__, 'cuda.bindings', cuda.bindings.__version__)"
 python3 -m jitmarlin info | grep -E "nvrtc |gpus|cache_entries"
 t0=$(date +%s)

@@ -39,5 +39,7 @@ for k in keys:
     rows = [runs[v].get(k) for v in runs]
     fl = next(r["floor_us"] for r in rows if r)
     print(f"{k[0]:16s} {k[1]:5d} {fl:7.1f} " + " ".join(
-        f"{r['jitmarlin_us']:7.1f} x{r['jitmarlin_us'] / fl:4.2f}" if r else " " * 12 for r in rows))
+        f"{r['jitmarlin_us']:7.1f} x{r['jitmarlin_us'] / fl:4.2f}{'!' if r.get('thermal_slowdown_us') else ''}"
+        if r else " " * 12 for r in rows))
+print("(! = the GPU slowed for heat while that row ran: not a measurement)")
 PY

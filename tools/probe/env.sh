@@ -7,3 +7,6 @@ export PYTHONPATH="$PWD:/tmp/site"
 rm -rf /tmp/jmcache; cp -r "${CACHE:-.jmcache}" /tmp/jmcache
 export JITMARLIN_CACHE_DIR=/tmp/jmcache JITMARLIN_TEST_CACHE_DIR=/tmp/jmcache
 source "$(dirname "${BASH_SOURCE[0]}")/variant_env.sh"
+# The GPU's temperatures before anything runs: a GPU (or its HBM) already hot when idle throttles
+# during the session (tools/bench flags the rows; PERF.md, session 14).
+nvidia-smi --query-gpu=name,temperature.gpu,temperature.memory,clocks.sm --format=csv,noheader

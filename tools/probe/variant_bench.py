@@ -26,6 +26,14 @@ SUBS = {
               '''  b0.r[0] = q; b0.r[1] = q ^ 1u; b1.r[0] = q ^ 2u; b1.r[1] = q ^ 3u;'''),
              ('''                b[h].r[0] = act_mul2(b[h].r[0], sc);
                 b[h].r[1] = act_mul2(b[h].r[1], sc);''', '''                (void)sc;''')],
+    # nodq for both kernels: also the decode kernel's group-scale multiply (scale_tile)
+    "nodq_all": None,
+    # Decode probes at M = 16 (timing only): x fetched for row 0 alone (x1); split-tile partial
+    # sums travel for row 0 alone (red1).
+    "x1": [("const int a_rows_left = M - mc * TILE_M - a_row0;   // row of pass j",
+            "const int a_rows_left = 1 - mc * TILE_M - a_row0;   // row of pass j")],
+    "red1": [("const int rows_left = M - mc * TILE_M - (lane >> 2);",
+              "const int rows_left = 1 - mc * TILE_M - (lane >> 2);")],
     "l2_256": [("cp.async.cg.shared.global [%0]", "cp.async.cg.shared.global.L2::256B [%0]")],
     "l2_128": [("cp.async.cg.shared.global [%0]", "cp.async.cg.shared.global.L2::128B [%0]")],
     "rb1": [("constexpr int RED_BATCH = TM >= 4 ? 1 : 4 / TM;", "constexpr int RED_BATCH = 1;"),
@@ -56,6 +64,8 @@ SUBS = {
                 'JM_DEV void fence_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }')],
     "no_sleep": [("JM_DEV void spin_pause() { __nanosleep(20); }", "JM_DEV void spin_pause() {}")],
 }
+SUBS["nodq_all"] = SUBS["nodq"] + [("  b.r[0] = act_mul2(b.r[0], s);\n  b.r[1] = act_mul2(b.r[1], s);",
+                                    "  (void)s;")]
 tdir = os.environ.get("JM_PROBE_TEMPLATES")
 if tdir:
     R.templates_dir = lambda: Path(tdir).resolve()
