@@ -235,10 +235,14 @@ def test_two_slab_kernels_split_each_step_into_two_wgmma_groups():
     sets, waiting with one group in flight (SPLIT_MMA); the two-block kernel of that tile keeps
     one group a step."""
     for occ, groups in ((1, 2), (2, 1)):
-        ptx = _compile(_spec(tm=4, tn=16, stages=6 if occ == 1 else 4, occupancy=occ)).ptx
-        assert ptx.count("wgmma.mma_async") == 8   # 2 slabs x 4 k16 steps, once in the main loop
-        assert ptx.count("wgmma.commit_group.sync.aligned") == groups
-        assert ptx.count("wgmma.wait_group.sync.aligned 1;") == (2 if occ == 1 else 0)
+        stages = 6 if occ == 1 else 4
+        ptx = _compile(_spec(tm=4, tn=16, stages=stages, occupancy=occ)).ptx
+        # 2 slabs x 4 k16 steps a step; one block a SM runs a round of the stages straight-line
+        # (a constant stage a step) and the last steps in a tail loop, two blocks one step a trip
+        steps = stages + 1 if occ == 1 else 1
+        assert ptx.count("wgmma.mma_async") == 8 * steps
+        assert ptx.count("wgmma.commit_group.sync.aligned") == groups * steps
+        assert ptx.count("wgmma.wait_group.sync.aligned 1;") == (2 * steps if occ == 1 else 0)
 
 
 @pytest.mark.slow

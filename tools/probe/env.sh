@@ -10,8 +10,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/variant_env.sh"
 # The GPU's temperatures before anything runs: a GPU (or its HBM) already hot when idle throttles
 # during the session (tools/bench flags the rows; PERF.md, session 14).
 nvidia-smi --query-gpu=name,temperature.gpu,temperature.memory,clocks.sm --format=csv,noheader
-# MAX_IDLE_C=N: stop here (exit 3) where the GPU or its HBM is hotter than N C before any work.
-if [ -n "${MAX_IDLE_C:-}" ]; then
+# MAX_IDLE_C=N: stop here (exit 3) where the GPU or its HBM is hotter than N C before any work
+# (checked once a machine: later passes of a session find it warm from the first).
+if [ -n "${MAX_IDLE_C:-}" ] && [ ! -e /tmp/jm-idle-checked ]; then
+  touch /tmp/jm-idle-checked
   hot=$(nvidia-smi --query-gpu=temperature.gpu,temperature.memory --format=csv,noheader,nounits |
         awk -F', ' -v m="$MAX_IDLE_C" '$1 > m || ($2 ~ /^[0-9]+$/ && $2 > m) {print "hot"}')
   if [ -n "$hot" ]; then echo "GPU hotter than ${MAX_IDLE_C} C when idle: no measurement"; exit 3; fi
