@@ -26,8 +26,6 @@ SUBS = {
               '''  b0.r[0] = q; b0.r[1] = q ^ 1u; b1.r[0] = q ^ 2u; b1.r[1] = q ^ 3u;'''),
              ('''                b[h].r[0] = act_mul2(b[h].r[0], sc);
                 b[h].r[1] = act_mul2(b[h].r[1], sc);''', '''                (void)sc;''')],
-    # nodq for both kernels: also the decode kernel's group-scale multiply (scale_tile)
-    "nodq_all": None,
     # Decode probes at M = 16 (timing only): x fetched for row 0 alone (x1); split-tile partial
     # sums travel for row 0 alone (red1).
     "x1": [("const int a_rows_left = M - mc * TILE_M - a_row0;   // row of pass j",
@@ -64,6 +62,7 @@ SUBS = {
                 'JM_DEV void fence_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }')],
     "no_sleep": [("JM_DEV void spin_pause() { __nanosleep(20); }", "JM_DEV void spin_pause() {}")],
 }
+# nodq for both kernels: also the decode kernel's group-scale multiply (scale_tile)
 SUBS["nodq_all"] = SUBS["nodq"] + [("  b.r[0] = act_mul2(b.r[0], s);\n  b.r[1] = act_mul2(b.r[1], s);",
                                     "  (void)s;")]
 tdir = os.environ.get("JM_PROBE_TEMPLATES")
