@@ -158,10 +158,10 @@ class KernelSpec(_WeightFormat):
 
     def smem_bytes(self) -> int:
         """Dynamic shared memory the kernel needs, bytes (the largest of its three uses, plus
-        the cluster receive area; the wgmma kernel adds 1 KB of slack to align its stages and one
-        8-byte mbarrier a stage)."""
+        the cluster receive area; the wgmma kernel adds 1 KB of slack to align its stages, one
+        8-byte mbarrier a stage and 16 bytes for its tile range)."""
         used = max(self.stages * self.stage_bytes(), self.reduce_bytes(), self.epilogue_bytes())
-        return used + self.cluster_bytes() + (1024 + 8 * self.stages if self.wgmma else 0)
+        return used + self.cluster_bytes() + (1024 + 8 * self.stages + 16 if self.wgmma else 0)
 
     def smem_per_sm(self) -> int:
         """Shared memory its resident blocks take from one SM, bytes (each block also costs the

@@ -4,6 +4,7 @@
 so the device session compiles nothing; with --planner-only, just the planner's choices (what
 tools/bench runs). Run it through variant_bench.py to prewarm a source variant."""
 import argparse
+import itertools
 import os
 import sys
 
@@ -21,13 +22,14 @@ ap.add_argument("--paths", default="")
 ap.add_argument("--tiles", default="")
 ap.add_argument("--stages", default="")
 ap.add_argument("--planner-only", action="store_true")
+ap.add_argument("--act", default="float16", help="activation dtypes, comma-separated")
 a = ap.parse_args()
 prof = get_profile(a.profile)
 wanted = candidate_filter(a.paths, a.tiles, a.stages)
 seen = set()
 for k, n in select_shapes("all").values():
-    for m in map(int, a.m.split(",")):
-        p = Problem(m, n, k, "float16", "uint4b8", 128)
+    for m, act in itertools.product(map(int, a.m.split(",")), a.act.split(",")):
+        p = Problem(m, n, k, act, "uint4b8", 128)
         cands = [planner.choose_spec(prof, p)]
         if not a.planner_only:
             cands += [s for s in planner.candidate_specs(prof, p) if wanted(s)]
