@@ -539,6 +539,29 @@ def test_whole_tile_plans_match_reference(rng):
 
 
 @pytest.mark.gpu
+def test_whole_tile_plans_with_a_short_last_block(rng):
+    """Whole-tile plans over six and nine row blocks (the last short of 256 tokens) whose last
+    block has fewer tiles than the others: every output element written, with the right sums
+    (the poisoned output shows a missed tile)."""
+    if not _hopper():
+        pytest.skip("needs an sm_90 GPU without JITMARLIN_EMULATE")
+    import jitmarlin
+    from jitmarlin.profiles import live_profile
+
+    for m, n, geom in ((1499, 10624, (125, 4 * 8)), (2267, 3712, (131, 2 * 8))):
+        w = rng.standard_normal((n, 512)) * 0.05
+        for act, group in (("float16", 128), ("bfloat16", -1)):
+            qw = jitmarlin.quantize(w, "uint4b8", group, scale_dtype=act)
+            p = Problem(m, n, 512, act, "uint4b8", group)
+            spec = KernelSpec("sm90", "uint4b8", act, group_blocks(p), 16, 8, 4, 4)
+            if live_profile(0).sms == 132:
+                pl = plan(live_profile(0), p, spec)
+                assert (pl.grid, pl.iters) == geom, (pl.grid, pl.iters)
+            y, ref = _run_forced(qw, m, act, spec, rng)
+            assert _rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {_rel(y, ref):.3e}"
+
+
+@pytest.mark.gpu
 def test_large_problem_split_over_all_sms(rng):
     """A 70B-like K with many tiles per block and split tiles at block edges."""
     if not _hopper():
