@@ -13,7 +13,7 @@ from .errors import InputError, UnsupportedError
 from .problem import Problem
 from .profiles import DeviceProfile
 from .qtypes import ACT_DTYPES, GROUP_SIZES, get_qtype
-from .spec import AnySpec, DequantSpec, KernelSpec
+from .spec import AnySpec, DequantSpec, GemvSpec, KernelSpec
 
 # Quant types each code path implements. Every type is dequantised with integer bit tricks and
 # packed half arithmetic (sm_53+), so the FP8/FP4 formats, whose own MMAs need sm_89+/sm_100+,
@@ -293,7 +293,7 @@ def _fits(profile: DeviceProfile, spec: KernelSpec) -> bool:
     except ValueError:
         return False
     return (spec.smem_bytes() <= profile.smem_per_block
-            and (spec.occupancy == 1 or spec.smem_per_sm() <= profile.smem_per_sm))
+            and (getattr(spec, "occupancy", 1) == 1 or spec.smem_per_sm() <= profile.smem_per_sm))
 
 
 # ---- decode with thread-block clusters (sm_90+) ---------------------------------------------------
@@ -330,6 +330,8 @@ def cluster_tiles(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> int:
 
 def _geometry(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> tuple[int, int]:
     """(grid, iters) of the fused kernel `spec` on `p`."""
+    if isinstance(spec, GemvSpec):   # a block (a cluster) per spec.col_blocks column blocks
+        return -(-(p.n // 64) // spec.col_blocks) * spec.cluster, 0
     m_chunks = -(-p.m // spec.tile_m)
     n_tiles = -(-p.n // spec.tile_n)
     k_tiles = p.k // spec.tile_k
@@ -399,6 +401,79 @@ def _cluster_spec(profile: DeviceProfile, p: Problem, base: KernelSpec) -> Kerne
     return best
 
 
+# ---- decode without cross-block partial sums (sm_80+, M <= 16) ------------------------------------
+# gemv.cu.j2: each warp streams one 64-column block's weights over a K range into registers, with
+# no shared-memory pipeline and no barrier until the end; a column block's K-warps (and, on sm_90,
+# the two blocks of a cluster) add their sums on chip, so no output tile is split over blocks that
+# meet in L2 (the Stream-K kernel's ~2 us a call, tools/PERF.md entry 22). A block or cluster owns
+# whole column blocks, so the plan needs N / 64 column blocks to fill the GPU in one wave: taken
+# where the busiest plan of blocks fills at least GEMV_MIN_FILL of the SMs (H100, M = 1, entry 39),
+# up to GEMV_PLAN_MAX_M rows (one n8 token block). The 16-row kernel (two token blocks, half the
+# batch) is an autotuner candidate: 2-9% faster than Stream-K on small layers at M = 16 on H100,
+# 12-18% slower on 8B gate_up and 70B down (entry 39).
+GEMV_MAX_M = 16
+GEMV_PLAN_MAX_M = 8
+GEMV_MIN_FILL = 0.7
+GEMV_COL_BLOCKS = (1, 2, 4)
+
+
+def _gemv_shape(p: Problem) -> tuple[int, int, int]:
+    """(warps, unroll, max_m) of the gemv kernel for `p`: 16 warps a block (128 registers a
+    thread); one n8 token block up to 8 rows, two up to 16; batches of four k16 rows (four
+    16-byte loads a lane) for 4-bit codes without zero points and with at most two scale rows a
+    batch, else two rows (8-bit codes, offsets, or nvfp4's scale row per k16 row keep more values
+    live: ptxas spills at 128 with four), halved again for two token blocks."""
+    q = get_qtype(p.qtype)
+    gb = group_blocks(p)
+    light = q.bits == 4 and not q.zero_points and (gb <= 0 or gb >= 2)
+    max_m = 8 if p.m <= 8 else 16
+    return 16, (4 if light else 2) // (max_m // 8), max_m
+
+
+def gemv_specs(profile: DeviceProfile, p: Problem) -> list[GemvSpec]:
+    """Every gemv kernel for `p` on `profile` whose blocks fit the GPU in one wave, the fullest
+    first (column blocks a block, clusters of 2 on sm_90+), then the two-blocks-an-SM plan where
+    there are more column blocks than SMs; [] where the kernel does not apply."""
+    if profile.path != "sm80" or p.m > GEMV_MAX_M:
+        return []
+    warps, unroll, max_m = _gemv_shape(p)
+    if p.k % (16 * unroll):
+        return []
+    cols = p.n // 64
+    clusters = (1, 2) if profile.cc >= (9, 0) and profile.cluster_capacity(2) else (1,)
+    out = []
+    for cl in clusters:
+        for cb in GEMV_COL_BLOCKS:
+            blocks = -(-cols // cb) * cl
+            cap = profile.cluster_capacity(cl) * cl if cl > 1 else profile.sms
+            if blocks > cap:
+                continue
+            spec = GemvSpec(profile.path, p.qtype, p.act, group_blocks(p), warps, warps // cb, unroll, cl, max_m)
+            if _fits(profile, spec):
+                out.append((cols * cl / cb / profile.sms, -cb, spec))
+    out.sort(key=lambda t: (t[0], t[1]), reverse=True)
+    specs = [s for _, _, s in out]
+    # More column blocks than SMs (up to two per SM): 8-warp blocks, two resident an SM, one
+    # column block each, so that every SM streams (H100, 70B qkv, 160 column blocks: 0.93x the
+    # Stream-K kernel's time, where 16-warp blocks of two column blocks fill 80 SMs: 1.07x).
+    if profile.sms < cols <= 2 * profile.sms:
+        spec = GemvSpec(profile.path, p.qtype, p.act, group_blocks(p), warps // 2, warps // 2, unroll, 1,
+                        max_m, occupancy=2)
+        if _fits(profile, spec):
+            specs.append(spec)
+    return specs
+
+
+def _gemv_choice(profile: DeviceProfile, p: Problem) -> GemvSpec | None:
+    """The gemv kernel the planner takes for `p`, or None (Stream-K mma.sync kernel instead): the
+    fullest one-wave plan where it fills GEMV_MIN_FILL of the SMs, else the two-blocks-an-SM one."""
+    specs = gemv_specs(profile, p) if p.m <= GEMV_PLAN_MAX_M else []
+    one = [s for s in specs if s.occupancy == 1]
+    if one and (p.n // 64) * one[0].cluster / one[0].col_blocks / profile.sms >= GEMV_MIN_FILL:
+        return one[0]
+    return next((s for s in specs if s.occupancy == 2), None)
+
+
 def dequant_spec(profile: DeviceProfile, p: Problem) -> DequantSpec:
     """The dequantisation kernel of the large-M route for problem `p` on `profile`."""
     check_problem(profile, p)
@@ -420,6 +495,9 @@ def choose_fused_spec(profile: DeviceProfile, p: Problem) -> KernelSpec:
         wg = _wgmma_specs(profile, p)
         if wg:
             return wg[0]
+    gemv = _gemv_choice(profile, p)
+    if gemv:
+        return gemv
     tm = min(max_tm(profile.path, p), -(-p.m // 16))
     fitting = [s for tn, tk, max_stages in _preferences(profile, p) if p.k % (16 * tk) == 0
                and (s := _deepest_fused(profile, p, tm, tn, tk, max_stages))]
@@ -451,6 +529,7 @@ def candidate_specs(profile: DeviceProfile, p: Problem) -> list[AnySpec]:
                 spec = KernelSpec(path, p.qtype, p.act, gb, tm, tn, tk, st)
                 if _fits(profile, spec):
                     out.append(spec)
+    out.extend(gemv_specs(profile, p))
     if wgmma_available(profile) and p.m >= WGMMA_MIN_M // 2:
         for tm in (4, 8, 16):
             for tn in (8, 16):
@@ -481,6 +560,11 @@ def plan(profile: DeviceProfile, p: Problem, spec: AnySpec | None = None) -> Pla
         spec.check()
         # (the code path may differ: the CPU emulator runs sm70/sm75 kernels on any profile)
         _check_spec_matches(spec, p)
+        if isinstance(spec, GemvSpec):
+            if p.m > spec.max_m:
+                raise InputError(f"{spec.name} takes at most {spec.max_m} rows of x, got M={p.m}")
+            if profile.path != "sm80":
+                raise UnsupportedError(f"{spec.name} needs the sm80 path (sm_80+); {profile.name} is {profile.arch}")
         if spec.wgmma and not wgmma_available(profile):
             raise UnsupportedError(f"{spec.name} is a wgmma (sm_90a) kernel; {profile.name} is {profile.arch}")
         if getattr(spec, "cluster", 1) > 1 and profile.cc < (9, 0):

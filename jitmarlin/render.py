@@ -2,8 +2,9 @@
 
 One main template per kernel family includes one primitive partial per concern; the spec's code
 path and types pick which. An architecture difference lives in exactly one partial. Families:
-gemm.cu.j2 (mma.sync, every GPU), wgmma.cu.j2 (Hopper warpgroup MMA, sm_90a) and dequant.cu.j2
-(the large-M route's dequantisation kernel, a DequantSpec).
+gemm.cu.j2 (mma.sync, every GPU), wgmma.cu.j2 (Hopper warpgroup MMA, sm_90a), gemv.cu.j2 (decode
+without cross-block partial sums, a GemvSpec) and dequant.cu.j2 (the large-M route's
+dequantisation kernel, a DequantSpec).
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import jinja2
 
 from ._version import __version__
 from .settings import cache_root
-from .spec import AnySpec, KernelSpec
+from .spec import AnySpec, GemvSpec, KernelSpec
 
 _PKG = Path(__file__).resolve().parent
 
@@ -103,10 +104,30 @@ def dequant_partials(spec, target: str = "cuda") -> dict[str, str]:
     }
 
 
+def gemv_partials(spec, target: str = "cuda") -> dict[str, str]:
+    """The partials of the decode GEMV kernel (a GemvSpec): sm80 instructions, no copy pipeline,
+    no cross-block reduction."""
+    return {
+        "ptx": f"ptx/{target}.cuh",
+        "act": f"act/{spec.act}_sm80.cuh",
+        "mma": "mma/sm80.cuh",
+        "dequant": f"dequant/{DEQUANT_FAMILY[spec.qtype]}_{spec.act}.cuh",
+    }
+
+
+def _family(spec: AnySpec) -> str:
+    if spec.route == "dequant":
+        return "dequant"
+    if isinstance(spec, GemvSpec):
+        return "gemv"
+    return "wgmma" if spec.wgmma else "gemm"
+
+
 def main_template(spec: AnySpec) -> str:
     """The kernel family's main template."""
-    if spec.route == "dequant":
-        return "dequant.cu.j2"
+    family = _family(spec)
+    if family != "gemm":
+        return f"{family}.cu.j2"
     return "wgmma.cu.j2" if spec.wgmma else "gemm.cu.j2"
 
 
@@ -116,10 +137,11 @@ def render(spec: AnySpec, target: str = "cuda") -> str:
     if target not in ("cuda", "emu"):
         raise ValueError(f"unknown render target {target!r}")
     spec.check()
-    if spec.wgmma and target == "emu":
+    family = _family(spec)
+    if family == "wgmma" and target == "emu":
         raise ValueError("the CPU emulator does not model wgmma (sm90 kernels run on a GPU only)")
     tmpl = _env().get_template(main_template(spec))
-    choose = dequant_partials if spec.route == "dequant" else partials
+    choose = {"dequant": dequant_partials, "gemv": gemv_partials}.get(family, partials)
     return tmpl.render(
         spec=spec,
         target=target,

@@ -310,13 +310,115 @@ class DequantSpec(_WeightFormat):
         return f"jm_dq_{self.path}_{self.qtype}_{ACT_DTYPES[self.act]}_{self.group_tag}"
 
 
-AnySpec = Union[KernelSpec, DequantSpec]
+@dataclass(frozen=True)
+class GemvSpec(_WeightFormat):
+    """The decode kernel without cross-block partial sums (templates/gemv.cu.j2), for M <= 16.
+
+    path: 'sm80' (mma.sync m16n8k16; every sm_80+ GPU); qtype, act, group_blocks: as in
+    KernelSpec. warps: warps a block; kwarps: those of them that split the K range of one
+    64-column block (a block covers warps / kwarps column blocks); unroll: k16 rows a warp loads
+    per batch (two batches in flight, in registers); cluster: blocks of a thread-block cluster
+    (sm_90+) that split the same column blocks' K and add their sums through distributed shared
+    memory; max_m: rows of x it takes, 8 or 16 (one or two n8 token blocks of the transposed
+    product out^T = W x^T); occupancy: blocks resident per SM the kernel is built for (2: at most
+    128 registers a thread, 8 warps). Grid: one block (one cluster) per warps / kwarps column
+    blocks.
+    """
+
+    route: ClassVar[str] = "fused"
+
+    path: str
+    qtype: str
+    act: str
+    group_blocks: int
+    warps: int
+    kwarps: int
+    unroll: int
+    cluster: int = 1
+    max_m: int = 8
+    occupancy: int = 1
+
+    @property
+    def wgmma(self) -> bool:
+        return False
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+    @property
+    def col_blocks(self) -> int:
+        """64-column blocks a block (or cluster) covers."""
+        return self.warps // self.kwarps
+
+    # the tile vocabulary of Plan: an m16 row block, the block's columns, a batch of K
+    @property
+    def tile_m(self) -> int:
+        return 16
+
+    @property
+    def tile_n(self) -> int:
+        return 64 * self.col_blocks
+
+    @property
+    def tile_k(self) -> int:
+        return 16 * self.unroll
+
+    def smem_bytes(self) -> int:
+        """The K-warps' sums (warps x max_m rows x 64 fp32 columns, 16 bytes of padding a warp),
+        plus, with clusters, rank 0's receive area for the other blocks' sums."""
+        return 4 * (self.warps * (self.max_m * 64 + 4) + (self.cluster - 1) * self.col_blocks * self.max_m * 64)
+
+    def smem_per_sm(self) -> int:
+        return self.occupancy * (self.smem_bytes() + 1024)
+
+    def check(self) -> None:
+        """Raise ValueError when the fields do not describe a buildable kernel."""
+        if self.path != "sm80":
+            raise ValueError(f"the gemv kernel is built for the sm80 path (sm_80+), not {self.path!r}")
+        if self.qtype not in QTYPES:
+            raise ValueError(f"unknown quant type {self.qtype!r}")
+        if self.act not in ACT_DTYPES:
+            raise ValueError(f"unknown activation dtype {self.act!r}")
+        if self.warps not in (4, 8, 16):
+            raise ValueError(f"warps must be 4, 8 or 16, got {self.warps}")
+        if self.kwarps < 1 or self.warps % self.kwarps:
+            raise ValueError(f"kwarps={self.kwarps} must divide warps={self.warps}")
+        if self.unroll not in (1, 2, 4, 8) or self.unroll * self.bits // 4 > 8:
+            raise ValueError(f"unroll must be 1, 2, 4 or 8 with at most 8 16-byte loads a batch, got {self.unroll}")
+        if self.occupancy not in (1, 2) or self.occupancy * self.warps > 16:
+            raise ValueError(f"occupancy {self.occupancy} x {self.warps} warps: at most 16 warps of 128 registers an SM")
+        if self.max_m not in (8, 16):
+            raise ValueError(f"max_m (rows of x) must be 8 or 16, got {self.max_m}")
+        if self.cluster not in (1, 2):
+            raise ValueError(f"cluster (blocks per thread-block cluster) must be 1 or 2, got {self.cluster}")
+        if self.group_blocks > 0 and self.unroll % self.group_blocks and self.group_blocks % self.unroll:
+            raise ValueError("group size and batch (unroll) must divide one another")
+        if self.group_blocks < 0 and self.affine:
+            raise ValueError("zero-point types apply per-channel scales in the K loop (group_blocks 0)")
+
+    def canonical(self) -> str:
+        """Stable text form (sorted JSON) used in cache keys; carries "family": "gemv" so that
+        spec_from_canonical() can tell it from a KernelSpec's."""
+        d = asdict(self)
+        d["family"] = "gemv"
+        return json.dumps(d, sort_keys=True, separators=(",", ":"))
+
+    @property
+    def name(self) -> str:
+        """Kernel symbol: jm_gemv_sm80_uint4b8_f16_g128_m8w16k16u4c2."""
+        return (f"jm_gemv_{self.path}_{self.qtype}_{ACT_DTYPES[self.act]}_{self.group_tag}"
+                f"_m{self.max_m}w{self.warps}k{self.kwarps}u{self.unroll}" + (f"c{self.cluster}" if self.cluster > 1 else "")
+                + (f"o{self.occupancy}" if self.occupancy > 1 else ""))
+
+
+AnySpec = Union[KernelSpec, DequantSpec, GemvSpec]
 
 # ---- spec kinds ----------------------------------------------------------------------------------
 # Every kind of spec a plan can carry, by the name stored next to its canonical text (tuned
 # choices, bundles). A new kind (another code path, a library route) registers its class here;
 # it needs canonical(), a classmethod from_canonical(text) and a `name`.
-SPEC_KINDS: dict[str, type] = {"KernelSpec": KernelSpec, "DequantSpec": DequantSpec}
+SPEC_KINDS: dict[str, type] = {"KernelSpec": KernelSpec, "DequantSpec": DequantSpec, "GemvSpec": GemvSpec}
 # The kind a canonical text names through its "route" field (a KernelSpec's has none).
 ROUTE_KINDS = {"dequant": "DequantSpec"}
 
@@ -330,14 +432,16 @@ def spec_kind(spec) -> str:
 
 
 def kind_of_canonical(text: str) -> str:
-    """The kind whose canonical form `text` is, read from its "route" field (KernelSpec when it
-    has none). Raises ValueError for text that is not a JSON object or names an unknown route."""
+    """The kind whose canonical form `text` is, read from its "family" field (GemvSpec) or its
+    "route" field (KernelSpec when it has neither). Raises ValueError for text that is not a JSON object or names an unknown route."""
     try:
         d = json.loads(text)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"not a spec: {exc}") from None
     if not isinstance(d, dict):
         raise ValueError(f"not a spec: {text[:120]!r}")
+    if d.get("family") == "gemv":
+        return "GemvSpec"
     route = d.get("route")
     if route is None:
         return "KernelSpec"

@@ -103,7 +103,7 @@ def test_api_prewarm_keeps_its_contract(tmp_path):
 
     cache = KernelCache(tmp_path)
     r = jitmarlin.prewarm(["sm_90"], [(4096, 4096)], [1], cache=cache)
-    assert [x.status for x in r] == ["compiled"] and r[0].kernel.startswith("jm_sm80_")
+    assert [x.status for x in r] == ["compiled"] and r[0].kernel.startswith("jm_gemv_sm80_")   # decode on H100
     r = jitmarlin.prewarm(["sm_90", "t4"], [(4096, 4096)], [1], act="bfloat16", cache=cache)
     assert [x.status for x in r] == ["compiled", "failed"] and "bfloat16" in r[1].detail
 

@@ -9,6 +9,7 @@ from jitmarlin.planner import plan
 from jitmarlin.problem import Problem
 from jitmarlin.profiles import get_profile
 from jitmarlin.render import partials, render
+from jitmarlin.spec import GemvSpec
 
 SM80_ARCHS = ["sm_80", "sm_86", "sm_89", "sm_90", "sm_120", "sm_121"]
 CASES = [(1, "float16", 128), (16, "bfloat16", -1), (64, "float16", 32), (200, "bfloat16", 64)]
@@ -33,12 +34,17 @@ def test_sm80_path_compiles_with_expected_instructions(arch, m, act, group):
     if p.spec.wgmma:   # sm_90 from M = 64: the warpgroup kernel (more in test_wgmma.py)
         assert arch == "sm_90" and m >= 64 and art.arch == "sm_90a"
         assert "wgmma.mma_async.sync.aligned" in ptx and "mma.sync" not in ptx
+    elif isinstance(p.spec, GemvSpec):   # decode without split tiles (more in test_gemv.py)
+        assert m <= 8 and "mma.sync.aligned.m16n8k16.row.col.f32" in ptx
+        assert "ld.global.nc.L1::no_allocate.v4" in ptx and "ldmatrix" not in ptx
     else:
         assert "mma.sync.aligned.m16n8k16.row.col.f32" in ptx
         assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx
     assert ("bf16.bf16" if act == "bfloat16" else "f16.f16") in ptx
     if p.spec.wgmma and p.spec.occupancy == 1:   # one-block wgmma kernels load every stage by TMA
         assert "cp.async.bulk.tensor.2d" in ptx and "mbarrier.try_wait.parity" in ptx
+    elif isinstance(p.spec, GemvSpec):   # registers straight from global memory, no copy pipeline
+        assert "cp.async" not in ptx
     else:
         assert "cp.async.cg.shared.global" in ptx
     assert "lop3.b32" in ptx

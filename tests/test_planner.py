@@ -4,10 +4,11 @@ from dataclasses import replace
 import pytest
 
 from jitmarlin import InputError, UnsupportedError
-from jitmarlin.planner import candidate_specs, choose_fused_spec, dequant_min_m, dequant_route, plan
+from jitmarlin.planner import (GEMV_MIN_FILL, GEMV_PLAN_MAX_M, candidate_specs, choose_fused_spec, dequant_min_m,
+                               dequant_route, plan)
 from jitmarlin.problem import Problem
 from jitmarlin.profiles import PROFILES, get_profile
-from jitmarlin.spec import DequantSpec, KernelSpec, spec_from_canonical
+from jitmarlin.spec import DequantSpec, GemvSpec, KernelSpec, spec_from_canonical
 
 @pytest.mark.parametrize("prof", list(PROFILES.values()), ids=lambda p: p.name)
 def test_every_plan_fits_the_profile(prof):
@@ -37,6 +38,16 @@ def test_every_plan_fits_the_profile(prof):
         wgmma = prof.cc == (9, 0) and m >= 64
         assert s.path == ("sm90" if wgmma else prof.path)
         assert s.smem_bytes() <= prof.smem_per_block
+        if isinstance(s, GemvSpec):   # decode without split tiles: one wave, whole column blocks
+            assert m <= GEMV_PLAN_MAX_M and prof.path == "sm80"
+            assert p.grid == -(-(n // 64) // s.col_blocks) * s.cluster <= prof.sms * s.occupancy
+            if s.occupancy == 1:
+                assert (n // 64) * s.cluster / s.col_blocks >= GEMV_MIN_FILL * prof.sms
+            else:   # more column blocks than SMs, two 8-warp blocks an SM
+                assert prof.sms < p.grid <= 2 * prof.sms and s.warps == 8 and s.smem_per_sm() <= prof.smem_per_sm
+            assert s.threads <= prof.max_threads_per_sm and s.cluster in ((1, 2) if prof.clusters else (1,))
+            assert k % s.tile_k == 0
+            continue
         assert s.occupancy * (s.smem_bytes() + 1024) <= prof.smem_per_sm
         assert s.occupancy * s.threads <= prof.max_threads_per_sm
         assert s.occupancy * s.threads * (255 if s.occupancy == 1 else 128) <= prof.regs_per_sm
@@ -58,13 +69,14 @@ def test_every_plan_fits_the_profile(prof):
 
 def test_decode_tiles_follow_layer_size():
     h100 = get_profile("h100")
-    small = plan(h100, Problem(1, 6144, 4096, "float16", "uint4b8", 128))
+    # (M <= 8 takes the gemv kernel on these layers: tests/test_gemv.py)
+    small = plan(h100, Problem(16, 6144, 4096, "float16", "uint4b8", 128))
     assert (small.spec.tm, small.spec.tn, small.spec.tk, small.spec.stages) == (1, 8, 16, 8)
     assert small.grid >= 120
     big = plan(h100, Problem(16, 57344, 8192, "float16", "uint4b8", 128))
     assert (big.spec.tn, big.spec.tk, big.spec.stages) == (16, 16, 3)
     # the same rule on a 99 KB part keeps the tile and trims the pipeline
-    sm120 = plan(get_profile("rtx-pro-6000"), Problem(1, 6144, 4096, "float16", "uint4b8", 128))
+    sm120 = plan(get_profile("rtx-pro-6000"), Problem(16, 6144, 4096, "float16", "uint4b8", 128))
     assert (sm120.spec.tn, sm120.spec.tk) == (8, 16) and sm120.spec.stages == 4
 
 
@@ -75,7 +87,7 @@ BENCH_LAYERS = {"8B qkv": (4096, 6144), "8B o": (4096, 4096), "8B gate_up": (409
                 "70B gate_up": (8192, 57344), "70B down": (28672, 8192)}
 
 
-@pytest.mark.parametrize("m", [1, 16])
+@pytest.mark.parametrize("m", [9, 16])   # (M <= 8: the gemv kernel on these layers)
 @pytest.mark.parametrize("act", ["float16", "bfloat16"])
 def test_decode_clusters_where_tiles_deal_evenly(m, act, monkeypatch):
     from jitmarlin import planner

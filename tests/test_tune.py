@@ -43,8 +43,8 @@ def _choice(p=P16, *, better=True, profile=None, **kw) -> tune.TunedChoice:
     win = other if better else default
     d = dict(gpu=profile.name, arch=profile.arch, qtype=bp.qtype, act=bp.act,
              group_size=bp.group_size, n=bp.n, k=bp.k, m_bucket=bp.m, spec=win.canonical(),
-             kind="KernelSpec", us=9.0 if better else 10.0, default_spec=default.canonical(),
-             default_kind="KernelSpec", default_us=10.0, candidates=5, failed=1,
+             kind=spec_kind(win), us=9.0 if better else 10.0, default_spec=default.canonical(),
+             default_kind=spec_kind(default), default_us=10.0, candidates=5, failed=1,
              jitmarlin=tune.__version__, templates=tune.templates_tag(), created=1.7e9)
     d.update(kw)
     return tune.TunedChoice(**d)

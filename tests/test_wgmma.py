@@ -94,8 +94,8 @@ def test_whole_tiles_a_block_where_they_cost_little():
     # 8B qkv at 1024 rows: 192 tiles would load a block with 2 where Stream-K gives 1.45
     pl = plan(h, Problem(1024, 6144, 4096, "float16", "uint4b8", 128))
     assert (pl.grid, pl.iters) == (131, 94)
-    # decode (mma.sync kernel) keeps Stream-K
-    pl = plan(h, Problem(1, 4096, 14336, "float16", "uint4b8", 128))
+    # decode past the gemv kernel's 8 rows (mma.sync kernel) keeps Stream-K
+    pl = plan(h, Problem(16, 4096, 14336, "float16", "uint4b8", 128))
     assert not pl.spec.wgmma and pl.iters % pl.k_tiles
     rng = np.random.default_rng(5)
     for _ in range(400):

@@ -26,8 +26,11 @@
 struct int4 { int x, y, z, w; } __attribute__((aligned(16)));
 struct float4 { float x, y, z, w; } __attribute__((aligned(16)));
 struct float2 { float x, y; };
+struct uint2 { unsigned x, y; } __attribute__((aligned(8)));
 struct Dim3 { unsigned x, y, z; };
 static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+static inline float2 make_float2(float x, float y) { return float2{x, y}; }
+static inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
 static inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
 
 #if defined(__x86_64__)
@@ -85,6 +88,7 @@ struct Thread {
   std::unique_ptr<char[]> stack;
   std::vector<std::vector<CopyOp>> groups;  // committed cp.async groups, oldest first
   std::vector<CopyOp> open;                 // issued, not yet committed
+  int cluster_phase = 0;                    // barrier.cluster arrivals of this thread
 };
 
 struct Warp {
@@ -188,13 +192,17 @@ inline void check_cluster_smem(const unsigned char* p, size_t bytes, size_t alig
   }
   fail(std::string(what) + ": not the shared memory of a block of this cluster");
 }
+// barrier.cluster: a thread's k-th wait returns once every thread of the cluster has arrived k times.
 inline void cluster_arrive() {
   g_rt->cluster_arrived[cluster_id()]++;
+  cur().cluster_phase++;
   g_rt->progress++;
 }
 inline void cluster_wait() {
-  while (g_rt->cluster_arrived[cluster_id()] < g_rt->cluster * (int)g_rt->block.x) yield();
+  const int need = cur().cluster_phase * g_rt->cluster * (int)g_rt->block.x;
+  while (g_rt->cluster_arrived[cluster_id()] < need) yield();
 }
+inline unsigned cluster_rank() { return (unsigned)(cur().block % g_rt->cluster); }
 
 // ---- block barrier ----
 inline void syncthreads() {

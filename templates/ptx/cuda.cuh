@@ -10,10 +10,13 @@
 #ifndef JM_CLUSTER
 #define JM_CLUSTER 1      // blocks per thread-block cluster (KernelSpec.cluster)
 #endif
+#ifndef JM_THREADS
+#define JM_THREADS 256    // threads per block (GemvSpec.threads; the other kernels use 256)
+#endif
 #if JM_CLUSTER > 1        // sm_90+: the launch groups consecutive blocks into clusters
-#define JM_KERNEL extern "C" __global__ void __cluster_dims__(JM_CLUSTER, 1, 1) __launch_bounds__(256, JM_MIN_BLOCKS)
+#define JM_KERNEL extern "C" __global__ void __cluster_dims__(JM_CLUSTER, 1, 1) __launch_bounds__(JM_THREADS, JM_MIN_BLOCKS)
 #else
-#define JM_KERNEL extern "C" __global__ void __launch_bounds__(256, JM_MIN_BLOCKS)
+#define JM_KERNEL extern "C" __global__ void __launch_bounds__(JM_THREADS, JM_MIN_BLOCKS)
 #endif
 #define JM_DEV static __device__ __forceinline__
 #define JM_INL __device__ __forceinline__
@@ -129,6 +132,14 @@ template <int N>
 JM_DEV void cp_async_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N)); }
 
 JM_DEV int4 ld_global_v4(const int4* p) { return *p; }
+// A 16-byte load of data read once (streamed weights): read-only path, not kept in L1.
+JM_DEV int4 ld_stream_v4(const int4* p) {
+  int4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.s32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+JM_DEV u32 ld_global_u32(const u32* p) { return *p; }
 JM_DEV u64 ld_shared_u64(const void* p) { return *static_cast<const u64*>(p); }
 // L2-only (.cg) loads and stores for the cross-block partial sums: L1 is not coherent between
 // blocks. Written as the compiler intrinsics (not asm) so ptxas can schedule them against
@@ -188,5 +199,12 @@ JM_DEV void cl_bar_wait(u64* bar, u32 parity) {
 // Cluster-wide barrier, split: every thread arrives once, and waits once before it touches
 // another block's shared memory (then all blocks of the cluster have started and set up theirs).
 JM_DEV void cluster_arrive() { asm volatile("barrier.cluster.arrive.release;" ::: "memory"); }
+// Arrive without ordering memory (the first half of "every block of the cluster has started").
+JM_DEV void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory"); }
+JM_DEV u32 cluster_rank() {
+  u32 r;
+  asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
 JM_DEV void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
 JM_DEV void jm_trap() { asm volatile("trap;"); }

@@ -183,6 +183,14 @@ JM_DEV int4 ld_global_v4(const int4* p) {
   emu::check_global(p, 16, "ld.global.v4");
   return *p;
 }
+JM_DEV int4 ld_stream_v4(const int4* p) {
+  emu::check_global(p, 16, "ld.global.nc.L1::no_allocate.v4");
+  return *p;
+}
+JM_DEV u32 ld_global_u32(const u32* p) {
+  emu::check_global(p, 4, "ld.global.u32");
+  return *p;
+}
 JM_DEV float4 ld_cg_f32x4(const float4* p) {
   emu::check_global(p, 16, "ld.global.cg.v4.f32");
   return *p;
@@ -247,5 +255,7 @@ JM_DEV void cl_bar_wait(u64* bar, u32 parity) {
   while (((*reinterpret_cast<volatile u64*>(bar) >> 32) & 1u) == parity) emu::yield();
 }
 JM_DEV void cluster_arrive() { emu::cluster_arrive(); }
+JM_DEV void cluster_arrive_relaxed() { emu::cluster_arrive(); }
+JM_DEV u32 cluster_rank() { return emu::cluster_rank(); }
 JM_DEV void cluster_wait() { emu::cluster_wait(); }
 JM_DEV void jm_trap() { emu::fail("trap"); }

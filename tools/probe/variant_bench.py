@@ -171,6 +171,49 @@ if force:
         return KernelSpec("sm90", p.qtype, p.act, P.group_blocks(p), ftm, ftn, 4, fst, occupancy=focc)
 
     P.choose_fused_spec = fused
+# JM_PROBE_GEMV: decode (M <= 8) plans and the gemv kernel (planner.GEMV_MIN_FILL). "off": the
+# Stream-K kernel everywhere; "fill=X": gemv where its plan fills X of the SMs; otherwise
+# comma-separated overrides of the planner's gemv choice: cb=C (column blocks a block), cl=L
+# (cluster size), w=W (warps a block), u=U (k16 rows a batch), o=O (blocks an SM; plans of up to
+# O x SMs blocks too); with cb, cl or o, gemv is taken wherever such a plan fits.
+gemv = os.environ.get("JM_PROBE_GEMV")
+if gemv:
+    import dataclasses
+
+    import jitmarlin.planner as P
+
+    if gemv == "off":
+        P.GEMV_MIN_FILL = float("inf")
+    elif gemv.startswith("fill="):
+        P.GEMV_MIN_FILL = float(gemv[5:])
+    else:
+        want = {k: int(v) for k, v in (kv.split("=") for kv in gemv.split(","))}
+        real_specs = P.gemv_specs
+
+        def forced_specs(profile, p):
+            out = []
+            for s in real_specs(profile, p):
+                if want.get("cb", s.col_blocks) != s.col_blocks or want.get("cl", s.cluster) != s.cluster:
+                    continue
+                w = want.get("w", s.warps)
+                out.append(dataclasses.replace(s, warps=w, kwarps=w // s.col_blocks, unroll=want.get("u", s.unroll),
+                                               occupancy=want.get("o", s.occupancy)))
+            if "o" in want:   # plans of occupancy x SMs blocks: build the cb / cl ones that fill that
+                for cl in (1, 2):
+                    for cb in P.GEMV_COL_BLOCKS:
+                        if want.get("cb", cb) != cb or want.get("cl", cl) != cl:
+                            continue
+                        blocks = -(-(p.n // 64) // cb) * cl
+                        if profile.sms < blocks <= want["o"] * profile.sms and (cl == 1 or profile.clusters):
+                            w, u, mm = P._gemv_shape(p)
+                            w = want.get("w", w)
+                            out.append(P.GemvSpec(profile.path, p.qtype, p.act, P.group_blocks(p), w, w // cb,
+                                                  want.get("u", u), cl, mm, want["o"]))
+            return out
+
+        P.gemv_specs = forced_specs
+        if "cb" in want or "cl" in want or "o" in want:
+            P.GEMV_MIN_FILL = 0.0
 tool = sys.argv[1]
 sys.argv = [os.path.join(HERE, "..", tool)] + sys.argv[2:]
 runpy.run_path(sys.argv[0], run_name="__main__")

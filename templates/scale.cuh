@@ -1,0 +1,15 @@
+// ---- group scales and offsets on FragBs (after the act partial) -----------------------------
+// `pair` is the word of a lane's 16-byte scale load holding one n8 sub-tile's column scale in its
+// low (hi = 0) or high half: lane g gets the scales of columns 8s + g, s = 0..7, in one load
+// (jitmarlin/packing.py); bcast copies that half into both halves of a word.
+JM_DEV u32 bcast(u32 pair, int hi) { return prmt(pair, 0u, hi ? 0x3232u : 0x1010u); }
+JM_DEV void scale_tile(FragB& b, u32 spair, int hi) {
+  const u32 s = bcast(spair, hi);
+  b.r[0] = act_mul2(b.r[0], s);
+  b.r[1] = act_mul2(b.r[1], s);
+}
+JM_DEV void scale_offset_tile(FragB& b, u32 spair, u32 zpair, int hi) {
+  const u32 s = bcast(spair, hi), z = bcast(zpair, hi);
+  b.r[0] = act_fma2(b.r[0], s, z);
+  b.r[1] = act_fma2(b.r[1], s, z);
+}

@@ -1,0 +1,288 @@
+"""The decode kernel without cross-block partial sums (templates/gemv.cu.j2, a GemvSpec): planning,
+compilation on the CPU for every sm_80+ arch, and correctness on a GPU for every quant type."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from jitmarlin import InputError, UnsupportedError
+from jitmarlin.planner import (ALL_QTYPES, GEMV_MAX_M, GEMV_PLAN_MAX_M, _gemv_shape, candidate_specs, gemv_specs,
+                               group_blocks, plan)
+from jitmarlin.problem import Problem
+from jitmarlin.profiles import PROFILES, get_profile
+from jitmarlin.render import render
+from jitmarlin.spec import GemvSpec, spec_from_canonical
+
+TOL = {"float16": 2e-3, "bfloat16": 1e-2}
+GROUP_OF = {"nvfp4": 16, "mxfp4": 32, "float8_e4m3fn": -1, "uint4": 64, "uint8": -1}
+H100 = get_profile("h100")
+
+
+def _problem(m=1, n=6144, k=4096, qt="uint4b8", act="float16", group=128):
+    return Problem(m, n, k, act, qt, group)
+
+
+def _spec(qt="uint4b8", act="float16", cb=1, cl=1, group=None, m=1, occupancy=1):
+    g = GROUP_OF.get(qt, 128) if group is None else group
+    p = _problem(m, qt=qt, act=act, group=g)
+    warps, unroll, max_m = _gemv_shape(p)
+    warps //= occupancy          # two resident blocks an SM: 8 warps each
+    return GemvSpec("sm80", qt, act, group_blocks(p), warps, warps // cb, unroll, cl, max_m, occupancy)
+
+
+# ---- planning (pure) ---------------------------------------------------------------------------
+
+def test_decode_plans_gemv_where_its_blocks_fill_the_gpu():
+    # 8B qkv: 96 column blocks, one a block (73% of 132 SMs); 8B o: 64, clusters of 2 (97%);
+    # 8B gate_up: 448, four a block (85%)
+    cases = {(6144, 4096): (1, 1), (4096, 4096): (1, 2), (28672, 4096): (4, 1)}
+    for (n, k), (cb, cl) in cases.items():
+        for m in (1, 5, GEMV_PLAN_MAX_M):
+            pl = plan(H100, _problem(m, n, k))
+            assert isinstance(pl.spec, GemvSpec), (n, k, m)
+            assert (pl.spec.col_blocks, pl.spec.cluster) == (cb, cl)
+            assert pl.grid == -(-(n // 64) // cb) * cl <= H100.sms
+    # 70B qkv: 160 column blocks leave a one-wave plan of 16-warp blocks at most 61% of the SMs:
+    # 8-warp blocks, two an SM, one column block each
+    s = plan(H100, _problem(1, 10240, 8192)).spec
+    assert (s.warps, s.occupancy, s.col_blocks, s.cluster) == (8, 2, 1, 1)
+    # 70B gate_up: 896 column blocks, no one-wave plan: Stream-K kernel
+    assert not isinstance(plan(H100, _problem(1, 57344, 8192)).spec, GemvSpec)
+    # 32 column blocks on 132 SMs: Stream-K kernel
+    assert not isinstance(plan(H100, _problem(1, 2048, 4096)).spec, GemvSpec)
+    # up to 8 rows one token block; 9..16 rows (two token blocks) only through the autotuner
+    assert plan(H100, _problem(8)).spec.max_m == 8
+    assert not isinstance(plan(H100, _problem(GEMV_PLAN_MAX_M + 1)).spec, GemvSpec)
+    assert {s.max_m for s in gemv_specs(H100, _problem(9))} == {16}
+
+
+def test_gemv_only_on_the_sm80_path_and_clusters_only_on_sm90():
+    p = _problem()
+    for name, prof in PROFILES.items():
+        specs = gemv_specs(prof, p)
+        if prof.path != "sm80":
+            assert specs == [], name
+            continue
+        for s in specs:
+            assert -(-(p.n // 64) // s.col_blocks) * s.cluster <= prof.sms * s.occupancy
+            assert s.cluster == 1 or prof.cc >= (9, 0)
+            assert s.smem_bytes() <= prof.smem_per_block
+
+
+def test_gemv_candidates_for_the_autotuner():
+    c = candidate_specs(H100, _problem(4))
+    assert any(isinstance(s, GemvSpec) for s in c)
+    assert any(isinstance(s, GemvSpec) for s in candidate_specs(H100, _problem(16)))
+    assert not any(isinstance(s, GemvSpec) for s in candidate_specs(H100, _problem(17)))
+
+
+def test_forced_gemv_checks_rows_and_path():
+    s = _spec()
+    with pytest.raises(InputError, match="at most 8 rows"):
+        plan(H100, _problem(9), s)
+    with pytest.raises(InputError, match="at most 16 rows"):
+        plan(H100, _problem(17), _spec(m=16))
+    with pytest.raises(UnsupportedError, match="sm80 path"):
+        plan(get_profile("t4"), _problem(1), s)
+
+
+def test_gemv_spec_round_trips_and_checks():
+    s = _spec(cl=2)
+    assert spec_from_canonical(s.canonical()) == s
+    assert s.name == "jm_gemv_sm80_uint4b8_f16_g128_m8w16k16u4c2"
+    bad = [dict(warps=12), dict(kwarps=3), dict(unroll=3), dict(cluster=4), dict(path="sm75"), dict(max_m=4), dict(occupancy=2)]
+    for kw in bad:
+        with pytest.raises(ValueError):
+            GemvSpec(**{**dict(path="sm80", qtype="uint4b8", act="float16", group_blocks=8, warps=16,
+                               kwarps=16, unroll=4), **kw}).check()
+
+
+# ---- the CPU emulator (the kernel as written, the instruction layer on the host) ----------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("qt", ALL_QTYPES)
+def test_every_type_on_emulator(qt, rng):
+    from dataclasses import replace
+
+    from jitmarlin import emu, halves
+    from jitmarlin.quant import quantize
+    from jitmarlin.reference import linear_reference, rel_error
+
+    if emu.compiler() is None:
+        pytest.skip("no C++ compiler for the emulator")
+    g = GROUP_OF.get(qt, 128)
+    k_in = {-1: 200, 16: 208, 32: 224, 64: 192}.get(g, 256)
+    w = rng.standard_normal((328, k_in)) * 0.05          # 6 column blocks, the last one short
+    prof = replace(H100, sms=8)
+    for act, cb, cl, m, occ in (("float16", 1, 2, 1, 1), ("bfloat16", 4, 1, 8, 1), ("float16", 2, 2, 16, 1),
+                                ("bfloat16", 1, 1, 3, 2)):
+        qw = quantize(w, qt, g, scale_dtype=act)
+        spec = _spec(qt, act, cb, cl, group=g, m=m, occupancy=occ)
+        x = rng.standard_normal((m, k_in)).astype(np.float32)
+        b = rng.standard_normal(328).astype(np.float32)
+        pl = plan(prof, Problem(m, qw.n, qw.k, act, qt, g), spec)
+        out = emu.run_values(pl, x, qw, bias=b, seed=int(rng.integers(1, 1 << 30)))
+        ref = linear_reference(halves.round_to(x, act), qw, halves.round_to(b, act))
+        assert rel_error(out, ref) <= TOL[act], f"{spec.name} M={m}"
+
+
+@pytest.mark.slow
+def test_emulator_catches_a_missing_cluster_barrier(rng, monkeypatch):
+    """The emulator's barrier.cluster counts phases: with the second barrier planted away, rank 0
+    adds the other block's sums before they arrive (or after that block exited) on some schedule."""
+    from dataclasses import replace
+
+    from jitmarlin import emu
+    from jitmarlin.quant import quantize
+    from jitmarlin.reference import linear_reference, rel_error
+
+    if emu.compiler() is None:
+        pytest.skip("no C++ compiler for the emulator")
+    real = emu.render
+    planted = "    if (rank != 0) return;"
+    whole = "    cluster_arrive();\n    cluster_wait();\n" + planted
+
+    def render_without_barrier(spec, target="cuda"):
+        src = real(spec, target)
+        assert whole in src
+        return src.replace(whole, planted)
+
+    monkeypatch.setattr(emu, "render", render_without_barrier)
+    spec = _spec("uint4b8", "float16", 1, 2)
+    qw = quantize(rng.standard_normal((64, 256)) * 0.05, "uint4b8", 128)
+    pl = plan(replace(H100, sms=2), Problem(1, 64, 256, "float16", "uint4b8", 128), spec)
+    x = rng.standard_normal((1, 256)).astype(np.float32)
+    ref = linear_reference(x.astype(np.float16).astype(np.float64), qw)
+    caught = 0
+    for seed in range(1, 9):
+        try:
+            caught += rel_error(emu.run_values(pl, x, qw, seed=seed), ref) > TOL["float16"]
+        except emu.EmuError:
+            caught += 1
+    assert caught > 0
+
+
+def test_gemv_source_has_no_shared_memory_pipeline():
+    src = render(_spec(cl=2))
+    assert "cp_async" not in src.split("namespace jm")[-1]
+    assert "ld_stream_v4(" in src and "__cluster_dims__" in src
+
+
+# ---- compilation (NVRTC, no GPU) ---------------------------------------------------------------
+
+def _compile(spec, arch):
+    from jitmarlin.cache import default_cache
+
+    art, _, _ = default_cache().get(spec, arch)
+    return art
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("qt", ALL_QTYPES)
+@pytest.mark.parametrize("act", ["float16", "bfloat16"])
+def test_every_type_compiles_without_spills(qt, act):
+    for cb, cl, arch, m, occ in ((1, 2, "sm_90", 1, 1), (4, 1, "sm_90", 16, 1), (1, 1, "sm_80", 8, 1),
+                                 (2, 1, "sm_120", 1, 1), (1, 2, "sm_90", 16, 1), (2, 1, "sm_120", 9, 1),
+                                 (1, 1, "sm_90", 1, 2), (1, 1, "sm_86", 16, 2)):
+        spec = _spec(qt, act, cb, cl, m=m, occupancy=occ)
+        art = _compile(spec, arch)
+        assert f"mma.sync.aligned.m16n8k16.row.col.f32.{'bf16' if act == 'bfloat16' else 'f16'}" in art.ptx
+        assert "ld.global.nc.L1::no_allocate.v4" in art.ptx
+        assert "cp.async" not in art.ptx and "atom" not in art.ptx   # no pipeline, no global reduction
+        assert ("st.shared::cluster" in art.ptx) == (cl > 1)
+        r = art.resources
+        assert r["spill_stores"] == 0 and r["stack_bytes"] == 0, (spec.name, arch, r)
+
+
+# ---- GPU ---------------------------------------------------------------------------------------
+
+def _gpu_sm80_native():
+    if os.environ.get("JITMARLIN_EMULATE"):
+        return False, False
+    try:
+        import cupy
+
+        cc = int(cupy.cuda.Device(0).compute_capability)
+    except Exception:
+        return False, False
+    return cc >= 80, cc >= 90
+
+
+def _run(qw, m, act, spec, rng, bias=True, lda=None):
+    """Run `spec` through the launcher (planner bypassed); (y, reference)."""
+    import torch
+
+    from jitmarlin import halves
+    from jitmarlin.api import _prepare, _torch_stream
+    from jitmarlin.reference import linear_reference
+
+    dt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[act]
+    k = qw.in_features
+    lda = lda or k
+    x = halves.round_to(rng.standard_normal((m, k)), act)
+    b = halves.round_to(rng.standard_normal(qw.out_features), act) if bias else None
+    ref = linear_reference(x, qw, b, act)
+    xs = torch.full((m, lda), float("nan"), dtype=dt, device="cuda")   # columns past K: poison
+    xs[:, :k] = torch.from_numpy(x).to("cuda", dt)
+    bt = None if b is None else torch.from_numpy(b).to("cuda", dt)
+    out = torch.full((m, qw.out_features), float("nan"), dtype=dt, device="cuda")
+    lz = _prepare(qw, 0, act, m, _torch_stream(torch, 0), spec=spec)
+    assert lz.plan.spec == spec
+    lz(xs.data_ptr(), lda, out.data_ptr(), 0 if bt is None else bt.data_ptr())
+    torch.cuda.synchronize()
+    y = out.double().cpu().numpy()
+    assert not np.isnan(y).any(), "unwritten output elements"
+    return y, ref
+
+
+def _rel(y, ref):
+    return float(np.linalg.norm(y - ref) / np.linalg.norm(ref))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("qt", ALL_QTYPES)
+def test_every_type_matches_reference(qt, rng):
+    sm80, sm90 = _gpu_sm80_native()
+    if not sm80:
+        pytest.skip("needs an sm_80+ GPU without JITMARLIN_EMULATE")
+    import jitmarlin
+
+    g = GROUP_OF.get(qt, 128)
+    # out 328 (N padded to 384: six column blocks, the last one short); in_features short of the
+    # padded K where the group allows; x rows strided past K, with poison there
+    k_in = {-1: 1000, 16: 1008, 32: 992, 64: 960}.get(g, 1024)
+    w = rng.standard_normal((328, k_in)) * 0.05
+    for act in ("float16", "bfloat16"):
+        qw = jitmarlin.quantize(w, qt, g, scale_dtype=act)
+        for cb, cl, occ in ((1, 1, 1), (4, 1, 1), (2, 2, 1), (1, 2, 1), (1, 1, 2)):
+            if cl > 1 and not sm90:
+                continue
+            for m in (1, 3, 8, 9, 16):
+                spec = _spec(qt, act, cb, cl, group=g, m=m, occupancy=occ)
+                y, ref = _run(qw, m, act, spec, rng, bias=(m != 3), lda=qw.in_features + 24)
+                assert _rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {_rel(y, ref):.3e}"
+
+
+@pytest.mark.gpu
+def test_long_k_ranges_and_planner_choice(rng):
+    sm80, _ = _gpu_sm80_native()
+    if not sm80:
+        pytest.skip("needs an sm_80+ GPU without JITMARLIN_EMULATE")
+    import torch
+
+    import jitmarlin
+
+    # K = 14336 (8B down) at N = 1024: many batches a warp; the planner's own choice through linear()
+    w = rng.standard_normal((1024, 14336)) * 0.02
+    for act in ("float16", "bfloat16"):
+        qw = jitmarlin.quantize(w, "uint4b8", 128, scale_dtype=act)
+        for m in (1, 8, 16):
+            x = torch.randn(m, 14336, device="cuda").to(getattr(torch, act))
+            y = jitmarlin.linear(x, qw).double().cpu().numpy()
+            ref = x.double().cpu().numpy() @ jitmarlin.dequantize(qw).astype(np.float64).T
+            assert _rel(y, ref) <= TOL[act]
+        spec = _spec("uint4b8", act, 2, 1)
+        y, ref = _run(qw, 2, act, spec, rng)
+        assert _rel(y, ref) <= TOL[act]
