@@ -3,7 +3,7 @@
 a given profile. Run it with the same NVRTC version as the GPU machine (the version is part of
 the cache key) and carry the cache there: the GPU session then compiles nothing.
 
-    JITMARLIN_CACHE_DIR=.jmcache python tools/prewarm_suite.py --profile h100 [--emulate t4,v100]
+    JITMARLIN_CACHE_DIR=.jmcache python tools/prewarm_suite.py --profile h100 [--emulate t4,v100] [--jobs N]
 """
 import argparse
 import os
@@ -88,12 +88,18 @@ def wgmma_specs():
                 yield s
 
 
+def _compile(job):
+    spec, arch = job
+    return default_cache().get(spec, arch)[2] == "compiled"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--profile", default="h100")
     ap.add_argument("--emulate", default="", help="also plan as these profiles (JITMARLIN_EMULATE runs)")
     ap.add_argument("--arch", default=None, help="compile arch (default: the profile's)")
     ap.add_argument("--sweep", action="store_true", help="also every candidate spec for the bench shapes (tools/sweep)")
+    ap.add_argument("--jobs", type=int, default=1, help="compile in this many processes")
     args = ap.parse_args()
     live = get_profile(args.profile)
     arch = args.arch or live.arch
@@ -101,24 +107,22 @@ def main():
     profiles = [live] + [replace(get_profile(e), sms=min(get_profile(e).sms, live.sms),
                                  smem_per_block=min(get_profile(e).smem_per_block, live.smem_per_block))
                          for e in args.emulate.split(",") if e]
-    seen, t0, n_new = set(), time.time(), 0
+    seen, t0 = [], time.time()
+
+    def add(spec):
+        if spec not in seen:
+            seen.append(spec)
+
     for i, prof in enumerate(profiles):
         probs = list(problems()) + (list(bench_problems()) if i == 0 else [])
         for m, n, k, act, g, qt in probs:
             try:
-                spec = plan_for(prof, m, n, k, act, qt, g).spec
+                add(plan_for(prof, m, n, k, act, qt, g).spec)
             except JitMarlinError:
                 continue
-            if spec in seen:
-                continue
-            seen.add(spec)
-            _, _, status = cache.get(spec, arch)
-            n_new += status == "compiled"
     if live.cc == (9, 0):
         for spec in list(wgmma_specs()) + list(cluster_specs()):
-            if spec not in seen:
-                seen.add(spec)
-                n_new += cache.get(spec, arch)[2] == "compiled"
+            add(spec)
     if args.sweep:
         from jitmarlin import planner
         from jitmarlin.problem import Problem
@@ -126,9 +130,15 @@ def main():
         for m in (1, 16, 64):
             for act in ("float16",):
                 for spec in planner.candidate_specs(live, Problem(m, 4096, 4096, act, "uint4b8", 128)):
-                    if spec not in seen:
-                        seen.add(spec)
-                        n_new += cache.get(spec, arch)[2] == "compiled"
+                    add(spec)
+    jobs = [(spec, arch) for spec in seen]
+    if args.jobs > 1:
+        import multiprocessing
+
+        with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
+            n_new = sum(pool.imap_unordered(_compile, jobs))
+    else:
+        n_new = sum(map(_compile, jobs))
     print(f"{len(seen)} kernels for {arch} ({n_new} compiled) with NVRTC {nvrtc.version()} "
           f"in {time.time() - t0:.0f} s -> {cache.directory}")
 
