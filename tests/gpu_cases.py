@@ -45,3 +45,39 @@ def cases() -> list[Case]:
                 out.append(Case(m, n, k, group, act, kind, poison_out=(i % 3 == 0), bias=(i % 5 == 1)))
                 i += 1
     return out
+
+
+def run_forced(qw, m, act, spec, rng, bias=True, lda=None, pad=0.0):
+    """Run kernel `spec` through the launcher (the planner bypassed) on torch tensors at M = m,
+    x rows `lda` apart with `pad` in the columns past K, into a poisoned (NaN) output; returns
+    (y, float64 reference). GPU only."""
+    import numpy as np
+    import torch
+
+    from jitmarlin import halves
+    from jitmarlin.api import _prepare, _torch_stream
+    from jitmarlin.reference import linear_reference
+
+    dt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[act]
+    k = qw.in_features
+    lda = lda or k
+    x = halves.round_to(rng.standard_normal((m, k)), act)
+    b = halves.round_to(rng.standard_normal(qw.out_features), act) if bias else None
+    ref = linear_reference(x, qw, b, act)
+    xs = torch.full((m, lda), pad, dtype=dt, device="cuda")
+    xs[:, :k] = torch.from_numpy(x).to("cuda", dt)
+    bt = None if b is None else torch.from_numpy(b).to("cuda", dt)
+    out = torch.full((m, qw.out_features), float("nan"), dtype=dt, device="cuda")   # poisoned
+    lz = _prepare(qw, 0, act, m, _torch_stream(torch, 0), spec=spec)
+    assert lz.plan.spec == spec
+    lz(xs.data_ptr(), lda, out.data_ptr(), 0 if bt is None else bt.data_ptr())
+    torch.cuda.synchronize()
+    y = out.double().cpu().numpy()
+    assert not np.isnan(y).any(), "unwritten output elements"
+    return y, ref
+
+
+def rel(y, ref) -> float:
+    import numpy as np
+
+    return float(np.linalg.norm(y - ref) / np.linalg.norm(ref))

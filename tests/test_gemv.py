@@ -8,12 +8,14 @@ import numpy as np
 import pytest
 
 from jitmarlin import InputError, UnsupportedError
-from jitmarlin.planner import (ALL_QTYPES, GEMV_MAX_M, GEMV_PLAN_MAX_M, _gemv_shape, candidate_specs, gemv_specs,
+from jitmarlin.planner import (ALL_QTYPES, GEMV_PLAN_MAX_M, _gemv_shape, candidate_specs, gemv_specs,
                                group_blocks, plan)
 from jitmarlin.problem import Problem
 from jitmarlin.profiles import PROFILES, get_profile
 from jitmarlin.render import render
 from jitmarlin.spec import GemvSpec, spec_from_canonical
+
+from gpu_cases import rel, run_forced
 
 TOL = {"float16": 2e-3, "bfloat16": 1e-2}
 GROUP_OF = {"nvfp4": 16, "mxfp4": 32, "float8_e4m3fn": -1, "uint4": 64, "uint8": -1}
@@ -211,34 +213,8 @@ def _gpu_sm80_native():
 
 
 def _run(qw, m, act, spec, rng, bias=True, lda=None):
-    """Run `spec` through the launcher (planner bypassed); (y, reference)."""
-    import torch
-
-    from jitmarlin import halves
-    from jitmarlin.api import _prepare, _torch_stream
-    from jitmarlin.reference import linear_reference
-
-    dt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[act]
-    k = qw.in_features
-    lda = lda or k
-    x = halves.round_to(rng.standard_normal((m, k)), act)
-    b = halves.round_to(rng.standard_normal(qw.out_features), act) if bias else None
-    ref = linear_reference(x, qw, b, act)
-    xs = torch.full((m, lda), float("nan"), dtype=dt, device="cuda")   # columns past K: poison
-    xs[:, :k] = torch.from_numpy(x).to("cuda", dt)
-    bt = None if b is None else torch.from_numpy(b).to("cuda", dt)
-    out = torch.full((m, qw.out_features), float("nan"), dtype=dt, device="cuda")
-    lz = _prepare(qw, 0, act, m, _torch_stream(torch, 0), spec=spec)
-    assert lz.plan.spec == spec
-    lz(xs.data_ptr(), lda, out.data_ptr(), 0 if bt is None else bt.data_ptr())
-    torch.cuda.synchronize()
-    y = out.double().cpu().numpy()
-    assert not np.isnan(y).any(), "unwritten output elements"
-    return y, ref
-
-
-def _rel(y, ref):
-    return float(np.linalg.norm(y - ref) / np.linalg.norm(ref))
+    """tests/gpu_cases.py's run_forced with NaN past K in x's rows (the kernel must not read it)."""
+    return run_forced(qw, m, act, spec, rng, bias=bias, lda=lda, pad=float("nan"))
 
 
 @pytest.mark.gpu
@@ -262,7 +238,7 @@ def test_every_type_matches_reference(qt, rng):
             for m in (1, 3, 8, 9, 16):
                 spec = _spec(qt, act, cb, cl, group=g, m=m, occupancy=occ)
                 y, ref = _run(qw, m, act, spec, rng, bias=(m != 3), lda=qw.in_features + 24)
-                assert _rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {_rel(y, ref):.3e}"
+                assert rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {rel(y, ref):.3e}"
 
 
 @pytest.mark.gpu
@@ -282,7 +258,7 @@ def test_long_k_ranges_and_planner_choice(rng):
             x = torch.randn(m, 14336, device="cuda").to(getattr(torch, act))
             y = jitmarlin.linear(x, qw).double().cpu().numpy()
             ref = x.double().cpu().numpy() @ jitmarlin.dequantize(qw).astype(np.float64).T
-            assert _rel(y, ref) <= TOL[act]
+            assert rel(y, ref) <= TOL[act]
         spec = _spec("uint4b8", act, 2, 1)
         y, ref = _run(qw, 2, act, spec, rng)
-        assert _rel(y, ref) <= TOL[act]
+        assert rel(y, ref) <= TOL[act]

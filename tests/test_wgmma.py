@@ -17,6 +17,8 @@ from jitmarlin.profiles import PROFILES, get_profile
 from jitmarlin.render import render
 from jitmarlin.spec import KernelSpec
 
+from gpu_cases import rel, run_forced
+
 TOL = {"float16": 2e-3, "bfloat16": 1e-2}
 TILES = [(4, 8), (4, 16), (8, 8), (8, 16), (16, 8)]
 GROUP_OF = {"nvfp4": 16, "mxfp4": 32}
@@ -409,38 +411,6 @@ def _hopper() -> bool:
     return cupy.cuda.Device(0).compute_capability == "90"
 
 
-def _run_forced(qw, m, act, spec, rng, bias=True, lda=None):
-    """Run `spec` through the launcher (planner bypassed) on torch tensors; (y, reference)."""
-    import torch
-
-    from jitmarlin import halves
-    from jitmarlin.api import _prepare, _torch_stream
-    from jitmarlin.reference import linear_reference
-
-    dt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[act]
-    k = qw.in_features
-    lda = lda or k
-    x = halves.round_to(rng.standard_normal((m, k)), act)
-    b = halves.round_to(rng.standard_normal(qw.out_features), act) if bias else None
-    ref = linear_reference(x, qw, b, act)
-    xs = torch.zeros((m, lda), dtype=dt, device="cuda")
-    xs[:, :k] = torch.from_numpy(x).to("cuda", dt)
-    bt = None if b is None else torch.from_numpy(b).to("cuda", dt)
-    out = torch.full((m, qw.out_features), float("nan"), dtype=dt, device="cuda")   # poisoned
-    stream = _torch_stream(torch, 0)
-    lz = _prepare(qw, 0, act, m, stream, spec=spec)
-    assert lz.plan.spec == spec
-    lz(xs.data_ptr(), lda, out.data_ptr(), 0 if bt is None else bt.data_ptr())
-    torch.cuda.synchronize()
-    y = out.double().cpu().numpy()
-    assert not np.isnan(y).any(), "unwritten output elements"
-    return y, ref
-
-
-def _rel(y, ref):
-    return float(np.linalg.norm(y - ref) / np.linalg.norm(ref))
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("tm,tn", TILES)
 @pytest.mark.parametrize("stages", [2, 4])
@@ -457,8 +427,8 @@ def test_every_tile_matches_reference(tm, tn, stages, rng):
             spec = KernelSpec("sm90", "uint4b8", act, group_blocks(Problem(1, 320, 576, act, "uint4b8", group)),
                               tm, tn, 4, stages)
             for m in (64, 77, 300):
-                y, ref = _run_forced(qw, m, act, spec, rng)
-                assert _rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {_rel(y, ref):.3e}"
+                y, ref = run_forced(qw, m, act, spec, rng)
+                assert rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {rel(y, ref):.3e}"
 
 
 @pytest.mark.gpu
@@ -474,8 +444,8 @@ def test_every_type_matches_reference(qt, rng):
         qw = jitmarlin.quantize(w, qt, g, scale_dtype=act)
         for m, (tm, tn) in ((96, (8, 8)), (1000, (8, 16)), (130, (16, 8))):
             spec = KernelSpec("sm90", qt, act, group_blocks(Problem(m, qw.n, qw.k, act, qt, g)), tm, tn, 4, 3)
-            y, ref = _run_forced(qw, m, act, spec, rng, lda=1024 + 64)
-            assert _rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {_rel(y, ref):.3e}"
+            y, ref = run_forced(qw, m, act, spec, rng, lda=1024 + 64)
+            assert rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {rel(y, ref):.3e}"
 
 
 @pytest.mark.gpu
@@ -494,8 +464,8 @@ def test_x_tile_edges_match_reference(tm, tn, rng):
         spec = KernelSpec("sm90", "uint4b8", act, group_blocks(Problem(1, qw.n, qw.k, act, "uint4b8", -1)),
                           tm, tn, 4, 4)
         for m in (70, 16 * tm + 5):
-            y, ref = _run_forced(qw, m, act, spec, rng, lda=1032)
-            assert _rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {_rel(y, ref):.3e}"
+            y, ref = run_forced(qw, m, act, spec, rng, lda=1032)
+            assert rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {rel(y, ref):.3e}"
 
 
 @pytest.mark.gpu
@@ -512,8 +482,8 @@ def test_two_blocks_per_sm_match_reference(tm, tn, rng):
         spec = KernelSpec("sm90", "uint4b8", act, group_blocks(Problem(64, qw.n, 8192, act, "uint4b8", group)),
                           tm, tn, 4, 5, occupancy=2)
         for m in (64, 41, 150):
-            y, ref = _run_forced(qw, m, act, spec, rng)
-            assert _rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {_rel(y, ref):.3e}"
+            y, ref = run_forced(qw, m, act, spec, rng)
+            assert rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {rel(y, ref):.3e}"
 
 
 @pytest.mark.gpu
@@ -534,8 +504,8 @@ def test_whole_tile_plans_match_reference(rng):
             if live_profile(0).sms == 132:
                 pl = plan(live_profile(0), p, spec)
                 assert (pl.grid, pl.iters) == (128, (m + 255) // 256 * 8), (pl.grid, pl.iters)
-            y, ref = _run_forced(qw, m, act, spec, rng)
-            assert _rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {_rel(y, ref):.3e}"
+            y, ref = run_forced(qw, m, act, spec, rng)
+            assert rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {rel(y, ref):.3e}"
 
 
 @pytest.mark.gpu
@@ -557,8 +527,8 @@ def test_whole_tile_plans_with_a_short_last_block(rng):
             if live_profile(0).sms == 132:
                 pl = plan(live_profile(0), p, spec)
                 assert (pl.grid, pl.iters) == geom, (pl.grid, pl.iters)
-            y, ref = _run_forced(qw, m, act, spec, rng)
-            assert _rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {_rel(y, ref):.3e}"
+            y, ref = run_forced(qw, m, act, spec, rng)
+            assert rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {rel(y, ref):.3e}"
 
 
 @pytest.mark.gpu
@@ -573,5 +543,5 @@ def test_large_problem_split_over_all_sms(rng):
     for m in (64, 2048):
         spec = choose_fused_spec(get_profile("h100"), Problem(m, 2048, 8192, "float16", "uint4b8", 128))
         assert spec.wgmma          # (at M = 2048 the planner's route is dequant + cuBLAS)
-        y, ref = _run_forced(qw, m, "float16", spec, rng)
-        assert _rel(y, ref) <= TOL["float16"]
+        y, ref = run_forced(qw, m, "float16", spec, rng)
+        assert rel(y, ref) <= TOL["float16"]
