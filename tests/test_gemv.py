@@ -262,3 +262,30 @@ def test_long_k_ranges_and_planner_choice(rng):
         spec = _spec("uint4b8", act, 2, 1)
         y, ref = _run(qw, 2, act, spec, rng)
         assert rel(y, ref) <= TOL[act]
+
+
+@pytest.mark.gpu
+def test_act_order_through_linear(rng):
+    sm80, _ = _gpu_sm80_native()
+    if not sm80:
+        pytest.skip("needs an sm_80+ GPU without JITMARLIN_EMULATE")
+    import cupy
+
+    import jitmarlin
+    from jitmarlin.profiles import live_profile
+    from jitmarlin.quant import from_codes
+
+    # 96 column blocks: the gemv kernel on an H100 (checked below), x gathered into the weight's
+    # column order before the launch
+    g_idx = rng.permutation(np.repeat(np.arange(8), 128))
+    qw = from_codes("uint4b8", rng.integers(0, 16, (6144, 1024)), rng.random((8, 6144)) * 0.01 + 0.001, 128,
+                    g_idx=g_idx)
+    prof = live_profile(0)
+    for m in (1, 8):
+        if prof.sms <= 132:
+            assert isinstance(plan(prof, Problem(m, qw.n, qw.k, "float16", "uint4b8", 128)).spec, GemvSpec)
+        x = cupy.asarray(rng.standard_normal((m, 1024)), dtype=cupy.float16)
+        ref = cupy.asnumpy(x).astype(np.float64) @ jitmarlin.dequantize(qw).astype(np.float64).T
+        for _ in range(2):                              # the gather buffer is reused
+            y = cupy.asnumpy(jitmarlin.linear(x, qw)).astype(np.float64)
+            assert rel(y, ref) <= TOL["float16"]
