@@ -330,7 +330,9 @@ def cluster_tiles(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> int:
 
 def _geometry(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> tuple[int, int]:
     """(grid, iters) of the fused kernel `spec` on `p`."""
-    if isinstance(spec, GemvSpec):   # a block (a cluster) per spec.col_blocks column blocks
+    if isinstance(spec, GemvSpec):   # a block (a cluster) per spec.col_blocks column blocks, or spread
+        if spec.spread:
+            return spread_clusters(profile, spec.cluster, p.n // 64) * spec.cluster, 0
         return -(-(p.n // 64) // spec.col_blocks) * spec.cluster, 0
     m_chunks = -(-p.m // spec.tile_m)
     n_tiles = -(-p.n // spec.tile_n)
@@ -423,17 +425,37 @@ def _gemv_shape(p: Problem) -> tuple[int, int, int]:
     16-byte loads a lane) for 4-bit codes without zero points and with at most two scale rows a
     batch, else two rows (8-bit codes, offsets, or nvfp4's scale row per k16 row keep more values
     live: ptxas spills at 128 with four), halved again for two token blocks."""
+    max_m = 8 if p.m <= 8 else 16
+    return 16, (4 if _gemv_light(p) else 2) // (max_m // 8), max_m
+
+
+def _gemv_light(p: Problem) -> bool:
+    """4-bit codes without zero points, at most two scale rows a batch of four k16 rows."""
     q = get_qtype(p.qtype)
     gb = group_blocks(p)
-    light = q.bits == 4 and not q.zero_points and (gb <= 0 or gb >= 2)
-    max_m = 8 if p.m <= 8 else 16
-    return 16, (4 if light else 2) // (max_m // 8), max_m
+    return q.bits == 4 and not q.zero_points and (gb <= 0 or gb >= 2)
+
+
+def spread_clusters(profile: DeviceProfile, cluster: int, cols: int) -> int:
+    """Clusters of a spread gemv plan: as many as the GPU holds at once, at most one a column block."""
+    cap = profile.cluster_capacity(cluster) if cluster > 1 else profile.sms
+    return max(1, min(cap, cols))
+
+
+def _gemv_fill(profile: DeviceProfile, spec: GemvSpec, cols: int) -> float:
+    """Column blocks an SM on average over the most any SM streams: 1.0 where every SM has the
+    same share."""
+    if spec.spread:
+        busiest = -(-cols // spread_clusters(profile, spec.cluster, cols)) / spec.cluster
+    else:
+        busiest = spec.col_blocks / spec.cluster * (spec.occupancy if cols > profile.sms else 1)
+    return cols / profile.sms / busiest
 
 
 def gemv_specs(profile: DeviceProfile, p: Problem) -> list[GemvSpec]:
-    """Every gemv kernel for `p` on `profile` whose blocks fit the GPU in one wave, the fullest
-    first (column blocks a block, clusters of 2 on sm_90+), then the two-blocks-an-SM plan where
-    there are more column blocks than SMs; [] where the kernel does not apply."""
+    """Every gemv kernel for `p` on `profile` that fits the GPU in one wave, the fullest first
+    (_gemv_fill; at equal fill the whole-column-block layouts before the spread ones, fewer column
+    blocks a block first); [] where the kernel does not apply."""
     if profile.path != "sm80" or p.m > GEMV_MAX_M:
         return []
     warps, unroll, max_m = _gemv_shape(p)
@@ -441,37 +463,52 @@ def gemv_specs(profile: DeviceProfile, p: Problem) -> list[GemvSpec]:
         return []
     cols = p.n // 64
     clusters = (1, 2) if profile.cc >= (9, 0) and profile.cluster_capacity(2) else (1,)
-    out = []
+    gb = group_blocks(p)
+    cands = []
     for cl in clusters:
+        cap = profile.cluster_capacity(cl) * cl if cl > 1 else profile.sms
         for cb in GEMV_COL_BLOCKS:
-            blocks = -(-cols // cb) * cl
-            cap = profile.cluster_capacity(cl) * cl if cl > 1 else profile.sms
-            if blocks > cap:
-                continue
-            spec = GemvSpec(profile.path, p.qtype, p.act, group_blocks(p), warps, warps // cb, unroll, cl, max_m)
-            if _fits(profile, spec):
-                out.append((cols * cl / cb / profile.sms, -cb, spec))
-    out.sort(key=lambda t: (t[0], t[1]), reverse=True)
-    specs = [s for _, _, s in out]
+            if -(-cols // cb) * cl <= cap:
+                cands.append(GemvSpec(profile.path, p.qtype, p.act, gb, warps, warps // cb, unroll, cl, max_m))
+        # Spread: the clusters the GPU holds share the column blocks evenly (a warp's run may cross
+        # into the next one; at most two, so a cluster takes at most one column block a warp).
+        # Light types only: with the crossing's pointers, the others spill under NVRTC for sm_120.
+        # And runs of at least two batches: shorter ones leave warps idle.
+        g = spread_clusters(profile, cl, cols)
+        if (_gemv_light(p) and cols > 1 and -(-cols // g) <= warps * cl
+                and cols // g * (p.k // (16 * unroll)) >= 2 * warps * cl):
+            cands.append(GemvSpec(profile.path, p.qtype, p.act, gb, warps, warps, unroll, cl, max_m, spread=True))
     # More column blocks than SMs (up to two per SM): 8-warp blocks, two resident an SM, one
     # column block each, so that every SM streams (H100, 70B qkv, 160 column blocks: 0.93x the
     # Stream-K kernel's time, where 16-warp blocks of two column blocks fill 80 SMs: 1.07x).
     if profile.sms < cols <= 2 * profile.sms:
-        spec = GemvSpec(profile.path, p.qtype, p.act, group_blocks(p), warps // 2, warps // 2, unroll, 1,
-                        max_m, occupancy=2)
-        if _fits(profile, spec):
-            specs.append(spec)
-    return specs
+        cands.append(GemvSpec(profile.path, p.qtype, p.act, gb, warps // 2, warps // 2, unroll, 1, max_m,
+                              occupancy=2))
+    ranked = [(_gemv_fill(profile, s, cols), s) for s in cands if _fits(profile, s)]
+    ranked.sort(key=lambda t: (-round(t[0], 6), t[1].spread, t[1].occupancy, t[1].col_blocks, t[1].cluster))
+    return [s for _, s in ranked]
 
 
 def _gemv_choice(profile: DeviceProfile, p: Problem) -> GemvSpec | None:
     """The gemv kernel the planner takes for `p`, or None (Stream-K mma.sync kernel instead): the
-    fullest one-wave plan where it fills GEMV_MIN_FILL of the SMs, else the two-blocks-an-SM one."""
+    fullest plan of whole column blocks where it fills GEMV_MIN_FILL of the SMs, else the
+    two-blocks-an-SM one, else the fullest spread plan where it fills GEMV_MIN_FILL."""
     specs = gemv_specs(profile, p) if p.m <= GEMV_PLAN_MAX_M else []
-    one = [s for s in specs if s.occupancy == 1]
-    if one and (p.n // 64) * one[0].cluster / one[0].col_blocks / profile.sms >= GEMV_MIN_FILL:
-        return one[0]
-    return next((s for s in specs if s.occupancy == 2), None)
+    cols = p.n // 64
+    whole = [s for s in specs if not s.spread and s.occupancy == 1]
+    if whole and _gemv_fill(profile, whole[0], cols) >= GEMV_MIN_FILL:
+        return whole[0]
+    two = next((s for s in specs if s.occupancy == 2), None)
+    if two:
+        return two
+    # Spread plans only where no plan of whole column blocks fits: their runs differ in length
+    # from cluster to cluster, and on H100 at M = 1 they lost to the whole-column-block plans
+    # (8B gate_up 26.3 vs 24.8 us, 70B qkv 22.3 vs 21.7) but beat Stream-K on 70B gate_up (896
+    # column blocks: 85.7 vs 90.7 us; without clusters, 6-7 a block, ahead of clusters of 2 at 86.8).
+    spread = [s for s in specs if s.spread]
+    if spread and _gemv_fill(profile, spread[0], cols) >= GEMV_MIN_FILL:
+        return spread[0]
+    return None
 
 
 def dequant_spec(profile: DeviceProfile, p: Problem) -> DequantSpec:

@@ -20,18 +20,19 @@ from gpu_cases import rel, run_forced
 TOL = {"float16": 2e-3, "bfloat16": 1e-2}
 GROUP_OF = {"nvfp4": 16, "mxfp4": 32, "float8_e4m3fn": -1, "uint4": 64, "uint8": -1}
 H100 = get_profile("h100")
+LIGHT = ("uint4b8", "mxfp4")     # 4-bit, no zero points, at most two scale rows a batch of four
 
 
 def _problem(m=1, n=6144, k=4096, qt="uint4b8", act="float16", group=128):
     return Problem(m, n, k, act, qt, group)
 
 
-def _spec(qt="uint4b8", act="float16", cb=1, cl=1, group=None, m=1, occupancy=1):
+def _spec(qt="uint4b8", act="float16", cb=1, cl=1, group=None, m=1, occupancy=1, spread=False, warps=None):
     g = GROUP_OF.get(qt, 128) if group is None else group
     p = _problem(m, qt=qt, act=act, group=g)
-    warps, unroll, max_m = _gemv_shape(p)
-    warps //= occupancy          # two resident blocks an SM: 8 warps each
-    return GemvSpec("sm80", qt, act, group_blocks(p), warps, warps // cb, unroll, cl, max_m, occupancy)
+    w, unroll, max_m = _gemv_shape(p)
+    w = warps or w // occupancy          # two resident blocks an SM: 8 warps each
+    return GemvSpec("sm80", qt, act, group_blocks(p), w, w // cb, unroll, cl, max_m, occupancy, spread)
 
 
 # ---- planning (pure) ---------------------------------------------------------------------------
@@ -47,13 +48,18 @@ def test_decode_plans_gemv_where_its_blocks_fill_the_gpu():
             assert (pl.spec.col_blocks, pl.spec.cluster) == (cb, cl)
             assert pl.grid == -(-(n // 64) // cb) * cl <= H100.sms
     # 70B qkv: 160 column blocks leave a one-wave plan of 16-warp blocks at most 61% of the SMs:
-    # 8-warp blocks, two an SM, one column block each
+    # 8-warp blocks, two an SM, one column block each (ahead of the spread plans, which fill more)
     s = plan(H100, _problem(1, 10240, 8192)).spec
-    assert (s.warps, s.occupancy, s.col_blocks, s.cluster) == (8, 2, 1, 1)
-    # 70B gate_up: 896 column blocks, no one-wave plan: Stream-K kernel
-    assert not isinstance(plan(H100, _problem(1, 57344, 8192)).spec, GemvSpec)
-    # 32 column blocks on 132 SMs: Stream-K kernel
+    assert (s.warps, s.occupancy, s.col_blocks, s.cluster, s.spread) == (8, 2, 1, 1, False)
+    assert any(c.spread for c in gemv_specs(H100, _problem(1, 10240, 8192)))
+    # 70B gate_up: 896 column blocks, no one-wave plan of whole ones: spread over the 132 SMs,
+    # 6 or 7 a block, no clusters
+    pl = plan(H100, _problem(1, 57344, 8192))
+    assert pl.spec.spread and pl.spec.cluster == 1 and pl.grid == 132
+    # 32 column blocks on 132 SMs (spread too: a quarter of the SMs): Stream-K kernel
     assert not isinstance(plan(H100, _problem(1, 2048, 4096)).spec, GemvSpec)
+    # spread only for 4-bit codes without zero points (the others spill under NVRTC for sm_120)
+    assert not any(c.spread for c in gemv_specs(H100, _problem(1, 57344, 8192, qt="uint8b128")))
     # up to 8 rows one token block; 9..16 rows (two token blocks) only through the autotuner
     assert plan(H100, _problem(8)).spec.max_m == 8
     assert not isinstance(plan(H100, _problem(GEMV_PLAN_MAX_M + 1)).spec, GemvSpec)
@@ -68,7 +74,7 @@ def test_gemv_only_on_the_sm80_path_and_clusters_only_on_sm90():
             assert specs == [], name
             continue
         for s in specs:
-            assert -(-(p.n // 64) // s.col_blocks) * s.cluster <= prof.sms * s.occupancy
+            assert plan(prof, p, s).grid <= prof.sms * s.occupancy
             assert s.cluster == 1 or prof.cc >= (9, 0)
             assert s.smem_bytes() <= prof.smem_per_block
 
@@ -131,6 +137,34 @@ def test_every_type_on_emulator(qt, rng):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("cl", [1, 2])
+def test_spread_runs_cross_column_blocks_on_emulator(cl, rng):
+    """Spread plans: 6 column blocks (the last one short) over 2 clusters, 3 each, so that the
+    warps' runs (4 warps a block) cross from one column block into the next; K not a multiple of
+    a run; every row count of both token blocks."""
+    from dataclasses import replace
+
+    from jitmarlin import emu, halves
+    from jitmarlin.quant import quantize
+    from jitmarlin.reference import linear_reference, rel_error
+
+    if emu.compiler() is None:
+        pytest.skip("no C++ compiler for the emulator")
+    prof = replace(H100, sms=2 * cl, clusters=((2, 2),))
+    w = rng.standard_normal((328, 320)) * 0.05
+    for act, m in (("float16", 1), ("bfloat16", 5), ("float16", 13)):
+        qw = quantize(w, "uint4b8", 64, scale_dtype=act)
+        spec = _spec("uint4b8", act, 1, cl, group=64, m=m, spread=True, warps=4)
+        pl = plan(prof, Problem(m, qw.n, qw.k, act, "uint4b8", 64), spec)
+        assert pl.grid == 2 * cl
+        x = rng.standard_normal((m, 320)).astype(np.float32)
+        b = rng.standard_normal(328).astype(np.float32)
+        out = emu.run_values(pl, x, qw, bias=b, seed=int(rng.integers(1, 1 << 30)))
+        ref = linear_reference(halves.round_to(x, act), qw, halves.round_to(b, act))
+        assert rel_error(out, ref) <= TOL[act], f"{spec.name} M={m}"
+
+
+@pytest.mark.slow
 def test_emulator_catches_a_missing_cluster_barrier(rng, monkeypatch):
     """The emulator's barrier.cluster counts phases: with the second barrier planted away, rank 0
     adds the other block's sums before they arrive (or after that block exited) on some schedule."""
@@ -166,6 +200,48 @@ def test_emulator_catches_a_missing_cluster_barrier(rng, monkeypatch):
     assert caught > 0
 
 
+FIRST_BARRIER = "    if constexpr (CL > 1) {\n      cluster_arrive();\n      cluster_wait();\n    } else {\n      bar_sync();\n    }\n"
+LAST_BARRIER = "    if constexpr (CL > 1) {                        // no block leaves while another reads its slabs\n      cluster_arrive();\n      cluster_wait();\n    }\n"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["first", "last"])
+def test_emulator_catches_a_missing_spread_barrier(which, rng, monkeypatch):
+    """Spread kernel (clusters of 2, 3 column blocks a cluster: runs cross between the blocks): with
+    the barrier after the slabs planted away,
+    a piece adds another block's slab before it is written; with the last one away, a block
+    reads the slabs of a block that has exited (on some schedule)."""
+    from dataclasses import replace
+
+    from jitmarlin import emu
+    from jitmarlin.quant import quantize
+    from jitmarlin.reference import linear_reference, rel_error
+
+    if emu.compiler() is None:
+        pytest.skip("no C++ compiler for the emulator")
+    real = emu.render
+    whole = FIRST_BARRIER if which == "first" else LAST_BARRIER
+
+    def render_without_barrier(spec, target="cuda"):
+        src = real(spec, target)
+        assert src.count(whole) == 1
+        return src.replace(whole, "")
+
+    monkeypatch.setattr(emu, "render", render_without_barrier)
+    spec = _spec("uint4b8", "float16", 1, 2, warps=4, spread=True)
+    qw = quantize(rng.standard_normal((192, 256)) * 0.05, "uint4b8", 128)
+    pl = plan(replace(H100, sms=2, clusters=((2, 1),)), Problem(1, 192, 256, "float16", "uint4b8", 128), spec)
+    x = rng.standard_normal((1, 256)).astype(np.float32)
+    ref = linear_reference(x.astype(np.float16).astype(np.float64), qw)
+    caught = 0
+    for seed in range(1, 41):
+        try:
+            caught += rel_error(emu.run_values(pl, x, qw, seed=seed), ref) > TOL["float16"]
+        except emu.EmuError:
+            caught += 1
+    assert caught > 0
+
+
 def test_gemv_source_has_no_shared_memory_pipeline():
     src = render(_spec(cl=2))
     assert "cp_async" not in src.split("namespace jm")[-1]
@@ -185,15 +261,19 @@ def _compile(spec, arch):
 @pytest.mark.parametrize("qt", ALL_QTYPES)
 @pytest.mark.parametrize("act", ["float16", "bfloat16"])
 def test_every_type_compiles_without_spills(qt, act):
-    for cb, cl, arch, m, occ in ((1, 2, "sm_90", 1, 1), (4, 1, "sm_90", 16, 1), (1, 1, "sm_80", 8, 1),
-                                 (2, 1, "sm_120", 1, 1), (1, 2, "sm_90", 16, 1), (2, 1, "sm_120", 9, 1),
-                                 (1, 1, "sm_90", 1, 2), (1, 1, "sm_86", 16, 2)):
-        spec = _spec(qt, act, cb, cl, m=m, occupancy=occ)
+    for cb, cl, arch, m, occ, sp in ((1, 2, "sm_90", 1, 1, 0), (4, 1, "sm_90", 16, 1, 0), (1, 1, "sm_80", 8, 1, 0),
+                                     (2, 1, "sm_120", 1, 1, 0), (1, 2, "sm_90", 16, 1, 0), (2, 1, "sm_120", 9, 1, 0),
+                                     (1, 1, "sm_90", 1, 2, 0), (1, 1, "sm_86", 16, 2, 0), (1, 2, "sm_90", 8, 1, 1),
+                                     (1, 1, "sm_120", 1, 1, 1), (1, 2, "sm_90", 16, 1, 1)):
+        if sp and qt not in LIGHT:
+            continue                      # spread plans are made for light types only (see planner)
+        spec = _spec(qt, act, cb, cl, m=m, occupancy=occ, spread=bool(sp))
         art = _compile(spec, arch)
         assert f"mma.sync.aligned.m16n8k16.row.col.f32.{'bf16' if act == 'bfloat16' else 'f16'}" in art.ptx
         assert "ld.global.nc.L1::no_allocate.v4" in art.ptx
         assert "cp.async" not in art.ptx and "atom" not in art.ptx   # no pipeline, no global reduction
-        assert ("st.shared::cluster" in art.ptx) == (cl > 1)
+        assert ((".shared::cluster" in art.ptx) == (cl > 1)   # DSMEM: stores to rank 0, or spread reads
+                and ("ld.shared::cluster" in art.ptx) == (cl > 1 and sp))
         r = art.resources
         assert r["spill_stores"] == 0 and r["stack_bytes"] == 0, (spec.name, arch, r)
 
@@ -289,3 +369,25 @@ def test_act_order_through_linear(rng):
         for _ in range(2):                              # the gather buffer is reused
             y = cupy.asnumpy(jitmarlin.linear(x, qw)).astype(np.float64)
             assert rel(y, ref) <= TOL["float16"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("qt", LIGHT)
+def test_spread_plans_match_reference(qt, rng):
+    """Spread plans on a layer with 6-7 column blocks a cluster (N = 25544: 400 column blocks, the
+    last one short), so that warps' runs cross column blocks; K short of its padding."""
+    sm80, sm90 = _gpu_sm80_native()
+    if not sm80:
+        pytest.skip("needs an sm_80+ GPU without JITMARLIN_EMULATE")
+    import jitmarlin
+
+    g = GROUP_OF.get(qt, 128)
+    k_in = {16: 1008, 64: 960}.get(g, 1000 if g < 0 else 1024)
+    w = rng.standard_normal((25544, k_in)) * 0.05
+    for act in ("float16", "bfloat16"):
+        qw = jitmarlin.quantize(w, qt, g, scale_dtype=act)
+        for cl in ((1, 2) if sm90 else (1,)):
+            for m in (1, 5, 8, 16):
+                spec = _spec(qt, act, 1, cl, group=g, m=m, spread=True)
+                y, ref = _run(qw, m, act, spec, rng, bias=(m != 5), lda=qw.in_features + 8)
+                assert rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {rel(y, ref):.3e}"

@@ -4,8 +4,8 @@ from dataclasses import replace
 import pytest
 
 from jitmarlin import InputError, UnsupportedError
-from jitmarlin.planner import (GEMV_MIN_FILL, GEMV_PLAN_MAX_M, candidate_specs, choose_fused_spec, dequant_min_m,
-                               dequant_route, plan)
+from jitmarlin.planner import (GEMV_MIN_FILL, GEMV_PLAN_MAX_M, _gemv_fill, candidate_specs, choose_fused_spec,
+                               dequant_min_m, dequant_route, plan, spread_clusters)
 from jitmarlin.problem import Problem
 from jitmarlin.profiles import PROFILES, get_profile
 from jitmarlin.spec import DequantSpec, GemvSpec, KernelSpec, spec_from_canonical
@@ -38,11 +38,12 @@ def test_every_plan_fits_the_profile(prof):
         wgmma = prof.cc == (9, 0) and m >= 64
         assert s.path == ("sm90" if wgmma else prof.path)
         assert s.smem_bytes() <= prof.smem_per_block
-        if isinstance(s, GemvSpec):   # decode without split tiles: one wave, whole column blocks
+        if isinstance(s, GemvSpec):   # decode without split tiles: one wave, column blocks on chip
             assert m <= GEMV_PLAN_MAX_M and prof.path == "sm80"
-            assert p.grid == -(-(n // 64) // s.col_blocks) * s.cluster <= prof.sms * s.occupancy
+            whole = spread_clusters(prof, s.cluster, n // 64) * s.cluster if s.spread else -(-(n // 64) // s.col_blocks) * s.cluster
+            assert p.grid == whole <= prof.sms * s.occupancy
             if s.occupancy == 1:
-                assert (n // 64) * s.cluster / s.col_blocks >= GEMV_MIN_FILL * prof.sms
+                assert _gemv_fill(prof, s, n // 64) >= GEMV_MIN_FILL
             else:   # more column blocks than SMs, two 8-warp blocks an SM
                 assert prof.sms < p.grid <= 2 * prof.sms and s.warps == 8 and s.smem_per_sm() <= prof.smem_per_sm
             assert s.threads <= prof.max_threads_per_sm and s.cluster in ((1, 2) if prof.clusters else (1,))

@@ -174,6 +174,12 @@ JM_DEV void st_cluster_f32x4(cl_addr a, float4 v) {
   asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};"
                :: "r"(a), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
 }
+JM_DEV float4 ld_cluster_f32x4(cl_addr a) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a) : "memory");
+  return v;
+}
 // An mbarrier in this block's shared memory that expects `count` arrivals (from any block of
 // the cluster); the fence makes the initialisation visible to the other blocks.
 JM_DEV void cl_bar_init(u64* bar, u32 count) {

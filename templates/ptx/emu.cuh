@@ -230,6 +230,12 @@ JM_DEV void st_cluster_f32x4(cl_addr a, float4 v) {
   emu::check_cluster_smem(a, 16, 16, "st.shared::cluster.v4.f32");
   std::memcpy(a, &v, 16);
 }
+JM_DEV float4 ld_cluster_f32x4(cl_addr a) {
+  emu::check_cluster_smem(a, 16, 16, "ld.shared::cluster.v4.f32");
+  float4 v;
+  std::memcpy(&v, a, 16);
+  return v;
+}
 // mbarrier model: low word = arrivals still pending in this phase, high word = expected count
 // << 1 | phase parity.
 JM_DEV void cl_bar_init(u64* bar, u32 count) {

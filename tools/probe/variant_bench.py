@@ -32,6 +32,8 @@ SUBS = {
             "const int a_rows_left = 1 - mc * TILE_M - a_row0;   // row of pass j")],
     "red1": [("const int rows_left = M - mc * TILE_M - (lane >> 2);",
               "const int rows_left = 1 - mc * TILE_M - (lane >> 2);")],
+    # gemv at M = 16 (timing only): x fetched for token block 0 alone (what x's loads cost).
+    "x0": [("x_end[n] = 8 * n + g < M ?", "x_end[n] = n == 0 && 8 * n + g < M ?")],
     "l2_256": [("cp.async.cg.shared.global [%0]", "cp.async.cg.shared.global.L2::256B [%0]")],
     "l2_128": [("cp.async.cg.shared.global [%0]", "cp.async.cg.shared.global.L2::128B [%0]")],
     "rb1": [("constexpr int RED_BATCH = TM >= 4 ? 1 : 4 / TM;", "constexpr int RED_BATCH = 1;"),
@@ -175,7 +177,8 @@ if force:
 # Stream-K kernel everywhere; "fill=X": gemv where its plan fills X of the SMs; otherwise
 # comma-separated overrides of the planner's gemv choice: cb=C (column blocks a block), cl=L
 # (cluster size), w=W (warps a block), u=U (k16 rows a batch), o=O (blocks an SM; plans of up to
-# O x SMs blocks too); with cb, cl or o, gemv is taken wherever such a plan fits.
+# O x SMs blocks too), pm=P (planner.GEMV_PLAN_MAX_M: gemv planned up to P rows), sp=0/1 (no spread
+# plans / spread plans only); with cb, cl, o or sp=1, gemv is taken wherever such a plan fits.
 gemv = os.environ.get("JM_PROBE_GEMV")
 if gemv:
     import dataclasses
@@ -188,12 +191,15 @@ if gemv:
         P.GEMV_MIN_FILL = float(gemv[5:])
     else:
         want = {k: int(v) for k, v in (kv.split("=") for kv in gemv.split(","))}
+        P.GEMV_PLAN_MAX_M = want.pop("pm", P.GEMV_PLAN_MAX_M)
         real_specs = P.gemv_specs
 
         def forced_specs(profile, p):
             out = []
             for s in real_specs(profile, p):
                 if want.get("cb", s.col_blocks) != s.col_blocks or want.get("cl", s.cluster) != s.cluster:
+                    continue
+                if want.get("sp", int(s.spread)) != int(s.spread):
                     continue
                 w = want.get("w", s.warps)
                 out.append(dataclasses.replace(s, warps=w, kwarps=w // s.col_blocks, unroll=want.get("u", s.unroll),
@@ -212,7 +218,7 @@ if gemv:
             return out
 
         P.gemv_specs = forced_specs
-        if "cb" in want or "cl" in want or "o" in want:
+        if "cb" in want or "cl" in want or "o" in want or want.get("sp") == 1:
             P.GEMV_MIN_FILL = 0.0
 tool = sys.argv[1]
 sys.argv = [os.path.join(HERE, "..", tool)] + sys.argv[2:]

@@ -1,0 +1,41 @@
+# A/B device session against a whole earlier tree (Python and templates: use it where the
+# planner or a spec changed, which tools/probe/ab.sh's template-only head cannot follow):
+#   rm -rf tools/probe/head_tree && mkdir -p tools/probe/head_tree &&
+#   git archive HEAD jitmarlin templates tools/bench tools/benchlib.py | tar -x -C tools/probe/head_tree
+# (git-ignored: name it in the device run's carry). TESTS=1 runs tests/test_gemv.py's GPU tests
+# first; VS lists the runs: headN = that tree's tools/bench, newN = the working tree's, anything
+# else = variant_bench.py with JM_PROBE_GEMV set to it (underscores for commas); MS the M values.
+source tools/probe/env.sh 2>/dev/null
+if [ "${TESTS:-1}" = 1 ]; then
+t0=$(date +%s)
+timeout ${TEST_TIMEOUT:-330} python3 -m pytest tests/test_gemv.py -m gpu -q -p no:cacheprovider -o addopts="" -rfE -x > "$OUT/pytest-gemv.log" 2>&1
+echo "pytest gemv rc=$? in $(( $(date +%s) - t0 )) s"; tail -2 "$OUT/pytest-gemv.log"; grep -E "^FAILED|^ERROR|^E " "$OUT/pytest-gemv.log" | head -10
+fi
+run() { local tag=$1; shift; t0=$(date +%s); env "$@" timeout 150 python3 $BENCH --json "$OUT/ab-$tag.json" --m ${MS:-1,8} --peers cublas ${BARGS:-} > "$OUT/ab-$tag.log" 2>&1; echo "$tag rc=$? $(( $(date +%s)-t0 )) s"; }
+VS="${VS:-head1 new1 head2 new2}"
+for v in $VS; do
+  case $v in
+    head*) BENCH=tools/probe/head_tree/tools/bench run $v PYTHONPATH=tools/probe/head_tree:/tmp/site ;;
+    new*) BENCH=tools/bench run $v X=1 ;;
+    *) BENCH="tools/probe/variant_bench.py bench" run $v JM_PROBE_GEMV=${v//_/,} ;;
+  esac
+done
+python3 - "$OUT" $VS <<'PY'
+import json, sys, os
+out, vs = sys.argv[1], sys.argv[2:]
+runs = {}
+for v in vs:
+    try: runs[v] = {(r["shape"], r["M"], r["act"]): r for r in json.load(open(os.path.join(out, f"ab-{v}.json")))["rows"]}
+    except Exception as e: print(v, "no json", e)
+keys = sorted({k for r in runs.values() for k in r}, key=lambda k: (k[2], k[1], k[0]))
+print(f"{'shape':16s} {'M':>4s} act  {'floor':>6s} " + " ".join(f"{v[:8]:>8s}" for v in runs) + "  kernels")
+for k in keys:
+    rows = [runs[v].get(k) for v in runs]
+    fl = next(r["floor_us"] for r in rows if r)
+    ks = []
+    for r in rows:
+        n = (r or {}).get("kernel", "-")
+        n = n.replace("jm_gemv_sm80_uint4b8_", "").replace("jm_sm80_uint4b8_", "sk_").replace("_g128_", "_")
+        if n not in ks: ks.append(n)
+    print(f"{k[0]:16s} {k[1]:4d} {k[2][:4]} {fl:6.1f} " + " ".join(f"{r['jitmarlin_us']:8.2f}" if r else " "*8 for r in rows) + "  " + " ".join(ks))
+PY
