@@ -470,12 +470,14 @@ def gemv_specs(profile: DeviceProfile, p: Problem) -> list[GemvSpec]:
         for cb in GEMV_COL_BLOCKS:
             if -(-cols // cb) * cl <= cap:
                 cands.append(GemvSpec(profile.path, p.qtype, p.act, gb, warps, warps // cb, unroll, cl, max_m))
-        # Spread: the clusters the GPU holds share the column blocks evenly (a warp's run may cross
-        # into the next one; at most two, so a cluster takes at most one column block a warp).
+        # Spread: the blocks the GPU holds share the column blocks evenly (a warp's run may cross
+        # into the next one; at most two, so a block takes at most one column block a warp).
         # Light types only: with the crossing's pointers, the others spill under NVRTC for sm_120.
-        # And runs of at least two batches: shorter ones leave warps idle.
+        # Runs of at least two batches: shorter ones leave warps idle. Not in clusters: on H100
+        # (M = 1) clusters of 2 were 1.04-1.3x the time of single blocks (the gather through
+        # distributed shared memory).
         g = spread_clusters(profile, cl, cols)
-        if (_gemv_light(p) and cols > 1 and -(-cols // g) <= warps * cl
+        if (cl == 1 and _gemv_light(p) and cols > 1 and -(-cols // g) <= warps * cl
                 and cols // g * (p.k // (16 * unroll)) >= 2 * warps * cl):
             cands.append(GemvSpec(profile.path, p.qtype, p.act, gb, warps, warps, unroll, cl, max_m, spread=True))
     # More column blocks than SMs (up to two per SM): 8-warp blocks, two resident an SM, one
@@ -502,9 +504,9 @@ def _gemv_choice(profile: DeviceProfile, p: Problem) -> GemvSpec | None:
     if two:
         return two
     # Spread plans only where no plan of whole column blocks fits: their runs differ in length
-    # from cluster to cluster, and on H100 at M = 1 they lost to the whole-column-block plans
-    # (8B gate_up 26.3 vs 24.8 us, 70B qkv 22.3 vs 21.7) but beat Stream-K on 70B gate_up (896
-    # column blocks: 85.7 vs 90.7 us; without clusters, 6-7 a block, ahead of clusters of 2 at 86.8).
+    # from block to block, and on H100 at M = 1 they lost to the whole-column-block plans (8B
+    # gate_up 25.6 vs 23.6 us, 70B qkv 23.9 vs 20.5; on the same partition, 8B qkv and 70B o,
+    # ~1.1 us more) but beat Stream-K on 70B gate_up (896 column blocks, 6-7 a block: 83.0 vs 91.1).
     spread = [s for s in specs if s.spread]
     if spread and _gemv_fill(profile, spread[0], cols) >= GEMV_MIN_FILL:
         return spread[0]

@@ -139,9 +139,9 @@ def test_every_type_on_emulator(qt, rng):
 @pytest.mark.slow
 @pytest.mark.parametrize("cl", [1, 2])
 def test_spread_runs_cross_column_blocks_on_emulator(cl, rng):
-    """Spread plans: 6 column blocks (the last one short) over 2 clusters, 3 each, so that the
-    warps' runs (4 warps a block) cross from one column block into the next; K not a multiple of
-    a run; every row count of both token blocks."""
+    """Spread plans: 7 column blocks (the last one short) over 2 clusters, 4 and 3, so that the
+    warps' runs (4 warps a block) cross from one column block into the next in one cluster and
+    line up in the other; K not a multiple of a run; rows in one and in both token blocks."""
     from dataclasses import replace
 
     from jitmarlin import emu, halves
@@ -151,14 +151,14 @@ def test_spread_runs_cross_column_blocks_on_emulator(cl, rng):
     if emu.compiler() is None:
         pytest.skip("no C++ compiler for the emulator")
     prof = replace(H100, sms=2 * cl, clusters=((2, 2),))
-    w = rng.standard_normal((328, 320)) * 0.05
+    w = rng.standard_normal((424, 320)) * 0.05
     for act, m in (("float16", 1), ("bfloat16", 5), ("float16", 13)):
         qw = quantize(w, "uint4b8", 64, scale_dtype=act)
         spec = _spec("uint4b8", act, 1, cl, group=64, m=m, spread=True, warps=4)
         pl = plan(prof, Problem(m, qw.n, qw.k, act, "uint4b8", 64), spec)
         assert pl.grid == 2 * cl
         x = rng.standard_normal((m, 320)).astype(np.float32)
-        b = rng.standard_normal(328).astype(np.float32)
+        b = rng.standard_normal(424).astype(np.float32)
         out = emu.run_values(pl, x, qw, bias=b, seed=int(rng.integers(1, 1 << 30)))
         ref = linear_reference(halves.round_to(x, act), qw, halves.round_to(b, act))
         assert rel_error(out, ref) <= TOL[act], f"{spec.name} M={m}"

@@ -157,6 +157,7 @@ JM_DEV void st_relaxed_gpu(int* p, int v) {
 }
 JM_DEV void fence_gpu() { __threadfence(); }
 JM_DEV void spin_pause() { __nanosleep(20); }
+JM_DEV float rcp_rn(float x) { return __frcp_rn(x); }   // 1 / x, rounded to nearest
 JM_DEV void bar_sync() { __syncthreads(); }
 JM_DEV u32 shfl_idx(u32 v, int src_lane) { return __shfl_sync(0xffffffffu, v, src_lane); }
 JM_DEV u32 shfl_xor(u32 v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }

@@ -217,6 +217,7 @@ JM_DEV void st_relaxed_gpu(int* p, int v) {
 }
 JM_DEV void fence_gpu() {}
 JM_DEV void spin_pause() { emu::yield(); }
+JM_DEV float rcp_rn(float x) { return 1.0f / x; }   // 1 / x, rounded to nearest
 JM_DEV void bar_sync() { emu::syncthreads(); }
 JM_DEV u32 shfl_idx(u32 v, int src_lane) {
   const int par = emu::warp_exchange(&v, 1, nullptr);

@@ -34,6 +34,14 @@ SUBS = {
               "const int rows_left = 1 - mc * TILE_M - (lane >> 2);")],
     # gemv at M = 16 (timing only): x fetched for token block 0 alone (what x's loads cost).
     "x0": [("x_end[n] = 8 * n + g < M ?", "x_end[n] = n == 0 && 8 * n + g < M ?")],
+    # ... and no x loads at all (x read as zeros: what the loads of x cost in all)
+    "xnone": [("fx[buf][u][n][0] = k0 + u * 16 < x_end[n] ? ld_global_u32(x) : 0u;", "fx[buf][u][n][0] = (u32)(size_t)x;"),
+              ("fx[buf][u][n][1] = k0 + u * 16 + 8 < x_end[n] ? ld_global_u32(x + 4) : 0u;", "fx[buf][u][n][1] = 0u;")],
+    # Spread gemv kernels (timing only where a run crosses column blocks): without the flush of
+    # the sums inside the loop, without the loads' crossing, without both.
+    "sp_noflush": [("if (SPREAD && c_left-- == 0) {", "if (false) {")],
+    "sp_nocross": [("if (SPREAD && --l_left == 0) {", "if (false) {")],
+    "sp_neither": [("if (SPREAD && c_left-- == 0) {", "if (false) {"), ("if (SPREAD && --l_left == 0) {", "if (false) {")],
     "l2_256": [("cp.async.cg.shared.global [%0]", "cp.async.cg.shared.global.L2::256B [%0]")],
     "l2_128": [("cp.async.cg.shared.global [%0]", "cp.async.cg.shared.global.L2::128B [%0]")],
     "rb1": [("constexpr int RED_BATCH = TM >= 4 ? 1 : 4 / TM;", "constexpr int RED_BATCH = 1;"),
