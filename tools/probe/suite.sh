@@ -1,0 +1,12 @@
+source tools/probe/env.sh 2>/dev/null
+t0=$(date +%s)
+python3 tools/prewarm_suite.py --profile h100 --emulate ${EMU:-rtx-pro-6000} --jobs 16 2>&1 | tail -2
+echo "prewarm $(( $(date +%s) - t0 )) s"
+t0=$(date +%s)
+timeout ${TEST_TIMEOUT:-330} python3 -m pytest tests -m gpu -q -p no:cacheprovider --maxfail=25 -o addopts="" -rfE > "$OUT/pytest.log" 2>&1
+echo "pytest rc=$? in $(( $(date +%s) - t0 )) s"; grep -E "passed|failed|error" "$OUT/pytest.log" | tail -2; grep -E "^FAILED|^ERROR" "$OUT/pytest.log" | head -20
+for e in ${EMU:-rtx-pro-6000}; do
+  t0=$(date +%s)
+  JITMARLIN_EMULATE=$e timeout ${EMU_TIMEOUT:-150} python3 -m pytest tests -m gpu -q -p no:cacheprovider --maxfail=25 -o addopts="" -rfE > "$OUT/pytest-$e.log" 2>&1
+  echo "pytest EMULATE=$e rc=$? in $(( $(date +%s) - t0 )) s"; grep -E "passed|failed" "$OUT/pytest-$e.log" | tail -1; grep -E "^FAILED|^ERROR" "$OUT/pytest-$e.log" | head -10
+done
