@@ -164,53 +164,19 @@ def test_spread_runs_cross_column_blocks_on_emulator(cl, rng):
         assert rel_error(out, ref) <= TOL[act], f"{spec.name} M={m}"
 
 
-@pytest.mark.slow
-def test_emulator_catches_a_missing_cluster_barrier(rng, monkeypatch):
-    """The emulator's barrier.cluster counts phases: with the second barrier planted away, rank 0
-    adds the other block's sums before they arrive (or after that block exited) on some schedule."""
-    from dataclasses import replace
-
-    from jitmarlin import emu
-    from jitmarlin.quant import quantize
-    from jitmarlin.reference import linear_reference, rel_error
-
-    if emu.compiler() is None:
-        pytest.skip("no C++ compiler for the emulator")
-    real = emu.render
-    planted = "    if (rank != 0) return;"
-    whole = "    cluster_arrive();\n    cluster_wait();\n" + planted
-
-    def render_without_barrier(spec, target="cuda"):
-        src = real(spec, target)
-        assert whole in src
-        return src.replace(whole, planted)
-
-    monkeypatch.setattr(emu, "render", render_without_barrier)
-    spec = _spec("uint4b8", "float16", 1, 2)
-    qw = quantize(rng.standard_normal((64, 256)) * 0.05, "uint4b8", 128)
-    pl = plan(replace(H100, sms=2), Problem(1, 64, 256, "float16", "uint4b8", 128), spec)
-    x = rng.standard_normal((1, 256)).astype(np.float32)
-    ref = linear_reference(x.astype(np.float16).astype(np.float64), qw)
-    caught = 0
-    for seed in range(1, 9):
-        try:
-            caught += rel_error(emu.run_values(pl, x, qw, seed=seed), ref) > TOL["float16"]
-        except emu.EmuError:
-            caught += 1
-    assert caught > 0
-
-
 FIRST_BARRIER = "    if constexpr (CL > 1) {\n      cluster_arrive();\n      cluster_wait();\n    } else {\n      bar_sync();\n    }\n"
 LAST_BARRIER = "    if constexpr (CL > 1) {                        // no block leaves while another reads its slabs\n      cluster_arrive();\n      cluster_wait();\n    }\n"
+RANK0_BARRIER = "    cluster_arrive();\n    cluster_wait();\n    if (rank != 0) return;"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("which", ["first", "last"])
-def test_emulator_catches_a_missing_spread_barrier(which, rng, monkeypatch):
-    """Spread kernel (clusters of 2, 3 column blocks a cluster: runs cross between the blocks): with
-    the barrier after the slabs planted away,
-    a piece adds another block's slab before it is written; with the last one away, a block
-    reads the slabs of a block that has exited (on some schedule)."""
+@pytest.mark.parametrize("which", ["rank0", "spread_first", "spread_last"])
+def test_emulator_catches_a_missing_cluster_barrier(which, rng, monkeypatch):
+    """The emulator's barrier.cluster counts phases. Whole column blocks in clusters of 2: with the
+    barrier before rank 0's final sum planted away, rank 0 adds the other block's sums before they
+    arrive (or after that block exited) on some schedule. Spread, clusters of 2, 3 column blocks
+    (runs cross between the blocks): without the barrier after the slabs, a piece adds a slab
+    before it is written; without the last one, a block reads the slabs of one that has exited."""
     from dataclasses import replace
 
     from jitmarlin import emu
@@ -220,21 +186,24 @@ def test_emulator_catches_a_missing_spread_barrier(which, rng, monkeypatch):
     if emu.compiler() is None:
         pytest.skip("no C++ compiler for the emulator")
     real = emu.render
-    whole = FIRST_BARRIER if which == "first" else LAST_BARRIER
+    cut, keep = {"rank0": (RANK0_BARRIER, "    if (rank != 0) return;"), "spread_first": (FIRST_BARRIER, ""),
+                 "spread_last": (LAST_BARRIER, "")}[which]
 
     def render_without_barrier(spec, target="cuda"):
         src = real(spec, target)
-        assert src.count(whole) == 1
-        return src.replace(whole, "")
+        assert src.count(cut) == 1
+        return src.replace(cut, keep)
 
     monkeypatch.setattr(emu, "render", render_without_barrier)
-    spec = _spec("uint4b8", "float16", 1, 2, warps=4, spread=True)
-    qw = quantize(rng.standard_normal((192, 256)) * 0.05, "uint4b8", 128)
-    pl = plan(replace(H100, sms=2, clusters=((2, 1),)), Problem(1, 192, 256, "float16", "uint4b8", 128), spec)
+    spread = which != "rank0"
+    n = 192 if spread else 64
+    spec = _spec("uint4b8", "float16", 1, 2, warps=4 if spread else None, spread=spread)
+    qw = quantize(rng.standard_normal((n, 256)) * 0.05, "uint4b8", 128)
+    pl = plan(replace(H100, sms=2, clusters=((2, 1),)), Problem(1, n, 256, "float16", "uint4b8", 128), spec)
     x = rng.standard_normal((1, 256)).astype(np.float32)
     ref = linear_reference(x.astype(np.float16).astype(np.float64), qw)
     caught = 0
-    for seed in range(1, 41):
+    for seed in range(1, 41 if spread else 9):
         try:
             caught += rel_error(emu.run_values(pl, x, qw, seed=seed), ref) > TOL["float16"]
         except emu.EmuError:

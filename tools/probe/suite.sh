@@ -1,3 +1,6 @@
+# Device session: prewarm every kernel the GPU test suite needs (native h100 and the emulated
+# profiles in EMU, default rtx-pro-6000) with 16 parallel NVRTC jobs, then the native GPU suite
+# and the emulated ones. Output under $OUT (pytest*.log).
 source tools/probe/env.sh 2>/dev/null
 t0=$(date +%s)
 python3 tools/prewarm_suite.py --profile h100 --emulate ${EMU:-rtx-pro-6000} --jobs 16 2>&1 | tail -2
