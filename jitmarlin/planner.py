@@ -505,8 +505,9 @@ def _gemv_choice(profile: DeviceProfile, p: Problem) -> GemvSpec | None:
         return two
     # Spread plans only where no plan of whole column blocks fits: their runs differ in length
     # from block to block, and on H100 at M = 1 they lost to the whole-column-block plans (8B
-    # gate_up 25.6 vs 23.6 us, 70B qkv 23.9 vs 20.5; on the same partition, 8B qkv and 70B o,
-    # ~1.1 us more) but beat Stream-K on 70B gate_up (896 column blocks, 6-7 a block: 83.0 vs 91.1).
+    # gate_up 24.8 vs 23.5 us, 70B qkv 23.9 vs 20.5; on the same partition, 8B qkv and 70B o,
+    # 0.4-0.5 us more) but beat Stream-K on 70B gate_up (896 column blocks, 6-7 a block: 82.4 vs
+    # 91.1; tools/PERF.md entry 40).
     spread = [s for s in specs if s.spread]
     if spread and _gemv_fill(profile, spread[0], cols) >= GEMV_MIN_FILL:
         return spread[0]
@@ -602,6 +603,9 @@ def plan(profile: DeviceProfile, p: Problem, spec: AnySpec | None = None) -> Pla
         if isinstance(spec, GemvSpec):
             if p.m > spec.max_m:
                 raise InputError(f"{spec.name} takes at most {spec.max_m} rows of x, got M={p.m}")
+            if spec.spread and -(-(p.n // 64) // spread_clusters(profile, spec.cluster, p.n // 64)) > spec.threads // 32 * spec.cluster:
+                raise UnsupportedError(f"{spec.name}: a spread plan takes at most one 64-column block a warp "
+                                       f"of a cluster; N={p.n} on {profile.name} needs more")
             if profile.path != "sm80":
                 raise UnsupportedError(f"{spec.name} needs the sm80 path (sm_80+); {profile.name} is {profile.arch}")
         if spec.wgmma and not wgmma_available(profile):

@@ -42,6 +42,15 @@ SUBS = {
     "sp_noflush": [("if (SPREAD && c_left-- == 0) {", "if (false) {")],
     "sp_nocross": [("if (SPREAD && --l_left == 0) {", "if (false) {")],
     "sp_neither": [("if (SPREAD && c_left-- == 0) {", "if (false) {"), ("if (SPREAD && --l_left == 0) {", "if (false) {")],
+    # Spread gemv kernels on plans of one column block a block (timing only otherwise): the loop of
+    # whole-column-block plans (sp_loop), no slab loads in the final sum (sp_nogather), no
+    # division at the start (sp_nodiv, n_cols == G), all three (sp_all).
+    "sp_loop": [("  if constexpr (SPREAD) {\n    // The loads run on across", "  if constexpr (false) {\n    // The loads run on across")],
+    "sp_nogather": [("      if (piece < pieces) {\n        const int first = pc * bpc;", "      if (false) {\n        const int first = pc * bpc;")],
+    "sp_nodiv": [("const int q = (int)((unsigned)n_cols / (unsigned)G);", "const int q = 1;")],
+    "sp_all": [("  if constexpr (SPREAD) {\n    // The loads run on across", "  if constexpr (false) {\n    // The loads run on across"),
+               ("      if (piece < pieces) {\n        const int first = pc * bpc;", "      if (false) {\n        const int first = pc * bpc;"),
+               ("const int q = (int)((unsigned)n_cols / (unsigned)G);", "const int q = 1;")],
     "l2_256": [("cp.async.cg.shared.global [%0]", "cp.async.cg.shared.global.L2::256B [%0]")],
     "l2_128": [("cp.async.cg.shared.global [%0]", "cp.async.cg.shared.global.L2::128B [%0]")],
     "rb1": [("constexpr int RED_BATCH = TM >= 4 ? 1 : 4 / TM;", "constexpr int RED_BATCH = 1;"),
@@ -228,6 +237,14 @@ if gemv:
         P.gemv_specs = forced_specs
         if "cb" in want or "cl" in want or "o" in want or want.get("sp") == 1:
             P.GEMV_MIN_FILL = 0.0
+# JM_PROBE_GEMV_SMEM=F: gemv kernels of whole column blocks launched with F times their shared
+# memory (what a spread kernel's second slab a warp costs by its size alone).
+if os.environ.get("JM_PROBE_GEMV_SMEM"):
+    from jitmarlin.spec import GemvSpec
+
+    _smem = GemvSpec.smem_bytes
+    _f = float(os.environ["JM_PROBE_GEMV_SMEM"])
+    GemvSpec.smem_bytes = lambda self: _smem(self) if self.spread else int(_smem(self) * _f) // 16 * 16
 tool = sys.argv[1]
 sys.argv = [os.path.join(HERE, "..", tool)] + sys.argv[2:]
 runpy.run_path(sys.argv[0], run_name="__main__")
