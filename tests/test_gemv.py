@@ -96,10 +96,25 @@ def test_forced_gemv_checks_rows_and_path():
         plan(get_profile("t4"), _problem(1), s)
 
 
+def test_forced_spread_needs_a_warp_a_column_block():
+    """A spread plan's runs may cross one column block boundary, no more: at most one column
+    block a warp of a cluster (here 10 column blocks on 2 blocks of 4 warps)."""
+    from dataclasses import replace
+
+    spec = _spec(spread=True, warps=4)
+    with pytest.raises(UnsupportedError, match="one 64-column block a warp"):
+        plan(replace(H100, sms=2), _problem(1, 640, 1024), spec)
+    assert plan(replace(H100, sms=3), _problem(1, 640, 1024), spec).grid == 3
+
+
 def test_gemv_spec_round_trips_and_checks():
     s = _spec(cl=2)
     assert spec_from_canonical(s.canonical()) == s
     assert s.name == "jm_gemv_sm80_uint4b8_f16_g128_m8w16k16u4c2"
+    sp = _spec(spread=True)
+    assert spec_from_canonical(sp.canonical()) == sp and sp.name.endswith("u4s") and sp != _spec()
+    with pytest.raises(ValueError, match="kwarps must equal warps"):
+        GemvSpec("sm80", "uint4b8", "float16", 8, 16, 4, 4, spread=True).check()
     bad = [dict(warps=12), dict(kwarps=3), dict(unroll=3), dict(cluster=4), dict(path="sm75"), dict(max_m=4), dict(occupancy=2)]
     for kw in bad:
         with pytest.raises(ValueError):
