@@ -21,7 +21,7 @@ from . import halves
 from .planner import Plan
 from .quant import QuantizedWeight
 from .render import render
-from .spec import AnySpec, DequantSpec
+from .spec import HYBRID_SLOT_WORDS, AnySpec, DequantSpec, GemvSpec
 
 _libs: dict[str, ctypes.CDLL] = {}
 
@@ -85,7 +85,8 @@ def run(plan: Plan, x_bits: np.ndarray, qw: QuantizedWeight, bias_bits: np.ndarr
     activation dtype, already in the weight's column order (x[:, qw.perm] for act-order).
 
     Returns the (M, out_features) output bit patterns. The output buffer starts poisoned (NaN)
-    with guard rows after it; the guard must be untouched and the locks back at zero.
+    with guard rows after it; the guard must be untouched, the locks back at zero and (hybrid
+    gemv plans) the workspace slots untagged.
     """
     spec, p = plan.spec, plan.problem
     lib = build(spec)
@@ -99,8 +100,11 @@ def run(plan: Plan, x_bits: np.ndarray, qw: QuantizedWeight, bias_bits: np.ndarr
     z = None if z is None else np.ascontiguousarray(z)
     guard_rows = 2
     c = np.full((m + guard_rows, n_out), poison, dtype=np.uint16)
-    slot_floats = spec.tile_m * spec.tile_n
-    partials = np.full(plan.grid * slot_floats, np.nan, dtype=np.float32)
+    hybrid = isinstance(spec, GemvSpec) and spec.spread == 2
+    if hybrid:   # tagged 64-bit slots, empty (tag 0) between launches
+        partials = np.zeros(plan.grid * HYBRID_SLOT_WORDS, dtype=np.uint64)
+    else:
+        partials = np.full(plan.grid * spec.tile_m * spec.tile_n, np.nan, dtype=np.float32)
     locks = np.zeros(plan.grid, dtype=np.int32)
     bias = None if bias_bits is None else np.ascontiguousarray(bias_bits, dtype=np.uint16)
     arrays = [a, b, s, z, bias, c, partials, locks]
@@ -117,6 +121,8 @@ def run(plan: Plan, x_bits: np.ndarray, qw: QuantizedWeight, bias_bits: np.ndarr
         raise EmuError(f"{spec.name}: the kernel wrote past the end of the output")
     if np.any(locks != 0):
         raise EmuError(f"{spec.name}: workspace locks not reset to zero after the launch")
+    if hybrid and np.any(partials >> np.uint64(32)):
+        raise EmuError(f"{spec.name}: tagged workspace slots left after the launch")
     return c[:m]
 
 

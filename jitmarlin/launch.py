@@ -9,6 +9,7 @@ import numpy as np
 from .errors import CaptureError
 from .nvrtc import Artifact
 from .planner import Plan
+from .spec import HYBRID_SLOT_WORDS
 
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 MAX_SLOT_FLOATS = 128 * 256         # largest output tile (wgmma 256x128 or 128x256): floats per partial slot
@@ -71,9 +72,11 @@ def private_stream(device: int):
 
 class Workspace:
     """Per (device, stream) scratch for cross-block reduction: `slots` fp32 partial tiles and as
-    many int32 counters. Counters are zero between launches (the kernel resets them), so one
-    allocation serves every call on that stream, CUDA-graph replays included. Zeroed on a private
-    stream that is synchronised alone (never on the caller's stream, which may be busy)."""
+    many int32 counters, and the hybrid gemv plans' tagged 64-bit slots (HYBRID_SLOT_WORDS a
+    block). Counters are zero and the tagged slots empty between launches (the kernels reset
+    them), so one allocation serves every call on that stream, CUDA-graph replays included.
+    Zeroed on a private stream that is synchronised alone (never on the caller's stream, which
+    may be busy)."""
 
     def __init__(self, device: int, slots: int):
         cp = _cp()
@@ -81,10 +84,12 @@ class Workspace:
         with cp.cuda.Device(device), s:
             self.locks = cp.zeros(slots, dtype=cp.int32)
             self.partials = cp.empty(slots * MAX_SLOT_FLOATS, dtype=cp.float32)
+            self.tagged = cp.zeros(slots * HYBRID_SLOT_WORDS, dtype=cp.uint64)
         s.synchronize()
         self.slots = slots
         self.locks_ptr = self.locks.data.ptr
         self.partials_ptr = self.partials.data.ptr
+        self.tagged_ptr = self.tagged.data.ptr
 
 
 def workspace(device: int, stream_ptr: int, slots: int) -> Workspace:
@@ -207,9 +212,13 @@ class Launcher:
         p = plan.problem
         self.iters = np.int32(plan.iters)
         self.x_maps = {} if plan.spec.wgmma else None
+        hybrid = getattr(plan.spec, "spread", 0) == 2
+        if hybrid and plan.grid > ws.slots:
+            raise ValueError(f"{plan.spec.name}: {plan.grid} blocks, the workspace has slots for {ws.slots}")
         self.w_maps = weight_tensor_maps(plan.spec, ptrs, plan.problem.n, plan.problem.k) if plan.spec.wgmma else ()
         self.static = (np.uint64(ptrs["B"]), np.uint64(ptrs["S"]), np.uint64(ptrs["Z"]),
-                       np.float32(gscale), np.uint64(ws.partials_ptr), np.uint64(ws.locks_ptr),
+                       np.float32(gscale), np.uint64(ws.tagged_ptr if hybrid else ws.partials_ptr),
+                       np.uint64(ws.locks_ptr),
                        np.int32(p.m), np.int32(p.n), np.int32(p.k), np.int32(n_out), np.int32(k_in))
         from cupy.cuda import driver
 

@@ -13,7 +13,7 @@ from .errors import InputError, UnsupportedError
 from .problem import Problem
 from .profiles import DeviceProfile
 from .qtypes import ACT_DTYPES, GROUP_SIZES, get_qtype
-from .spec import AnySpec, DequantSpec, GemvSpec, KernelSpec
+from .spec import HYBRID_MAX_SHARERS, AnySpec, DequantSpec, GemvSpec, KernelSpec
 
 # Quant types each code path implements. Every type is dequantised with integer bit tricks and
 # packed half arithmetic (sm_53+), so the FP8/FP4 formats, whose own MMAs need sm_89+/sm_100+,
@@ -331,6 +331,8 @@ def cluster_tiles(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> int:
 def _geometry(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> tuple[int, int]:
     """(grid, iters) of the fused kernel `spec` on `p`."""
     if isinstance(spec, GemvSpec):   # a block (a cluster) per spec.col_blocks column blocks, or spread
+        if spec.spread == 2:
+            return profile.sms, 0
         if spec.spread:
             return spread_clusters(profile, spec.cluster, p.n // 64) * spec.cluster, 0
         return -(-(p.n // 64) // spec.col_blocks) * spec.cluster, 0
@@ -442,10 +444,33 @@ def spread_clusters(profile: DeviceProfile, cluster: int, cols: int) -> int:
     return max(1, min(cap, cols))
 
 
+# Hybrid plans (GemvSpec.spread == 2): where a layer has between SMs and 2 x SMs column blocks,
+# block b of G = SMs owns column block b and takes a share of the K range of one of the R =
+# cols - G column blocks past the grid (shared by G / R blocks, at most HYBRID_MAX_SHARERS: the
+# finishers' loads a lane). A warp streams its part of the shared share first and leaves its sums
+# in the workspace, tagged, while the others still stream; at the end each of a shared column
+# block's blocks adds the tagged sums of some of its pieces (no fence, no counter).
+
+
+def hybrid_fits(profile: DeviceProfile, p: Problem, warps: int, unroll: int) -> str | None:
+    """Why a hybrid gemv plan does not fit `p` on `profile` (None where it does)."""
+    cols, g = p.n // 64, profile.sms
+    if not g < cols < 2 * g:
+        return f"it needs between {g} and {2 * g} 64-column blocks (one owned a block), N={p.n} has {cols}"
+    if -(-g // (cols - g)) > HYBRID_MAX_SHARERS:
+        return (f"each of the {cols - g} column blocks past the grid would be shared by more than "
+                f"{HYBRID_MAX_SHARERS} blocks")
+    if p.k // (16 * unroll) < 2 * warps:
+        return f"K={p.k} gives a warp less than two batches of its block's column block"
+    return None
+
+
 def _gemv_fill(profile: DeviceProfile, spec: GemvSpec, cols: int) -> float:
     """Column blocks an SM on average over the most any SM streams: 1.0 where every SM has the
     same share."""
-    if spec.spread:
+    if spec.spread == 2:   # an owned column block plus at most 1 / (G // R) of a shared one
+        busiest = 1 + 1 / (profile.sms // (cols - profile.sms))
+    elif spec.spread:
         busiest = -(-cols // spread_clusters(profile, spec.cluster, cols)) / spec.cluster
     else:
         busiest = spec.col_blocks / spec.cluster * (spec.occupancy if cols > profile.sms else 1)
@@ -480,6 +505,8 @@ def gemv_specs(profile: DeviceProfile, p: Problem) -> list[GemvSpec]:
         if (cl == 1 and _gemv_light(p) and cols > 1 and -(-cols // g) <= warps * cl
                 and cols // g * (p.k // (16 * unroll)) >= 2 * warps * cl):
             cands.append(GemvSpec(profile.path, p.qtype, p.act, gb, warps, warps, unroll, cl, max_m, spread=True))
+    if _gemv_light(p) and max_m == 8 and hybrid_fits(profile, p, warps, unroll) is None:
+        cands.append(GemvSpec(profile.path, p.qtype, p.act, gb, warps, warps, unroll, 1, max_m, spread=2))
     # More column blocks than SMs (up to two per SM): 8-warp blocks, two resident an SM, one
     # column block each, so that every SM streams (H100, 70B qkv, 160 column blocks: 0.93x the
     # Stream-K kernel's time, where 16-warp blocks of two column blocks fill 80 SMs: 1.07x).
@@ -500,6 +527,9 @@ def _gemv_choice(profile: DeviceProfile, p: Problem) -> GemvSpec | None:
     whole = [s for s in specs if not s.spread and s.occupancy == 1]
     if whole and _gemv_fill(profile, whole[0], cols) >= GEMV_MIN_FILL:
         return whole[0]
+    hybrid = next((s for s in specs if s.spread == 2), None)
+    if hybrid:
+        return hybrid
     two = next((s for s in specs if s.occupancy == 2), None)
     if two:
         return two
@@ -508,7 +538,7 @@ def _gemv_choice(profile: DeviceProfile, p: Problem) -> GemvSpec | None:
     # gate_up 24.8 vs 23.5 us, 70B qkv 23.9 vs 20.5; on the same partition, 8B qkv and 70B o,
     # 0.4-0.5 us more) but beat Stream-K on 70B gate_up (896 column blocks, 6-7 a block: 82.4 vs
     # 91.1; tools/PERF.md entry 40).
-    spread = [s for s in specs if s.spread]
+    spread = [s for s in specs if s.spread == 1]
     if spread and _gemv_fill(profile, spread[0], cols) >= GEMV_MIN_FILL:
         return spread[0]
     return None
@@ -603,7 +633,10 @@ def plan(profile: DeviceProfile, p: Problem, spec: AnySpec | None = None) -> Pla
         if isinstance(spec, GemvSpec):
             if p.m > spec.max_m:
                 raise InputError(f"{spec.name} takes at most {spec.max_m} rows of x, got M={p.m}")
-            if spec.spread and -(-(p.n // 64) // spread_clusters(profile, spec.cluster, p.n // 64)) > spec.threads // 32 * spec.cluster:
+            why = hybrid_fits(profile, p, spec.warps, spec.unroll) if spec.spread == 2 else None
+            if why:
+                raise UnsupportedError(f"{spec.name}: a hybrid plan does not fit {profile.name}: {why}")
+            if spec.spread == 1 and -(-(p.n // 64) // spread_clusters(profile, spec.cluster, p.n // 64)) > spec.threads // 32 * spec.cluster:
                 raise UnsupportedError(f"{spec.name}: a spread plan takes at most one 64-column block a warp "
                                        f"of a cluster; N={p.n} on {profile.name} needs more")
             if profile.path != "sm80":

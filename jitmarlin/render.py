@@ -17,7 +17,7 @@ import jinja2
 
 from ._version import __version__
 from .settings import cache_root
-from .spec import AnySpec, GemvSpec, KernelSpec
+from .spec import HYBRID_MAX_SHARERS, AnySpec, GemvSpec, KernelSpec
 
 _PKG = Path(__file__).resolve().parent
 
@@ -150,6 +150,7 @@ def render(spec: AnySpec, target: str = "cuda") -> str:
         act_ptx="bf16" if spec.act == "bfloat16" else "f16",
         bits=spec.bits,
         affine=spec.affine,
+        hybrid_max_sharers=HYBRID_MAX_SHARERS,
     )
 
 

@@ -310,6 +310,13 @@ class DequantSpec(_WeightFormat):
         return f"jm_dq_{self.path}_{self.qtype}_{ACT_DTYPES[self.act]}_{self.group_tag}"
 
 
+# Hybrid gemv plans (GemvSpec.spread == 2): blocks that may share one column block past the grid
+# (the finishers' loads a thread grow with it), and the workspace's 64-bit slot words a block
+# (its sums of max_m <= 8 rows x 64 columns).
+HYBRID_MAX_SHARERS = 8
+HYBRID_SLOT_WORDS = 8 * 64
+
+
 @dataclass(frozen=True)
 class GemvSpec(_WeightFormat):
     """The decode kernel without cross-block partial sums (templates/gemv.cu.j2), for M <= 16.
@@ -321,9 +328,12 @@ class GemvSpec(_WeightFormat):
     (sm_90+) that split the same column blocks' K and add their sums through distributed shared
     memory; max_m: rows of x it takes, 8 or 16 (one or two n8 token blocks of the transposed
     product out^T = W x^T); occupancy: blocks resident per SM the kernel is built for (2: at most
-    128 registers a thread, 8 warps); spread: the grid's clusters share the column blocks evenly
-    (a warp's K run may go on into the next column block; the planner sizes the grid to the
-    GPU), else one cluster per warps / kwarps column blocks.
+    128 registers a thread, 8 warps); spread: False, one cluster per warps / kwarps column
+    blocks; True, the grid's clusters are dealt the column blocks round robin (a warp's K run may
+    go on into the next column block; the planner sizes the grid to the GPU); 2 ("hybrid"), block
+    b owns column block b whole and takes a share of the K range of one of the column blocks past
+    the grid, whose shares are added through the workspace (no fence: each value travels with a
+    tag) while the blocks still stream.
     """
 
     route: ClassVar[str] = "fused"
@@ -338,7 +348,7 @@ class GemvSpec(_WeightFormat):
     cluster: int = 1
     max_m: int = 8
     occupancy: int = 1
-    spread: bool = False
+    spread: bool | int = False
 
     @property
     def wgmma(self) -> bool:
@@ -367,11 +377,11 @@ class GemvSpec(_WeightFormat):
         return 16 * self.unroll
 
     def smem_bytes(self) -> int:
-        """The warps' sums (max_m rows x 64 fp32 columns, 16 bytes of padding; spread: two a warp,
-        as a run can cover two column blocks), plus, with clusters and whole column blocks, rank
+        """The warps' sums (max_m rows x 64 fp32 columns, 16 bytes of padding; spread: two a
+        warp, as a run can cover two column blocks; hybrid: also a counter), plus, with clusters and whole column blocks, rank
         0's receive area for the other blocks' sums."""
         if self.spread:
-            return 4 * self.warps * 2 * (self.max_m * 64 + 4)
+            return 4 * self.warps * 2 * (self.max_m * 64 + 4) + (16 if self.spread == 2 else 0)
         return 4 * (self.warps * (self.max_m * 64 + 4) + (self.cluster - 1) * self.col_blocks * self.max_m * 64)
 
     def smem_per_sm(self) -> int:
@@ -389,8 +399,12 @@ class GemvSpec(_WeightFormat):
             raise ValueError(f"warps must be 4, 8 or 16, got {self.warps}")
         if self.kwarps < 1 or self.warps % self.kwarps:
             raise ValueError(f"kwarps={self.kwarps} must divide warps={self.warps}")
+        if self.spread not in (0, 1, 2):
+            raise ValueError(f"spread must be False, True (round robin) or 2 (hybrid), got {self.spread!r}")
         if self.spread and self.kwarps != self.warps:
             raise ValueError("a spread layout sets its column blocks at run time: kwarps must equal warps")
+        if self.spread == 2 and (self.cluster != 1 or self.occupancy != 1 or self.max_m != 8):
+            raise ValueError("hybrid gemv plans are single blocks, one an SM, of one token block (max_m 8)")
         if self.unroll not in (1, 2, 4, 8) or self.unroll * self.bits // 4 > 8:
             raise ValueError(f"unroll must be 1, 2, 4 or 8 with at most 8 16-byte loads a batch, got {self.unroll}")
         if self.occupancy not in (1, 2) or self.occupancy * self.warps > 16:
@@ -416,7 +430,7 @@ class GemvSpec(_WeightFormat):
         """Kernel symbol: jm_gemv_sm80_uint4b8_f16_g128_m8w16k16u4c2."""
         return (f"jm_gemv_{self.path}_{self.qtype}_{ACT_DTYPES[self.act]}_{self.group_tag}"
                 f"_m{self.max_m}w{self.warps}k{self.kwarps}u{self.unroll}" + (f"c{self.cluster}" if self.cluster > 1 else "")
-                + (f"o{self.occupancy}" if self.occupancy > 1 else "") + ("s" if self.spread else ""))
+                + (f"o{self.occupancy}" if self.occupancy > 1 else "") + ("", "s", "h")[int(self.spread)])
 
 
 AnySpec = Union[KernelSpec, DequantSpec, GemvSpec]

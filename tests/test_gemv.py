@@ -48,10 +48,16 @@ def test_decode_plans_gemv_where_its_blocks_fill_the_gpu():
             assert (pl.spec.col_blocks, pl.spec.cluster) == (cb, cl)
             assert pl.grid == -(-(n // 64) // cb) * cl <= H100.sms
     # 70B qkv: 160 column blocks leave a one-wave plan of 16-warp blocks at most 61% of the SMs:
-    # 8-warp blocks, two an SM, one column block each (ahead of the spread plans, which fill more)
-    s = plan(H100, _problem(1, 10240, 8192)).spec
-    assert (s.warps, s.occupancy, s.col_blocks, s.cluster, s.spread) == (8, 2, 1, 1, False)
-    assert any(c.spread for c in gemv_specs(H100, _problem(1, 10240, 8192)))
+    # a hybrid plan (block b owns column block b, the 28 past the grid shared by 4-5 blocks each),
+    # ahead of 8-warp blocks two an SM and the round-robin spread plans
+    pl = plan(H100, _problem(1, 10240, 8192))
+    assert (pl.spec.warps, pl.spec.occupancy, pl.spec.cluster, pl.spec.spread, pl.grid) == (16, 1, 1, 2, 132)
+    assert {(c.spread, c.occupancy) for c in gemv_specs(H100, _problem(1, 10240, 8192))} >= {(2, 1), (1, 1), (0, 2)}
+    # hybrid plans need some column blocks past the grid, each shared by at most 8 blocks, light
+    # types, one token block
+    assert not any(c.spread == 2 for c in gemv_specs(H100, _problem(1, 140 * 64, 8192)))
+    assert not any(c.spread == 2 for c in gemv_specs(H100, _problem(1, 10240, 8192, qt="uint8b128")))
+    assert not any(c.spread == 2 for c in gemv_specs(H100, _problem(12, 10240, 8192)))
     # 70B gate_up: 896 column blocks, no one-wave plan of whole ones: spread over the 132 SMs,
     # 6 or 7 a block, no clusters
     pl = plan(H100, _problem(1, 57344, 8192))
@@ -105,6 +111,19 @@ def test_forced_spread_needs_a_warp_a_column_block():
     with pytest.raises(UnsupportedError, match="one 64-column block a warp"):
         plan(replace(H100, sms=2), _problem(1, 640, 1024), spec)
     assert plan(replace(H100, sms=3), _problem(1, 640, 1024), spec).grid == 3
+
+
+def test_forced_hybrid_checks_its_layout():
+    spec = _spec(spread=2)
+    assert spec.name.endswith("u4h") and spec_from_canonical(spec.canonical(), "GemvSpec") == spec
+    for n, k, why in ((8192, 8192, "between 132 and 264"), (140 * 64, 8192, "more than 8 blocks"),
+                      (10240, 256, "less than two batches")):
+        with pytest.raises(UnsupportedError, match=why):
+            plan(H100, _problem(1, n, k), spec)
+    with pytest.raises(ValueError, match="hybrid"):
+        _spec(spread=2, cl=2).check()
+    with pytest.raises(ValueError, match="spread must be"):
+        _spec(spread=3).check()
 
 
 def test_gemv_spec_round_trips_and_checks():
@@ -179,6 +198,82 @@ def test_spread_runs_cross_column_blocks_on_emulator(cl, rng):
         assert rel_error(out, ref) <= TOL[act], f"{spec.name} M={m}"
 
 
+@pytest.mark.slow
+def test_hybrid_plans_on_emulator(rng):
+    """Hybrid plans: G blocks own a column block each, the rest shared by 1-7 blocks (the last
+    column block short, K short of its padding, rows in and past the first token pair); the
+    workspace's tagged slots must be empty after each launch (emu.run checks)."""
+    from dataclasses import replace
+
+    from jitmarlin import emu, halves
+    from jitmarlin.quant import quantize
+    from jitmarlin.reference import linear_reference, rel_error
+
+    if emu.compiler() is None:
+        pytest.skip("no C++ compiler for the emulator")
+    # (SMs, out_features, in_features, warps): 7 column blocks on 4 (3 shared by 1-2 blocks), 9 on
+    # 5, 5 on 3 with 8 warps, 8 on 7 (one shared by all 7)
+    for sms, n_out, k_in, warps in ((4, 440, 512, 4), (5, 560, 960, 4), (3, 296, 1024, 8), (7, 472, 512, 4)):
+        prof = replace(H100, sms=sms)
+        w = rng.standard_normal((n_out, k_in)) * 0.05
+        for act, m in (("float16", 1), ("bfloat16", 5), ("float16", 8)):
+            qw = quantize(w, "uint4b8", 64, scale_dtype=act)
+            spec = _spec("uint4b8", act, group=64, m=m, spread=2, warps=warps)
+            pl = plan(prof, Problem(m, qw.n, qw.k, act, "uint4b8", 64), spec)
+            assert pl.grid == sms
+            x = rng.standard_normal((m, k_in)).astype(np.float32)
+            b = rng.standard_normal(n_out).astype(np.float32)
+            out = emu.run_values(pl, x, qw, bias=b, seed=int(rng.integers(1, 1 << 30)))
+            ref = linear_reference(halves.round_to(x, act), qw, halves.round_to(b, act))
+            assert rel_error(out, ref) <= TOL[act], f"{spec.name} {sms} SMs, N={qw.n}, M={m}"
+
+
+HYBRID_SLIPS = {
+    "wait": ("        while (!(hv[sb] >> 32)) {\n          spin_pause();\n          hv[sb] = ld_relaxed_gpu_u64(src);\n"
+             "        }\n", ""),
+    "clear": ("        st_relaxed_gpu_u64(src, 0ull);\n", ""),
+    "count": ("    if (n_in != parts) return;", "    if (n_in != 1) return;"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", sorted(HYBRID_SLIPS))
+def test_emulator_catches_a_hybrid_protocol_slip(which, rng, monkeypatch):
+    """Without the wait for a slot's tag, a finisher adds a slot before its block stored it on
+    some schedule (a wrong sum, or a tag left behind); without clearing the slots, the next launch
+    would take stale sums for fresh ones (emu.run finds the tags left); with the first warp done
+    with the share adding the block's sums instead of the last, the others' are missing."""
+    from dataclasses import replace
+
+    from jitmarlin import emu
+    from jitmarlin.quant import quantize
+    from jitmarlin.reference import linear_reference, rel_error
+
+    if emu.compiler() is None:
+        pytest.skip("no C++ compiler for the emulator")
+    real = emu.render
+    cut, keep = HYBRID_SLIPS[which]
+
+    def render_without(spec, target="cuda"):
+        src = real(spec, target)
+        assert src.count(cut) == 1
+        return src.replace(cut, keep)
+
+    monkeypatch.setattr(emu, "render", render_without)
+    spec = _spec("uint4b8", "float16", group=64, spread=2, warps=4)
+    qw = quantize(rng.standard_normal((440, 512)) * 0.05, "uint4b8", 64)
+    pl = plan(replace(H100, sms=4), Problem(1, qw.n, qw.k, "float16", "uint4b8", 64), spec)
+    x = rng.standard_normal((1, 512)).astype(np.float32)
+    ref = linear_reference(x.astype(np.float16).astype(np.float64), qw)
+    caught = 0
+    for seed in range(1, 21):
+        try:
+            caught += rel_error(emu.run_values(pl, x, qw, seed=seed), ref) > TOL["float16"]
+        except emu.EmuError:
+            caught += 1
+    assert caught > 0
+
+
 FIRST_BARRIER = "    if constexpr (CL > 1) {\n      cluster_arrive();\n      cluster_wait();\n    } else {\n      bar_sync();\n    }\n"
 LAST_BARRIER = "    if constexpr (CL > 1) {                        // no block leaves while another reads its slabs\n      cluster_arrive();\n      cluster_wait();\n    }\n"
 RANK0_BARRIER = "    cluster_arrive();\n    cluster_wait();\n    if (rank != 0) return;"
@@ -248,16 +343,22 @@ def test_every_type_compiles_without_spills(qt, act):
     for cb, cl, arch, m, occ, sp in ((1, 2, "sm_90", 1, 1, 0), (4, 1, "sm_90", 16, 1, 0), (1, 1, "sm_80", 8, 1, 0),
                                      (2, 1, "sm_120", 1, 1, 0), (1, 2, "sm_90", 16, 1, 0), (2, 1, "sm_120", 9, 1, 0),
                                      (1, 1, "sm_90", 1, 2, 0), (1, 1, "sm_86", 16, 2, 0), (1, 2, "sm_90", 8, 1, 1),
-                                     (1, 1, "sm_120", 1, 1, 1), (1, 2, "sm_90", 16, 1, 1)):
+                                     (1, 1, "sm_120", 1, 1, 1), (1, 2, "sm_90", 16, 1, 1),
+                                     (1, 1, "sm_90", 8, 1, 2), (1, 1, "sm_120", 1, 1, 2), (1, 1, "sm_80", 1, 1, 2)):
         if sp and qt not in LIGHT:
-            continue                      # spread plans are made for light types only (see planner)
-        spec = _spec(qt, act, cb, cl, m=m, occupancy=occ, spread=bool(sp))
+            continue                      # spread and hybrid plans: light types only (see planner)
+        spec = _spec(qt, act, cb, cl, m=m, occupancy=occ, spread=(False, True, 2)[sp])
         art = _compile(spec, arch)
         assert f"mma.sync.aligned.m16n8k16.row.col.f32.{'bf16' if act == 'bfloat16' else 'f16'}" in art.ptx
         assert "ld.global.nc.L1::no_allocate.v4" in art.ptx
-        assert "cp.async" not in art.ptx and "atom" not in art.ptx   # no pipeline, no global reduction
+        # no pipeline, no counters in global memory (hybrid: one in shared memory)
+        atoms = [ln.split()[0] for ln in art.ptx.splitlines() if "atom" in ln]
+        assert "cp.async" not in art.ptx and atoms == (["atom.shared.cta.add.u32"] if sp == 2 else [])
         assert ((".shared::cluster" in art.ptx) == (cl > 1)   # DSMEM: stores to rank 0, or spread reads
-                and ("ld.shared::cluster" in art.ptx) == (cl > 1 and sp))
+                and ("ld.shared::cluster" in art.ptx) == (cl > 1 and sp == 1))
+        # hybrid: tagged 64-bit slots in the workspace, no device-scope fence
+        assert ("st.global.relaxed.gpu.b64" in art.ptx) == (sp == 2)
+        assert not any(f in art.ptx for f in ("membar.gl", "fence.sc.gpu", "fence.acq_rel.gpu"))
         r = art.resources
         assert r["spill_stores"] == 0 and r["stack_bytes"] == 0, (spec.name, arch, r)
 
@@ -375,3 +476,32 @@ def test_spread_plans_match_reference(qt, rng):
                 spec = _spec(qt, act, 1, cl, group=g, m=m, spread=True)
                 y, ref = _run(qw, m, act, spec, rng, bias=(m != 5), lda=qw.in_features + 8)
                 assert rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {rel(y, ref):.3e}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("qt", LIGHT)
+def test_hybrid_plans_match_reference(qt, rng):
+    """Hybrid plans on this GPU: 1.25 x SMs column blocks + 1 (the last one short), so that G / R
+    blocks share each column block past the grid; K short of its padding; every call twice (the
+    second finds the workspace's slots cleared by the first); then the workspace holds no tag."""
+    sm80, _ = _gpu_sm80_native()
+    if not sm80:
+        pytest.skip("needs an sm_80+ GPU without JITMARLIN_EMULATE")
+    import cupy
+
+    import jitmarlin
+    from jitmarlin import launch
+
+    sms = cupy.cuda.Device(0).attributes["MultiProcessorCount"]
+    g = GROUP_OF.get(qt, 128)
+    k_in = {16: 1008, 64: 960}.get(g, 1000 if g < 0 else 4096)
+    w = rng.standard_normal(((sms + sms // 4 + 1) * 64 - 8, k_in)) * 0.05
+    for act in ("float16", "bfloat16"):
+        qw = jitmarlin.quantize(w, qt, g, scale_dtype=act)
+        for m in (1, 5, 8):
+            spec = _spec(qt, act, group=g, m=m, spread=2)
+            for _ in range(2):
+                y, ref = _run(qw, m, act, spec, rng, bias=(m != 5), lda=qw.in_features + 8)
+                assert rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {rel(y, ref):.3e}"
+    for ws in launch._workspaces.values():
+        assert not bool(((ws.tagged >> 32) != 0).any()), "tagged workspace slots left after the launches"

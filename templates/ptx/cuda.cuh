@@ -155,6 +155,21 @@ JM_DEV int ld_acquire_gpu(const int* p) {
 JM_DEV void st_relaxed_gpu(int* p, int v) {
   asm volatile("st.global.relaxed.gpu.b32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
 }
+// 64-bit relaxed (gpu scope) accesses: single-copy atomic, so a value stored with its tag in the
+// high word is seen whole or not at all (the hybrid gemv plans' workspace slots; no fence).
+JM_DEV void st_relaxed_gpu_u64(u64* p, u64 v) {
+  asm volatile("st.global.relaxed.gpu.b64 [%0], %1;" :: "l"(p), "l"(v) : "memory");
+}
+JM_DEV u64 ld_relaxed_gpu_u64(const u64* p) {
+  u64 v;
+  asm volatile("ld.global.relaxed.gpu.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+JM_DEV u32 f32_bits(float v) { return __float_as_uint(v); }
+JM_DEV float f32_of(u32 v) { return __uint_as_float(v); }
+JM_DEV void syncwarp() { __syncwarp(); }
+JM_DEV int atomic_add_cta(int* p, int v) { return atomicAdd_block(p, v); }   // shared memory
+JM_DEV void fence_cta() { __threadfence_block(); }
 JM_DEV void fence_gpu() { __threadfence(); }
 JM_DEV void spin_pause() { __nanosleep(20); }
 JM_DEV float rcp_rn(float x) { return __frcp_rn(x); }   // 1 / x, rounded to nearest

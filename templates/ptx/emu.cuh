@@ -215,6 +215,37 @@ JM_DEV void st_relaxed_gpu(int* p, int v) {
   *reinterpret_cast<volatile int*>(p) = v;
   emu::g_rt->progress++;
 }
+JM_DEV void st_relaxed_gpu_u64(u64* p, u64 v) {
+  emu::check_global(p, 8, "st.relaxed.gpu.b64");
+  *reinterpret_cast<volatile u64*>(p) = v;
+  emu::g_rt->progress++;
+}
+JM_DEV u64 ld_relaxed_gpu_u64(const u64* p) {
+  emu::check_global(p, 8, "ld.relaxed.gpu.b64");
+  return *reinterpret_cast<const volatile u64*>(p);
+}
+JM_DEV u32 f32_bits(float v) {
+  u32 u;
+  std::memcpy(&u, &v, 4);
+  return u;
+}
+JM_DEV float f32_of(u32 u) {
+  float v;
+  std::memcpy(&v, &u, 4);
+  return v;
+}
+JM_DEV void syncwarp() {
+  const u32 none = 0;
+  emu::warp_exchange(&none, 0, nullptr);
+}
+JM_DEV int atomic_add_cta(int* p, int v) {
+  emu::check_smem(p, 4, 4, "atom.shared.add");
+  const int old = *p;
+  *p = old + v;
+  emu::g_rt->progress++;
+  return old;
+}
+JM_DEV void fence_cta() {}
 JM_DEV void fence_gpu() {}
 JM_DEV void spin_pause() { emu::yield(); }
 JM_DEV float rcp_rn(float x) { return 1.0f / x; }   // 1 / x, rounded to nearest

@@ -80,6 +80,11 @@ SUBS = {
     "acqrel": [("JM_DEV void fence_gpu() { __threadfence(); }",
                 'JM_DEV void fence_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }')],
     "no_sleep": [("JM_DEV void spin_pause() { __nanosleep(20); }", "JM_DEV void spin_pause() {}")],
+    # Hybrid gemv plans (timing only): the finishers do not clear the slots (later launches find
+    # stale tags: no waits), no finishers at all.
+    "hy_noclear": [("        st_relaxed_gpu_u64(src, 0ull);\n", "")],
+    "hy_nofin": [("  if constexpr (HYBRID) {\n    // The sharers' slots are added", "  if constexpr (false) {\n    // The sharers' slots are added"),
+                 ("  if constexpr (HYBRID) h_load(threadIdx.x);", "")],
 }
 # nodq for both kernels: also the decode kernel's group-scale multiply (scale_tile)
 SUBS["nodq_all"] = SUBS["nodq"] + [("  b.r[0] = act_mul2(b.r[0], s);\n  b.r[1] = act_mul2(b.r[1], s);",
