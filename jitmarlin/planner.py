@@ -446,10 +446,13 @@ def spread_clusters(profile: DeviceProfile, cluster: int, cols: int) -> int:
 
 # Hybrid plans (GemvSpec.spread == 2): where a layer has between SMs and 2 x SMs column blocks,
 # block b of G = SMs owns column block b and takes a share of the K range of one of the R =
-# cols - G column blocks past the grid (shared by G / R blocks, at most HYBRID_MAX_SHARERS: the
-# finishers' loads a lane). A warp streams its part of the shared share first and leaves its sums
-# in the workspace, tagged, while the others still stream; at the end each of a shared column
-# block's blocks adds the tagged sums of some of its pieces (no fence, no counter).
+# cols - G column blocks past the grid (shared by about G / R blocks, at most HYBRID_MAX_SHARERS:
+# the finishers' loads a thread). A warp streams its part of the block's share first; the block's
+# sums of it go to the workspace, each value tagged, while its warps still stream; at the end each
+# of a shared column block's blocks adds some of its values from the sharers' slots (no fence, no
+# counter in global memory). Every SM streams within 1 + R / G of the average instead of twice it
+# (H100, 70B qkv, 160 column blocks: 18.65 us at M = 1 against 20.5 for 8-warp blocks two an SM;
+# tools/PERF.md entry 41).
 
 
 def hybrid_fits(profile: DeviceProfile, p: Problem, warps: int, unroll: int) -> str | None:
@@ -520,8 +523,8 @@ def gemv_specs(profile: DeviceProfile, p: Problem) -> list[GemvSpec]:
 
 def _gemv_choice(profile: DeviceProfile, p: Problem) -> GemvSpec | None:
     """The gemv kernel the planner takes for `p`, or None (Stream-K mma.sync kernel instead): the
-    fullest plan of whole column blocks where it fills GEMV_MIN_FILL of the SMs, else the
-    two-blocks-an-SM one, else the fullest spread plan where it fills GEMV_MIN_FILL."""
+    fullest plan of whole column blocks where it fills GEMV_MIN_FILL of the SMs, else the hybrid
+    one, else the two-blocks-an-SM one, else the fullest spread plan where it fills GEMV_MIN_FILL."""
     specs = gemv_specs(profile, p) if p.m <= GEMV_PLAN_MAX_M else []
     cols = p.n // 64
     whole = [s for s in specs if not s.spread and s.occupancy == 1]
@@ -533,6 +536,9 @@ def _gemv_choice(profile: DeviceProfile, p: Problem) -> GemvSpec | None:
     two = next((s for s in specs if s.occupancy == 2), None)
     if two:
         return two
+    # Hybrid plans ahead of two 8-warp blocks an SM: all 16 warps of every SM stream, with runs of
+    # nearly one length (H100, 70B qkv M = 1/4/8: 18.65 / 19.2 / 20.25 us against 20.5 / 21.0 /
+    # 21.8; bf16 19.1 against 21.15 at M = 1).
     # Spread plans only where no plan of whole column blocks fits: their runs differ in length
     # from block to block, and on H100 at M = 1 they lost to the whole-column-block plans (8B
     # gate_up 24.8 vs 23.5 us, 70B qkv 23.9 vs 20.5; on the same partition, 8B qkv and 70B o,

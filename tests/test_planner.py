@@ -40,7 +40,13 @@ def test_every_plan_fits_the_profile(prof):
         assert s.smem_bytes() <= prof.smem_per_block
         if isinstance(s, GemvSpec):   # decode without split tiles: one wave, column blocks on chip
             assert m <= GEMV_PLAN_MAX_M and prof.path == "sm80"
-            whole = spread_clusters(prof, s.cluster, n // 64) * s.cluster if s.spread else -(-(n // 64) // s.col_blocks) * s.cluster
+            if s.spread == 2:   # hybrid: a block an SM, each owning one column block, the rest shared
+                whole = prof.sms
+                assert prof.sms < n // 64 < 2 * prof.sms and s.cluster == 1 and s.max_m == 8
+            elif s.spread:
+                whole = spread_clusters(prof, s.cluster, n // 64) * s.cluster
+            else:
+                whole = -(-(n // 64) // s.col_blocks) * s.cluster
             assert p.grid == whole <= prof.sms * s.occupancy
             if s.occupancy == 1:
                 assert _gemv_fill(prof, s, n // 64) >= GEMV_MIN_FILL
