@@ -508,7 +508,7 @@ def gemv_specs(profile: DeviceProfile, p: Problem) -> list[GemvSpec]:
         if (cl == 1 and _gemv_light(p) and cols > 1 and -(-cols // g) <= warps * cl
                 and cols // g * (p.k // (16 * unroll)) >= 2 * warps * cl):
             cands.append(GemvSpec(profile.path, p.qtype, p.act, gb, warps, warps, unroll, cl, max_m, spread=True))
-    if _gemv_light(p) and max_m == 8 and hybrid_fits(profile, p, warps, unroll) is None:
+    if max_m == 8 and hybrid_fits(profile, p, warps, unroll) is None:
         cands.append(GemvSpec(profile.path, p.qtype, p.act, gb, warps, warps, unroll, 1, max_m, spread=2))
     # More column blocks than SMs (up to two per SM): 8-warp blocks, two resident an SM, one
     # column block each, so that every SM streams (H100, 70B qkv, 160 column blocks: 0.93x the

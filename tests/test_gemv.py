@@ -53,10 +53,10 @@ def test_decode_plans_gemv_where_its_blocks_fill_the_gpu():
     pl = plan(H100, _problem(1, 10240, 8192))
     assert (pl.spec.warps, pl.spec.occupancy, pl.spec.cluster, pl.spec.spread, pl.grid) == (16, 1, 1, 2, 132)
     assert {(c.spread, c.occupancy) for c in gemv_specs(H100, _problem(1, 10240, 8192))} >= {(2, 1), (1, 1), (0, 2)}
-    # hybrid plans need some column blocks past the grid, each shared by at most 8 blocks, light
-    # types, one token block
+    # hybrid plans need some column blocks past the grid, each shared by at most 8 blocks, and one
+    # token block; every quant type
     assert not any(c.spread == 2 for c in gemv_specs(H100, _problem(1, 140 * 64, 8192)))
-    assert not any(c.spread == 2 for c in gemv_specs(H100, _problem(1, 10240, 8192, qt="uint8b128")))
+    assert plan(H100, _problem(1, 10240, 8192, qt="uint8b128")).spec.spread == 2
     assert not any(c.spread == 2 for c in gemv_specs(H100, _problem(12, 10240, 8192)))
     # 70B gate_up: 896 column blocks, no one-wave plan of whole ones: spread over the 132 SMs,
     # 6 or 7 a block, no clusters
@@ -226,6 +226,18 @@ def test_hybrid_plans_on_emulator(rng):
             out = emu.run_values(pl, x, qw, bias=b, seed=int(rng.integers(1, 1 << 30)))
             ref = linear_reference(halves.round_to(x, act), qw, halves.round_to(b, act))
             assert rel_error(out, ref) <= TOL[act], f"{spec.name} {sms} SMs, N={qw.n}, M={m}"
+    # zero points and a scale row a k16 row (batches of two k16 rows): 7 column blocks on 4
+    prof = replace(H100, sms=4)
+    for qt, g in (("uint4", 64), ("nvfp4", 16)):
+        w = rng.standard_normal((440, 512)) * 0.05
+        for act, m in (("float16", 3), ("bfloat16", 8)):
+            qw = quantize(w, qt, g, scale_dtype=act)
+            spec = _spec(qt, act, group=g, m=m, spread=2, warps=4)
+            pl = plan(prof, Problem(m, qw.n, qw.k, act, qt, g), spec)
+            x = rng.standard_normal((m, 512)).astype(np.float32)
+            out = emu.run_values(pl, x, qw, seed=int(rng.integers(1, 1 << 30)))
+            ref = linear_reference(halves.round_to(x, act), qw)
+            assert rel_error(out, ref) <= TOL[act], f"{spec.name} M={m}"
 
 
 HYBRID_SLIPS = {
@@ -345,8 +357,8 @@ def test_every_type_compiles_without_spills(qt, act):
                                      (1, 1, "sm_90", 1, 2, 0), (1, 1, "sm_86", 16, 2, 0), (1, 2, "sm_90", 8, 1, 1),
                                      (1, 1, "sm_120", 1, 1, 1), (1, 2, "sm_90", 16, 1, 1),
                                      (1, 1, "sm_90", 8, 1, 2), (1, 1, "sm_120", 1, 1, 2), (1, 1, "sm_80", 1, 1, 2)):
-        if sp and qt not in LIGHT:
-            continue                      # spread and hybrid plans: light types only (see planner)
+        if sp == 1 and qt not in LIGHT:
+            continue                      # spread plans: light types only (see planner)
         spec = _spec(qt, act, cb, cl, m=m, occupancy=occ, spread=(False, True, 2)[sp])
         art = _compile(spec, arch)
         assert f"mma.sync.aligned.m16n8k16.row.col.f32.{'bf16' if act == 'bfloat16' else 'f16'}" in art.ptx
@@ -479,10 +491,11 @@ def test_spread_plans_match_reference(qt, rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("qt", LIGHT)
+@pytest.mark.parametrize("qt", ALL_QTYPES)
 def test_hybrid_plans_match_reference(qt, rng):
     """Hybrid plans on this GPU: 1.25 x SMs column blocks + 1 (the last one short), so that G / R
-    blocks share each column block past the grid; K short of its padding; every call twice (the
+    blocks share each column block past the grid; every quant type, K short of its padding where
+    the group allows; every call twice (the
     second finds the workspace's slots cleared by the first); then the workspace holds no tag."""
     sm80, _ = _gpu_sm80_native()
     if not sm80:
@@ -494,7 +507,7 @@ def test_hybrid_plans_match_reference(qt, rng):
 
     sms = cupy.cuda.Device(0).attributes["MultiProcessorCount"]
     g = GROUP_OF.get(qt, 128)
-    k_in = {16: 1008, 64: 960}.get(g, 1000 if g < 0 else 4096)
+    k_in = {16: 2032, 64: 1984}.get(g, 2000 if g < 0 else 4096)   # >= 2 batches a warp of its own column block
     w = rng.standard_normal(((sms + sms // 4 + 1) * 64 - 8, k_in)) * 0.05
     for act in ("float16", "bfloat16"):
         qw = jitmarlin.quantize(w, qt, g, scale_dtype=act)
