@@ -518,3 +518,35 @@ def test_hybrid_plans_match_reference(qt, rng):
                 assert rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {rel(y, ref):.3e}"
     for ws in launch._workspaces.values():
         assert not bool(((ws.tagged >> 32) != 0).any()), "tagged workspace slots left after the launches"
+
+
+@pytest.mark.gpu
+def test_hybrid_plan_replays_in_a_cuda_graph(rng):
+    """linear() on a layer the planner gives a hybrid plan, captured in a CUDA graph and replayed
+    with new x each time: every replay finds the workspace's slots cleared by the one before."""
+    sm80, _ = _gpu_sm80_native()
+    if not sm80:
+        pytest.skip("needs an sm_80+ GPU without JITMARLIN_EMULATE")
+    import torch
+
+    import jitmarlin
+    from jitmarlin.api import plan_for
+    from jitmarlin.profiles import live_profile
+
+    prof = live_profile(0)
+    n = (prof.sms + prof.sms // 4 + 1) * 64 - 8
+    qw = jitmarlin.quantize(rng.standard_normal((n, 2048)) * 0.05, "uint4b8", 128)
+    assert plan_for(prof, 5, qw.n, qw.k).spec.spread == 2
+    x = torch.randn(5, 2048, device="cuda", dtype=torch.float16)
+    jitmarlin.linear(x, qw)                       # warm-up: compile, upload, workspace
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = jitmarlin.linear(x, qw)
+    w = jitmarlin.dequantize(qw).astype(np.float64)
+    for _ in range(3):
+        x.copy_(torch.randn_like(x))
+        y.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        assert rel(y.double().cpu().numpy(), x.double().cpu().numpy() @ w.T) <= TOL["float16"]
