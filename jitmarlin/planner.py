@@ -46,8 +46,9 @@ def _wgmma_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
     between WGMMA_SPLIT_MIN_STEPS and that, 256 wide with one block and 6 stages (its warpgroups
     dequantise one half of a step while the other half's wgmmas run); with too few K-steps for
     two blocks, 128 wide, one block, 5 stages (its warpgroups overlap dequant and wgmmas). Up to
-    128 rows, 128 x 128 tiles, 4 stages; above, 256 x 128, 4 stages (128 x 128 where 256 x 128
-    tiles leave a block fewer than WGMMA_TALL_MIN_STEPS K-steps). With one 64-feature slab
+    128 rows, 128 x 128 tiles, 4 stages; above, 256 x 128, 4 stages (128 x 128 with 6 stages where
+    256 x 128 tiles leave a block fewer than WGMMA_TALL_MIN_STEPS K-steps, or, up to 256 rows,
+    WGMMA_TALL_MIN_STEPS_256). With one 64-feature slab
     per warpgroup and >= 4 stages the kernel dequantises one step while the wgmmas of the step
     before run (sweeps, session 4: M = 128 0.60-0.91x the time of 128 x 256 tiles; M = 256
     0.74-0.86x the time of 3 stages).
@@ -65,8 +66,9 @@ def _wgmma_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
     elif p.m <= 128:
         tiles = [(8, 8, 4, 1), (8, 16, 4, 1), (4, 16, 4, 1)]
     else:
-        tall = _wgmma_steps_per_block(profile, p, 256, 128) >= WGMMA_TALL_MIN_STEPS
-        tiles = [(16, 8, 4, 1), (8, 16, 4, 1), (8, 8, 4, 1)] if tall else [(8, 8, 4, 1), (16, 8, 4, 1)]
+        bar = WGMMA_TALL_MIN_STEPS_256 if p.m <= 256 else WGMMA_TALL_MIN_STEPS
+        tall = _wgmma_steps_per_block(profile, p, 256, 128) >= bar
+        tiles = [(16, 8, 4, 1), (8, 16, 4, 1), (8, 8, 4, 1)] if tall else [(8, 8, 6, 1), (16, 8, 4, 1)]
     out = []
     for tm, tn, depth, occ in tiles:
         spec = _deepest_wgmma(profile, p, tm, tn, depth, occ) if occ > 1 else None
@@ -104,9 +106,14 @@ WGMMA_WIDE_MIN_STEPS = 48
 WGMMA_SPLIT_MIN_STEPS = 29
 # Above 128 rows, 256 x 128 tiles need this many K-steps per block (SMs x blocks); with fewer,
 # each tile is split over several blocks whose 128 KB partial sums dominate, and 128 x 128 tiles
-# win (H100/H200 sweeps, M = 256: 8B o, 15.5 steps, 0.90-0.97x the time; 8B qkv, 23 steps, a
-# tie; from 54 steps 256 x 128 wins by 4-16%; tools/PERF.md entry 19).
+# with 6 stages win (H100/H200 sweeps, M = 256: 8B o, 15.5 steps, 0.90-0.97x the time; tools/PERF.md
+# entry 19). Up to 256 rows (one 256-row tile: 128-row tiles dequantise each weight tile only
+# twice) the bar is higher: H100 sweeps of session 18 (entry 42), M = 256, 128 x 128 x 6 stages
+# against 256 x 128 x 4: 8B qkv (23 steps) 0.94 / 0.95x (fp16 / bf16), 70B o (62) 0.89-0.94 / 0.90x,
+# 8B down (54) 0.92 / 1.01x; 256 x 128 kept its lead from 78 steps (70B qkv: 128 x 128 1.01 /
+# 1.11x). At M = 512 / 1024 128-row tiles lose from 46 / 62 steps (8B qkv 1.02x, 8B o 1.13x).
 WGMMA_TALL_MIN_STEPS = 20
+WGMMA_TALL_MIN_STEPS_256 = 70
 
 
 def _wgmma_steps_per_block(profile: DeviceProfile, p: Problem, tokens: int, features: int,
