@@ -106,12 +106,13 @@ WGMMA_WIDE_MIN_STEPS = 48
 WGMMA_SPLIT_MIN_STEPS = 29
 # Above 128 rows, 256 x 128 tiles need this many K-steps per block (SMs x blocks); with fewer,
 # each tile is split over several blocks whose 128 KB partial sums dominate, and 128 x 128 tiles
-# with 6 stages win (H100/H200 sweeps, M = 256: 8B o, 15.5 steps, 0.90-0.97x the time; tools/PERF.md
-# entry 19). Up to 256 rows (one 256-row tile: 128-row tiles dequantise each weight tile only
-# twice) the bar is higher: H100 sweeps of session 18 (entry 42), M = 256, 128 x 128 x 6 stages
-# against 256 x 128 x 4: 8B qkv (23 steps) 0.94 / 0.95x (fp16 / bf16), 70B o (62) 0.89-0.94 / 0.90x,
-# 8B down (54) 0.92 / 1.01x; 256 x 128 kept its lead from 78 steps (70B qkv: 128 x 128 1.01 /
-# 1.11x). At M = 512 / 1024 128-row tiles lose from 46 / 62 steps (8B qkv 1.02x, 8B o 1.13x).
+# with 6 stages win (H100/H200 sweeps, M = 256: 8B o, 15.5 steps, 0.90-0.97x the time;
+# tools/PERF.md entry 19). Up to 256 rows (one 256-row tile: 128-row tiles dequantise each
+# weight tile only twice) the bar is higher (H100 sweeps, entry 42; M = 256, 128 x 128 x 6
+# against 256 x 128 x 4): 8B qkv (23 steps) 0.94 / 0.95x (fp16 / bf16), 70B o (62) 0.94x on
+# average, 8B down (54) a tie (0.92-1.01x over six passes); 256 x 128 keeps its lead from 78
+# steps (70B qkv: 1.01 / 1.11x). At M = 512 / 1024, 128-row tiles lose from 46 / 62 steps
+# (8B qkv 1.02x, 8B o 1.13x).
 WGMMA_TALL_MIN_STEPS = 20
 WGMMA_TALL_MIN_STEPS_256 = 70
 
