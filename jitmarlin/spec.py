@@ -319,7 +319,8 @@ HYBRID_SLOT_WORDS = 8 * 64
 
 @dataclass(frozen=True)
 class GemvSpec(_WeightFormat):
-    """The decode kernel without cross-block partial sums (templates/gemv.cu.j2), for M <= 16.
+    """The decode kernel of templates/gemv.cu.j2, for M <= 16: no Stream-K partial sums (a hybrid
+    plan adds the shares of its column blocks past the grid through tagged workspace slots).
 
     path: 'sm80' (mma.sync m16n8k16; every sm_80+ GPU); qtype, act, group_blocks: as in
     KernelSpec. warps: warps a block; kwarps: those of them that split the K range of one
