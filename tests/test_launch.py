@@ -54,7 +54,7 @@ def _launcher(m, k=4096, n=4096, qtype="uint4b8", group=128, z=0):
 
 
 def test_wgmma_launches_carry_x_tensor_map_per_buffer(no_device):
-    lz, f, pl = _launcher(200, k=8192, n=8192)
+    lz, f, pl = _launcher(300, k=8192, n=8192)   # above 256 rows: 256 x 128 tiles
     assert pl.spec.wgmma and (pl.spec.tile_m, pl.spec.tile_n) == (256, 128)
     # the weight's maps, once: B as 512 rows of 8192 * 4 / 4 words, S as 64 groups of 8192 halves
     assert no_device == [(0x10, 8, (8192, 512), 8192 * 8, (128, 4), False),
@@ -63,8 +63,8 @@ def test_wgmma_launches_carry_x_tensor_map_per_buffer(no_device):
     lz(0x1000, 8192, 0x9000, 0)
     lz(0x1000, 8192, 0xa000, 0)          # same x buffer: the map is reused
     lz(0x2000, 8200, 0x9000, 0)          # another buffer (and row stride): a new map
-    assert no_device == [(0x1000, 2, (8184, 200), 8192 * 2, (64, 256), True),
-                         (0x2000, 2, (8184, 200), 8200 * 2, (64, 256), True)]
+    assert no_device == [(0x1000, 2, (8184, 300), 8192 * 2, (64, 256), True),
+                         (0x2000, 2, (8184, 300), 8200 * 2, (64, 256), True)]
     assert [c[-4]["opaque"][0] for c in f.calls] == [0x1000, 0x1000, 0x2000]
     assert [c[-3]["opaque"][0] for c in f.calls] == [0x10] * 3 and f.calls[0][-2]["opaque"][0] == 0x20
     assert not f.calls[0][-1]["opaque"].any()            # no offsets: an empty map
