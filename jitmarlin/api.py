@@ -75,7 +75,7 @@ def _prepare(qw: QuantizedWeight, device: int, act: str, m: int, stream: int,
         return dequant_gemm.DequantLauncher(plan, art, key, device, stream, ptrs, ws,
                                             qw.out_features, qw.in_features, qw.global_scale)
     func = launch.get_function(art, key, device)
-    # Slots for the largest grid this GPU can run, so the workspace never has to grow.
+    # Sized for the largest grid this GPU can run (two blocks an SM), so it never has to grow.
     ws = launch.workspace(device, stream, live.sms)
     return launch.Launcher(plan, func, device, stream, ptrs, ws, qw.out_features, qw.in_features,
                            qw.global_scale)

@@ -9,15 +9,18 @@ import numpy as np
 from .errors import CaptureError
 from .nvrtc import Artifact
 from .planner import Plan
-from .spec import HYBRID_SLOT_WORDS
+from .spec import HYBRID_SLOT_WORDS, GemvSpec
 
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 MAX_SLOT_FLOATS = 128 * 256         # largest output tile (wgmma 256x128 or 128x256): floats per partial slot
-# A block leaves partial sums for at most one split tile (its first): one slot a block.
+# A block leaves partial sums for at most one split tile (its first): one slot a block, the size
+# of its tile. A finisher counts its contributors in on the counter of its own block index.
+MAX_BLOCKS_PER_SM = 2               # the most blocks of one kernel an SM holds (occupancy 1 or 2)
 
 _modules: dict[tuple[int, str], object] = {}
 _functions: dict[tuple[int, str, str], object] = {}
 _workspaces: dict[tuple[int, int], "Workspace"] = {}
+_retired: list = []   # outgrown workspaces: launchers and captured graphs may still point into them
 _streams: dict[int, object] = {}
 
 
@@ -70,50 +73,84 @@ def private_stream(device: int):
     return s
 
 
-class Workspace:
-    """Per (device, stream) scratch for cross-block reduction: `slots` fp32 partial tiles and as
-    many int32 counters, and the hybrid gemv plans' tagged 64-bit slots (HYBRID_SLOT_WORDS a
-    block). Counters are zero and the tagged slots empty between launches (the kernels reset
-    them), so one allocation serves every call on that stream, CUDA-graph replays included.
-    Zeroed on a private stream that is synchronised alone (never on the caller's stream, which
-    may be busy)."""
+def workspace_needs(plan: Plan) -> tuple[int, int, int]:
+    """(counters, partial-sum floats, tagged 64-bit words) a launch of `plan` uses: Stream-K
+    kernels a counter and a tile-sized partial slot a block, hybrid gemv plans a tagged slot a
+    block, other gemv plans nothing."""
+    spec = plan.spec
+    if plan.route != "fused":
+        return 0, 0, 0
+    if isinstance(spec, GemvSpec):
+        return (0, 0, plan.grid * HYBRID_SLOT_WORDS) if spec.spread == 2 else (0, 0, 0)
+    return plan.grid, plan.grid * spec.tile_m * spec.tile_n, 0
 
-    def __init__(self, device: int, slots: int):
+
+def workspace_capacity(sms: int) -> tuple[int, int, int]:
+    """(counters, partial-sum floats, tagged words) of the workspace made for a GPU of `sms` SMs:
+    a counter for every block of the largest grid (MAX_BLOCKS_PER_SM a SM), a largest tile's
+    partial slot an SM (blocks two an SM have tiles of at most half that), a tagged slot an SM
+    (hybrid plans are one block an SM)."""
+    return MAX_BLOCKS_PER_SM * sms, sms * MAX_SLOT_FLOATS, sms * HYBRID_SLOT_WORDS
+
+
+def workspace_misfit(plan: Plan, capacity: tuple[int, int, int]) -> str | None:
+    """Why `plan` would overrun a workspace of `capacity` (None where it fits)."""
+    what = ("counters", "partial-sum floats", "tagged slot words")
+    for name, need, have in zip(what, workspace_needs(plan), capacity):
+        if need > have:
+            return (f"{plan.spec.name} with {plan.grid} blocks needs {need} workspace {name}, the "
+                    f"workspace has {have}")
+    return None
+
+
+class Workspace:
+    """Per (device, stream) scratch for cross-block reduction, sized for a GPU of `sms` SMs
+    (workspace_capacity): int32 counters, fp32 partial tiles, and the hybrid gemv plans' tagged
+    64-bit slots (HYBRID_SLOT_WORDS a block). Counters are zero and the tagged slots empty between
+    launches (the kernels reset them), so one allocation serves every call on that stream,
+    CUDA-graph replays included. Zeroed on a private stream that is synchronised alone (never on
+    the caller's stream, which may be busy)."""
+
+    def __init__(self, device: int, sms: int):
         cp = _cp()
         s = private_stream(device)
+        self.capacity = workspace_capacity(sms)
+        counters, floats, words = self.capacity
         with cp.cuda.Device(device), s:
-            self.locks = cp.zeros(slots, dtype=cp.int32)
-            self.partials = cp.empty(slots * MAX_SLOT_FLOATS, dtype=cp.float32)
-            self.tagged = cp.zeros(slots * HYBRID_SLOT_WORDS, dtype=cp.uint64)
+            self.locks = cp.zeros(counters, dtype=cp.int32)
+            self.partials = cp.empty(floats, dtype=cp.float32)
+            self.tagged = cp.zeros(words, dtype=cp.uint64)
         s.synchronize()
-        self.slots = slots
+        self.sms = sms
         self.locks_ptr = self.locks.data.ptr
         self.partials_ptr = self.partials.data.ptr
         self.tagged_ptr = self.tagged.data.ptr
 
 
-def workspace(device: int, stream_ptr: int, slots: int) -> Workspace:
-    """The workspace for calls on `stream_ptr`: one per (device, stream), so kernels running
-    concurrently on different streams never share counters. Calls captured into CUDA graphs
-    (whose capture streams are new) share one per-device graph workspace made at warm-up, as
-    allocating during capture is not allowed: replay graphs of one device one at a time."""
+def workspace(device: int, stream_ptr: int, sms: int) -> Workspace:
+    """The workspace for calls on `stream_ptr` on a GPU of `sms` SMs: one per (device, stream), so
+    kernels running concurrently on different streams never share counters. Calls captured into
+    CUDA graphs (whose capture streams are new) share one per-device graph workspace made at
+    warm-up, as allocating during capture is not allowed: replay graphs of one device one at a
+    time. A workspace is never freed once made (graphs and queued launches may point into it)."""
     ws = _workspaces.get((device, stream_ptr))
-    if ws is not None and ws.slots >= slots:
+    if ws is not None and ws.sms >= sms:
         return ws
     if is_capturing(stream_ptr):
         ws = _workspaces.get((device, -1))
-        if ws is None or ws.slots < slots:
+        if ws is None or ws.sms < sms:
             raise CaptureError(
                 "jitmarlin needs to allocate its workspace, which cannot happen during CUDA-graph "
                 "capture: call linear() once on this GPU before capturing (warm-up)"
             )
         return ws
-    ws = Workspace(device, max(slots, 1))
-    _workspaces[(device, stream_ptr)] = ws
-    graph_ws = _workspaces.get((device, -1))
-    if graph_ws is None or graph_ws.slots < ws.slots:
-        _workspaces[(device, -1)] = Workspace(device, ws.slots)
-    return ws
+    for key in ((device, stream_ptr), (device, -1)):
+        old = _workspaces.get(key)
+        if old is None or old.sms < sms:
+            if old is not None:
+                _retired.append(old)
+            _workspaces[key] = Workspace(device, max(sms, 1))
+    return _workspaces[(device, stream_ptr)]
 
 
 def stream_object(stream_ptr: int):
@@ -213,8 +250,9 @@ class Launcher:
         self.iters = np.int32(plan.iters)
         self.x_maps = {} if plan.spec.wgmma else None
         hybrid = getattr(plan.spec, "spread", 0) == 2
-        if hybrid and plan.grid > ws.slots:
-            raise ValueError(f"{plan.spec.name}: {plan.grid} blocks, the workspace has slots for {ws.slots}")
+        misfit = workspace_misfit(plan, ws.capacity)
+        if misfit:   # a kernel past its counters would read another block's (or anything's) memory
+            raise ValueError(misfit)
         self.w_maps = weight_tensor_maps(plan.spec, ptrs, plan.problem.n, plan.problem.k) if plan.spec.wgmma else ()
         self.static = (np.uint64(ptrs["B"]), np.uint64(ptrs["S"]), np.uint64(ptrs["Z"]),
                        np.float32(gscale), np.uint64(ws.tagged_ptr if hybrid else ws.partials_ptr),

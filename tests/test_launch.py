@@ -47,7 +47,7 @@ def no_device(monkeypatch):
 def _launcher(m, k=4096, n=4096, qtype="uint4b8", group=128, z=0):
     p = Problem(m, n, k, "float16", qtype, group)
     pl = planner.plan(get_profile("h100"), p)
-    ws = types.SimpleNamespace(partials_ptr=2, locks_ptr=3)
+    ws = types.SimpleNamespace(partials_ptr=2, locks_ptr=3, tagged_ptr=4, capacity=launch.workspace_capacity(132))
     f = _Func()
     lz = launch.Launcher(pl, f, 0, 0, {"B": 0x10, "S": 0x20, "Z": z}, ws, n - 3, k - 8, 1.0)
     return lz, f, pl
@@ -97,3 +97,49 @@ def test_mma_sync_launches_take_no_tensor_map(no_device):
     assert not pl.spec.wgmma
     lz(0x1000, 4096, 0x9000, 0)
     assert no_device == [] and len(f.calls[0]) == 16 and lz.w_maps == ()
+
+
+# ---- the workspace ------------------------------------------------------------------------------
+
+def test_every_plan_fits_the_workspace_of_its_gpu():
+    """Every kernel the planner or the autotuner may launch, on every profile, stays inside the
+    workspace made for that GPU: a counter for each block (two-block-an-SM plans have grids of
+    2 x SMs), a tile-sized partial slot for each, a tagged slot for each hybrid gemv block."""
+    from jitmarlin.profiles import PROFILES
+
+    shapes = [(4096, 6144), (4096, 28672), (14336, 4096), (8192, 10240), (8192, 57344), (28672, 8192),
+              (512, 512), (2048, 8000)]
+    seen = {"o2": 0, "hybrid": 0}
+    for prof in PROFILES.values():
+        cap = launch.workspace_capacity(prof.sms)
+        for k, n in shapes:
+            for m in (1, 16, 33, 64, 128, 256, 1024):
+                for qt, g in (("uint4b8", 128), ("fp8", -1), ("nvfp4", 16)):
+                    p = Problem(m, n, k, "float16", qt, g)
+                    try:
+                        specs = [planner.plan(prof, p).spec, *planner.candidate_specs(prof, p)]
+                    except ValueError:
+                        continue
+                    for spec in specs:
+                        pl = planner.plan(prof, p, spec)
+                        assert launch.workspace_misfit(pl, cap) is None, (prof.name, p)
+                        seen["o2"] += pl.grid > prof.sms
+                        seen["hybrid"] += getattr(spec, "spread", 0) == 2
+    assert seen["o2"] > 0 and seen["hybrid"] > 0          # the grids past one block an SM were there
+
+
+def test_launcher_refuses_a_plan_past_its_workspace(no_device):
+    """A workspace of one counter an SM (the sizing before session 19) is too small for 70B
+    gate_up's two-blocks-an-SM plan at M = 64: its finishers past block 131 would count in on
+    memory past the counters. The launcher refuses it before anything launches."""
+    p = Problem(64, 57344, 8192, "float16", "uint4b8", 128)
+    pl = planner.plan(get_profile("h100"), p)
+    assert pl.grid == 264 and pl.spec.occupancy == 2
+    need = launch.workspace_needs(pl)
+    assert need == (264, 264 * pl.spec.tile_m * pl.spec.tile_n, 0)
+    small = types.SimpleNamespace(partials_ptr=2, locks_ptr=3, tagged_ptr=4,
+                                  capacity=(132, 132 * launch.MAX_SLOT_FLOATS, 132 * 512))
+    with pytest.raises(ValueError, match="needs 264 workspace counters, the workspace has 132"):
+        launch.Launcher(pl, _Func(), 0, 0, {"B": 0x10, "S": 0x20, "Z": 0}, small, 57344, 8192, 1.0)
+    ws = types.SimpleNamespace(partials_ptr=2, locks_ptr=3, tagged_ptr=4, capacity=launch.workspace_capacity(132))
+    launch.Launcher(pl, _Func(), 0, 0, {"B": 0x10, "S": 0x20, "Z": 0}, ws, 57344, 8192, 1.0)
