@@ -74,7 +74,23 @@ def run_forced(qw, m, act, spec, rng, bias=True, lda=None, pad=0.0):
     torch.cuda.synchronize()
     y = out.double().cpu().numpy()
     assert not np.isnan(y).any(), "unwritten output elements"
+    check_workspace_clean(lz)
     return y, ref
+
+
+def check_workspace_clean(lz) -> None:
+    """After a launch has finished: its stream's workspace holds no count and no tag (the kernels
+    reset what they use; a count left behind would let the next launch's finisher add partial
+    sums before they are stored)."""
+    import numpy as np
+
+    from jitmarlin import launch
+
+    ws = getattr(lz, "keep", None)
+    if isinstance(ws, launch.Workspace):
+        assert not bool(ws.locks.any()), f"{lz.plan.spec.name}: workspace counters left non-zero"
+        tags = ws.tagged.view(np.uint32)[1::2]   # the high words of the 64-bit slots
+        assert not bool(tags.any()), f"{lz.plan.spec.name}: tagged workspace slots left"
 
 
 def rel(y, ref) -> float:

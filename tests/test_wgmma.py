@@ -491,6 +491,37 @@ def test_two_blocks_per_sm_match_reference(tm, tn, rng):
 
 
 @pytest.mark.gpu
+def test_two_block_plans_on_a_workspace_from_dirty_memory(rng):
+    """A workspace carved from pool memory that held large values: a two-blocks-an-SM plan (a
+    grid of 2 x SMs, finishers past block SMs - 1) must still find every counter zero, so that no
+    finisher adds partial sums before its contributors stored them; the counters are zero again
+    after the launch (run_forced checks). Before session 19 the workspace had one counter an SM."""
+    if not _hopper():
+        pytest.skip("needs an sm_90 GPU without JITMARLIN_EMULATE")
+    import cupy as cp
+    import torch
+
+    import jitmarlin
+    from jitmarlin import launch
+    from jitmarlin.profiles import live_profile
+
+    sms = live_profile(0).sms
+    counters, floats, words = launch.workspace_capacity(sms)
+    with cp.cuda.Device(0), launch.private_stream(0):   # the stream workspaces are allocated on
+        junk = [cp.full(counters, 1 << 30, dtype=cp.int32), cp.full(floats, np.nan, dtype=cp.float32),
+                cp.full(words, 1 << 62, dtype=cp.uint64)]
+    launch.private_stream(0).synchronize()
+    del junk                                            # back to the pool, values left in place
+    w = rng.standard_normal((2048 + 64, 8192)) * 0.02
+    qw = jitmarlin.quantize(w, "uint4b8", 128)
+    spec = KernelSpec("sm90", "uint4b8", "float16", 8, 4, 16, 4, 4, occupancy=2)
+    with torch.cuda.stream(torch.cuda.Stream()):        # a new stream: a new workspace
+        for m in (64, 150):
+            y, ref = run_forced(qw, m, "float16", spec, rng)
+            assert rel(y, ref) <= TOL["float16"], f"{spec.name} M={m}: {rel(y, ref):.3e}"
+
+
+@pytest.mark.gpu
 def test_whole_tile_plans_match_reference(rng):
     """128 output tiles (one a block on a 132-SM GPU) and 256 (two a block, the second row block
     part padding): plans without split tiles."""
