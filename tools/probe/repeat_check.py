@@ -2,8 +2,8 @@
 """Repeat one GPU correctness case many times with fresh inputs: for intermittent failures (a race
 shows as a patch of wrong outputs; an accuracy edge as a spread-out error just past the tolerance).
     python3 tools/probe/repeat_check.py --tiles 4x16x5x2,4x16x4x2 --n 2112 --k 8192 --m 64,41,150 --iters 20
-Tiles are TMxTNxSTAGESxOCCUPANCY of the sm90 kernel; --group 128 and -1 alternate with the acts as in
-tests/test_wgmma.py's two-block test."""
+Tiles are TMxTNxSTAGESxOCCUPANCY of the sm90 kernel; --cases lists act:group pairs (default: fp16 with
+groups of 128, bf16 with per-channel scales, as in tests/test_wgmma.py's two-block test)."""
 import argparse
 import os
 import sys
