@@ -486,3 +486,18 @@ def test_thermal_slowdown_counts_heat_not_the_power_cap():
     assert bl.thermal_slowdown(before, after) == {"SW Thermal Slowdown": 2000000}
     assert bl.thermal_slowdown(before, before) == {}
     assert bl.thermal_slowdown(None, after) == {}
+
+
+def test_sweep_filter_keeps_gemv_kernels_out_of_tile_and_stage_filters():
+    from jitmarlin.planner import candidate_specs
+    from jitmarlin.problem import Problem
+    from jitmarlin.profiles import get_profile
+
+    specs = candidate_specs(get_profile("h100"), Problem(16, 8192, 28672, "float16", "uint4b8", 128))
+    gemv = [s for s in specs if not hasattr(s, "stages")]
+    assert gemv and len(gemv) < len(specs)
+    tiles = [s for s in specs if bl.candidate_filter("sm80", "1x16,1x8")(s)]
+    assert tiles and all(hasattr(s, "stages") and (s.tm, s.tn) in ((1, 16), (1, 8)) for s in tiles)
+    assert not any(bl.candidate_filter("", "", "3")(s) for s in gemv)
+    assert [s for s in specs if bl.candidate_filter("gemv")(s)] == gemv
+    assert len([s for s in specs if bl.candidate_filter("sm80")(s)]) == len(specs)

@@ -62,16 +62,21 @@ def select_shapes(text):
 
 
 def candidate_filter(paths: str = "", tiles: str = "", stages: str = ""):
-    """tools/sweep's selection of candidate specs: paths ("sm90,dequant": code paths or routes),
-    tiles ("4x8,1x16x16": fused tiles as TMxTN or TMxTNxTK), stages ("3,4": pipeline depths);
-    empty = all. Returns a predicate on specs."""
+    """tools/sweep's selection of candidate specs: paths ("sm90,dequant,gemv": code paths, routes,
+    or the decode gemv kernels), tiles ("4x8,1x16x16": fused tiles as TMxTN or TMxTNxTK), stages
+    ("3,4": pipeline depths); empty = all. The gemv kernels have neither tiles nor stages: a tile
+    or stage filter leaves them out. Returns a predicate on specs."""
     keep_paths = set(filter(None, paths.split(",")))
     keep_tiles = {tuple(int(v) for v in t.split("x")) for t in tiles.split(",") if t}
     keep_depths = {int(v) for v in stages.split(",") if v}
 
     def wanted(s) -> bool:
-        if keep_paths and s.path not in keep_paths and getattr(s, "route", "") not in keep_paths:
+        gemv = not hasattr(s, "stages")
+        if (keep_paths and s.path not in keep_paths and getattr(s, "route", "") not in keep_paths
+                and not (gemv and "gemv" in keep_paths)):
             return False
+        if gemv:
+            return not keep_tiles and not keep_depths
         if getattr(s, "route", "") != "fused":
             return True
         if keep_tiles and (s.tm, s.tn) not in keep_tiles and (s.tm, s.tn, s.tk) not in keep_tiles:
