@@ -9,9 +9,9 @@ fused kernel (launch.Launcher), or from its M threshold up, dequantise + cuBLAS
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from . import dequant_gemm, launch, planner, tune
+from . import dequant_gemm, launch, planner, settings, tune
 from .arrays import is_cupy, is_torch
 from .cache import KernelCache, default_cache
 from .errors import CaptureError, InputError
@@ -33,23 +33,28 @@ def _torch_act(dtype) -> str | None:
     return a
 
 
-def _launcher(qw: QuantizedWeight, device: int, act: str, m: int, stream: int):
+def _launcher(qw: QuantizedWeight, device: int, act: str, m: int, stream: int, pdl: bool = False):
     launchers = qw._launchers
-    key = (device, act, m, stream)
+    key = (device, act, m, stream, pdl)
     lz = launchers.get(key)
     if lz is None:
-        lz = _prepare(qw, device, act, m, stream)
+        lz = _prepare(qw, device, act, m, stream, pdl=pdl)
         launchers[key] = lz
     return lz
 
 
+def _pdl(enable_pdl) -> bool:
+    return settings.pdl_default() if enable_pdl is None else bool(enable_pdl)
+
+
 def _prepare(qw: QuantizedWeight, device: int, act: str, m: int, stream: int,
-             spec=None) -> launch.Launcher | dequant_gemm.DequantLauncher:
+             spec=None, pdl: bool = False) -> launch.Launcher | dequant_gemm.DequantLauncher:
     """First call for this key: plan, fetch or compile, upload the weight, set up the workspace.
     `spec` (a KernelSpec or a DequantSpec) overrides the route and kernel choice (the autotuner
     measures candidates through it); without it a tuned choice stored for this GPU and shape
     bucket is used (or, with JITMARLIN_AUTOTUNE=1, made now: jitmarlin.tune.choose_for), else the
-    planner's."""
+    planner's. pdl: launch the fused kernel with programmatic dependent launch where the GPU has
+    it (sm_90+); the dequant + cuBLAS route and older GPUs launch as usual."""
     profile = planning_profile(device)
     problem = Problem(m, qw.n, qw.k, act, qw.qtype, qw.group_size)
     live = live_profile(device)
@@ -59,6 +64,9 @@ def _prepare(qw: QuantizedWeight, device: int, act: str, m: int, stream: int,
     if spec is None:
         spec = tune.choose_for(profile, arch, problem, cache, device=device, capturing=capturing)
     plan = planner.plan(profile, problem, spec)
+    pdl = pdl and plan.route == "fused" and live.cc >= launch.PDL_MIN_CC
+    if pdl != getattr(plan.spec, "pdl", False):   # the same kernel, built with (or without) the wait
+        plan = planner.plan(profile, problem, replace(plan.spec, pdl=pdl))
     if capturing and (device, act) not in qw._device:
         raise CaptureError("the weight has not been uploaded to this GPU yet: call linear() once "
                            "with it before capturing (warm-up)")
@@ -78,7 +86,7 @@ def _prepare(qw: QuantizedWeight, device: int, act: str, m: int, stream: int,
     # Sized for the largest grid this GPU can run (two blocks an SM), so it never has to grow.
     ws = launch.workspace(device, stream, live.sms)
     return launch.Launcher(plan, func, device, stream, ptrs, ws, qw.out_features, qw.in_features,
-                           qw.global_scale)
+                           qw.global_scale, pdl=pdl)
 
 
 def _rows(shape, strides, k: int, what: str = "x"):
@@ -105,26 +113,35 @@ def _rows(shape, strides, k: int, what: str = "x"):
     return m, lda
 
 
-def linear(x, qw: QuantizedWeight, bias=None, out=None):
+def linear(x, qw: QuantizedWeight, bias=None, out=None, *, enable_pdl: bool | None = None):
     """out = x @ W.T (+ bias), with W the quantized weight `qw` of shape (N, K).
 
     x: (..., K) float16 or bfloat16 on a GPU, as a CuPy array, a torch tensor or any __dlpack__
     object (returned as CuPy). bias: optional (N,) of x's dtype on the same GPU. out: optional
     preallocated contiguous (..., N) array of x's type and dtype. Runs on the caller's current
     stream (torch's for tensors, CuPy's otherwise). Returns an array of x's kind, shape (..., N).
+
+    enable_pdl: launch with programmatic dependent launch (sm_90+; default: JITMARLIN_PDL, off):
+    the kernel may start while the kernel before it on the stream is still finishing, and the
+    decode kernel fetches its first weights before it waits for that kernel. x, out, bias and the
+    workspace are touched only after the wait, so any kernel ahead is safe. On an H100 it saves
+    0.5-1.6 us a decode GEMM behind another jitmarlin GEMM, nothing behind a short elementwise
+    kernel (up to 0.75 us more; tools/PERF.md entry 46). Ignored on older GPUs and on the large-M
+    dequant + cuBLAS route.
     """
     if not isinstance(qw, QuantizedWeight):
         raise InputError(f"qw must be a jitmarlin.QuantizedWeight, got {type(qw).__name__}")
+    pdl = _pdl(enable_pdl)
     if is_torch(x):
-        return _linear_torch(x, qw, bias, out)
+        return _linear_torch(x, qw, bias, out, pdl)
     if is_cupy(x):
-        return _linear_cupy(x, qw, bias, out)
+        return _linear_cupy(x, qw, bias, out, pdl)
     if hasattr(x, "__array_interface__") or type(x).__module__ == "numpy":
         raise InputError("x is a host (NumPy) array: move it to the GPU (CuPy or torch) first")
     if hasattr(x, "__dlpack__"):
         import cupy
 
-        return _linear_cupy(cupy.from_dlpack(x), qw, bias, out)
+        return _linear_cupy(cupy.from_dlpack(x), qw, bias, out, pdl)
     raise InputError(f"x must be a CuPy array, a torch tensor or a DLPack producer, got {type(x).__name__}")
 
 
@@ -148,7 +165,7 @@ def _check_out_bias(kind, x, out, bias, out_shape, n, device, dtype, contiguous,
             raise InputError("bias must be contiguous and 4-byte aligned")
 
 
-def _linear_torch(x, qw, bias, out):
+def _linear_torch(x, qw, bias, out, pdl=False):
     torch = sys.modules["torch"]
     if not x.is_cuda:
         raise InputError("x is a CPU tensor: move it to a CUDA device first")
@@ -173,7 +190,7 @@ def _linear_torch(x, qw, bias, out):
     if ptr % 16:
         raise InputError("x's data must be 16-byte aligned")
     stream = _torch_stream(torch, dev)
-    lz = _launcher(qw, dev, act, m, stream)
+    lz = _launcher(qw, dev, act, m, stream, pdl)
     if qw.perm is not None:   # act-order: the kernel reads x's columns in the weight's order
         buf, perm = _gather_buffer(qw, dev, stream, m, x.dtype, "torch",
                                    lambda rows: torch.empty((rows, qw.in_features), dtype=x.dtype, device=x.device),
@@ -221,7 +238,7 @@ def _cupy_act(dtype) -> str:
     return a
 
 
-def _linear_cupy(x, qw, bias, out):
+def _linear_cupy(x, qw, bias, out, pdl=False):
     import cupy
     from cupy.cuda import runtime
 
@@ -239,7 +256,7 @@ def _linear_cupy(x, qw, bias, out):
                         lambda a: a.flags.c_contiguous, lambda a: a.data.ptr)
     if runtime.getDevice() != dev:   # a device context only when x lives on another GPU
         with cupy.cuda.Device(dev):
-            return _linear_cupy(x, qw, bias, out)
+            return _linear_cupy(x, qw, bias, out, pdl)
     if out is None:
         out = cupy.empty(out_shape, dtype=x.dtype)
     if m == 0:
@@ -248,7 +265,7 @@ def _linear_cupy(x, qw, bias, out):
     if ptr % 16:
         raise InputError("x's data must be 16-byte aligned")
     stream = cupy.cuda.get_current_stream().ptr
-    lz = _launcher(qw, dev, act, m, stream)
+    lz = _launcher(qw, dev, act, m, stream, pdl)
     if qw.perm is not None:   # act-order: the kernel reads x's columns in the weight's order
         buf, perm = _gather_buffer(qw, dev, stream, m, x.dtype, "cupy",
                                    lambda rows: cupy.empty((rows, qw.in_features), dtype=x.dtype),

@@ -197,7 +197,7 @@ def quick(shapes, ms, act: str = "float16", group: int = 128, target_ms: float =
             x = torch.randn(m, k, device="cuda", dtype=tdt)
             out = torch.empty(m, n, device="cuda", dtype=tdt)
             xh, oh = x.half(), torch.empty(m, n, device="cuda", dtype=torch.float16)
-            t = timer([lambda q=q: linear(x, q, out=out) for q in qws])
+            t = timer([lambda q=q: linear(x, q, out=out, enable_pdl=False) for q in qws])
             tc = timer([lambda w=w: torch.matmul(xh, w.t(), out=oh) for w in wts])
             rows.append({"K": k, "N": n, "M": m, "act": act, "jitmarlin_us": round(t, 2),
                          "cublas_fp16_us": round(tc, 2), "floor_us": round(floor_us(m, n, k, group, bw), 2)})

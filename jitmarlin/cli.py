@@ -85,6 +85,12 @@ def cmd_inspect(args) -> int:
 
     prof = _profile_from(args)
     plan = plan_for(prof, args.m, args.n, args.k, args.act, args.quant, args.group)
+    if args.pdl and plan.route == "fused":   # the variant linear(enable_pdl=True) runs on sm_90+
+        from dataclasses import replace
+
+        from .planner import plan as make_plan
+
+        plan = make_plan(prof, plan.problem, replace(plan.spec, pdl=True))
     spec = plan.spec
     if args.source:
         print(render(spec), end="")
@@ -483,6 +489,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--ptx", action="store_true", help="the PTX")
     g.add_argument("--sass", action="store_true", help="the SASS (needs cuobjdump or nvdisasm)")
     g.add_argument("--resources", action="store_true", help="registers, shared memory, spills (default)")
+    s.add_argument("--pdl", action="store_true",
+                   help="the kernel built for programmatic dependent launch (linear(enable_pdl=True))")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_inspect)
 

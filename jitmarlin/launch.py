@@ -228,16 +228,72 @@ def weight_tensor_maps(spec, ptrs: dict, n: int, k: int) -> tuple:
     return (bmap, *maps)
 
 
+PDL_MIN_CC = (9, 0)   # griddepcontrol and the launch attribute: Hopper and newer
+
+
+def _ctype_of(value):
+    """A ctypes object holding one kernel argument as tools/CuPy pass it (NumPy scalars; a tensor
+    map is a 128-byte NumPy void)."""
+    import ctypes
+
+    if isinstance(value, np.void):
+        return (ctypes.c_ubyte * value.dtype.itemsize).from_buffer_copy(value.tobytes())
+    kind = {np.dtype(np.uint64): ctypes.c_uint64, np.dtype(np.int32): ctypes.c_int32,
+            np.dtype(np.float32): ctypes.c_float}[np.asarray(value).dtype]
+    return kind(value.item())
+
+
+class PdlLaunch:
+    """One kernel launched with programmatic dependent launch (cuLaunchKernelEx, programmatic
+    stream serialization): the grid may start while the grid before it on the stream is still
+    finishing, and the kernel waits (griddepcontrol.wait) before it touches anything that grid may
+    write or read: x, the output, bias, the workspace. On sm_90+ only (PDL_MIN_CC)."""
+
+    __slots__ = ("cfg", "f", "cu", "seen", "vals", "ptrs")
+
+    def __init__(self, func_ptr: int, grid: tuple, block: tuple, smem: int, stream_ptr: int):
+        from cuda.bindings import driver as cu
+
+        cfg = cu.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
+        cfg.sharedMemBytes = smem
+        cfg.hStream = cu.CUstream(stream_ptr)
+        attr = cu.CUlaunchAttribute()
+        attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value.programmaticStreamSerializationAllowed = 1
+        cfg.attrs = [attr]
+        cfg.numAttrs = 1
+        self.cfg, self.f, self.cu = cfg, cu.CUfunction(func_ptr), cu
+        self.seen: list = []     # the argument objects of the last call, and their ctypes copies
+        self.vals: list = []
+        self.ptrs = None
+
+    def __call__(self, args: tuple) -> None:
+        import ctypes
+
+        if len(args) != len(self.seen):
+            self.seen, self.vals = [None] * len(args), [None] * len(args)
+            self.ptrs = (ctypes.c_void_p * len(args))()
+        for i, a in enumerate(args):   # the launcher's fixed arguments are the same objects
+            if a is not self.seen[i]:
+                self.seen[i], self.vals[i] = a, _ctype_of(a)
+                self.ptrs[i] = ctypes.addressof(self.vals[i])
+        err, = self.cu.cuLaunchKernelEx(self.cfg, self.f, ctypes.addressof(self.ptrs), 0)
+        if err != self.cu.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuLaunchKernelEx (programmatic dependent launch) failed: {err}")
+
+
 class Launcher:
-    """Everything fixed for one (weight, device, activation dtype, M, stream): the call only adds
-    the pointers of x, out and bias (and, for the wgmma kernel, x's tensor map, kept per x
-    buffer)."""
+    """Everything fixed for one (weight, device, activation dtype, M, stream, PDL): the call only
+    adds the pointers of x, out and bias (and, for the wgmma kernel, x's tensor map, kept per x
+    buffer). pdl: launch with programmatic dependent launch (the caller has checked the GPU)."""
 
     __slots__ = ("func", "grid", "block", "smem", "stream", "static", "plan", "device", "keep",
-                 "iters", "x_maps", "w_maps")
+                 "iters", "x_maps", "w_maps", "pdl")
 
     def __init__(self, plan: Plan, func, device: int, stream_ptr: int, ptrs: dict, ws: Workspace,
-                 n_out: int, k_in: int, gscale: float):
+                 n_out: int, k_in: int, gscale: float, pdl: bool = False):
         self.plan = plan
         self.func = func
         self.device = device
@@ -250,6 +306,8 @@ class Launcher:
         self.iters = np.int32(plan.iters)
         self.x_maps = {} if plan.spec.wgmma else None
         hybrid = getattr(plan.spec, "spread", 0) == 2
+        if pdl and not getattr(plan.spec, "pdl", False):   # it would touch x before the grid ahead is done
+            raise ValueError(f"{plan.spec.name} is not built for programmatic dependent launch (spec.pdl)")
         misfit = workspace_misfit(plan, ws.capacity)
         if misfit:   # a kernel past its counters would read another block's (or anything's) memory
             raise ValueError(misfit)
@@ -262,6 +320,7 @@ class Launcher:
 
         with _cp().cuda.Device(device):
             driver.funcSetAttribute(func.ptr, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.smem)
+        self.pdl = PdlLaunch(func.ptr, self.grid, self.block, self.smem, stream_ptr) if pdl else None
 
     def __call__(self, x_ptr: int, lda: int, out_ptr: int, bias_ptr: int) -> None:
         b, s, z, gscale, part, locks, m, n, k, n_out, k_in = self.static
@@ -275,4 +334,7 @@ class Launcher:
                 xmap = self.x_maps[(x_ptr, lda)] = x_tensor_map(
                     x_ptr, int(m), int(k_in), lda, self.plan.spec.tile_m)
             args += (xmap, *self.w_maps)
-        self.func(self.grid, self.block, args, shared_mem=self.smem, stream=self.stream)
+        if self.pdl is not None:
+            self.pdl(args)
+        else:
+            self.func(self.grid, self.block, args, shared_mem=self.smem, stream=self.stream)

@@ -19,3 +19,9 @@ def autotune_enabled() -> bool:
     """JITMARLIN_AUTOTUNE=1 (or true/yes/on): tune a problem bucket on the GPU at its first call
     when no tuned choice is stored (jitmarlin.tune.choose_for)."""
     return os.environ.get("JITMARLIN_AUTOTUNE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def pdl_default() -> bool:
+    """JITMARLIN_PDL=1 (or true/yes/on): linear() launches the fused kernels with programmatic
+    dependent launch on sm_90+ unless a call says otherwise (enable_pdl=False)."""
+    return os.environ.get("JITMARLIN_PDL", "").strip().lower() in ("1", "true", "yes", "on")

@@ -62,6 +62,8 @@ class KernelSpec(_WeightFormat):
     cluster: blocks per thread-block cluster (1, 2, 4 or 8; sm_90+, mma.sync kernel only): the
     blocks that share an output tile are in one cluster and add their partial sums through
     distributed shared memory instead of the global workspace.
+    pdl: built for programmatic dependent launch (griddepcontrol on sm_90+): the kernel waits for
+    the grid ahead of it before touching x, the output or the workspace (launch.PdlLaunch).
     On 'sm90', M is the wgmma N side (tm in 4, 8, 16: 64..256 tokens), N is split into 64-feature
     slabs over two warpgroups (tn 8 or 16) and tk is 4 (one 128-byte swizzled x row per stage).
     """
@@ -79,6 +81,7 @@ class KernelSpec(_WeightFormat):
     threads: int = THREADS
     occupancy: int = 1
     cluster: int = 1
+    pdl: bool = False
 
     # ---- derived geometry (the same numbers the template computes) ----
     @property
@@ -170,6 +173,8 @@ class KernelSpec(_WeightFormat):
 
     def check(self) -> None:
         """Raise ValueError when the fields do not describe a buildable kernel."""
+        if self.pdl not in (False, True):
+            raise ValueError(f"pdl must be a bool, got {self.pdl!r}")
         if self.path not in ("sm70", "sm75", "sm80", "sm90"):
             raise ValueError(f"unknown code path {self.path!r}")
         if self.qtype not in QTYPES:
@@ -223,10 +228,13 @@ class KernelSpec(_WeightFormat):
     # ---- identity ----
     def canonical(self) -> str:
         """Stable text form (sorted JSON) used in cache keys. `cluster` appears only when it is
-        not 1, so specs (and bundles, tuned choices) from before clusters keep their text."""
+        not 1 and `pdl` only when set, so specs (and bundles, tuned choices) from before them keep
+        their text."""
         d = asdict(self)
         if d["cluster"] == 1:
             del d["cluster"]
+        if not d["pdl"]:
+            del d["pdl"]
         return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
     @property
@@ -237,6 +245,7 @@ class KernelSpec(_WeightFormat):
             f"_m{self.tm}n{self.tn}k{self.tk}s{self.stages}"
             + (f"o{self.occupancy}" if self.occupancy > 1 else "")
             + (f"c{self.cluster}" if self.cluster > 1 else "")
+            + ("p" if self.pdl else "")
         )
 
 
@@ -334,7 +343,8 @@ class GemvSpec(_WeightFormat):
     go on into the next column block; the planner sizes the grid to the GPU); 2 ("hybrid"), block
     b owns column block b whole and takes a share of the K range of one of the column blocks past
     the grid, whose shares are added through the workspace (no fence: each value travels with a
-    tag) while the blocks still stream.
+    tag) while the blocks still stream. pdl: as in KernelSpec (the first batch's weights are
+    requested before the wait).
     """
 
     route: ClassVar[str] = "fused"
@@ -350,6 +360,7 @@ class GemvSpec(_WeightFormat):
     max_m: int = 8
     occupancy: int = 1
     spread: bool | int = False
+    pdl: bool = False
 
     @property
     def wgmma(self) -> bool:
@@ -390,6 +401,8 @@ class GemvSpec(_WeightFormat):
 
     def check(self) -> None:
         """Raise ValueError when the fields do not describe a buildable kernel."""
+        if self.pdl not in (False, True):
+            raise ValueError(f"pdl must be a bool, got {self.pdl!r}")
         if self.path != "sm80":
             raise ValueError(f"the gemv kernel is built for the sm80 path (sm_80+), not {self.path!r}")
         if self.qtype not in QTYPES:
@@ -421,9 +434,11 @@ class GemvSpec(_WeightFormat):
 
     def canonical(self) -> str:
         """Stable text form (sorted JSON) used in cache keys; carries "family": "gemv" so that
-        spec_from_canonical() can tell it from a KernelSpec's."""
+        spec_from_canonical() can tell it from a KernelSpec's; `pdl` only when set."""
         d = asdict(self)
         d["family"] = "gemv"
+        if not d["pdl"]:
+            del d["pdl"]
         return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
     @property
@@ -431,7 +446,8 @@ class GemvSpec(_WeightFormat):
         """Kernel symbol: jm_gemv_sm80_uint4b8_f16_g128_m8w16k16u4c2."""
         return (f"jm_gemv_{self.path}_{self.qtype}_{ACT_DTYPES[self.act]}_{self.group_tag}"
                 f"_m{self.max_m}w{self.warps}k{self.kwarps}u{self.unroll}" + (f"c{self.cluster}" if self.cluster > 1 else "")
-                + (f"o{self.occupancy}" if self.occupancy > 1 else "") + ("", "s", "h")[int(self.spread)])
+                + (f"o{self.occupancy}" if self.occupancy > 1 else "") + ("", "s", "h")[int(self.spread)]
+                + ("p" if self.pdl else ""))
 
 
 AnySpec = Union[KernelSpec, DequantSpec, GemvSpec]

@@ -199,7 +199,7 @@ def test_the_planned_generation_is_the_one_that_runs(capsys):
     qw, _ = make_weight(256, 4096, 128, "float16")
     x = cp.ones((3, 4096), dtype=cp.float16)
     jitmarlin.linear(x, qw)
-    lz = qw._launchers[(0, "float16", 3, cp.cuda.get_current_stream().ptr)]
+    lz = qw._launchers[(0, "float16", 3, cp.cuda.get_current_stream().ptr, False)]
     name = os.environ.get("JITMARLIN_EMULATE")
     expected = get_profile(name).path if name else live_profile(0).path
     with capsys.disabled():
@@ -477,3 +477,65 @@ def test_cluster_decode_matches_reference(case, rng, monkeypatch):
     ref = x64 @ w.T + b64
     err = float(cp.linalg.norm(y64 - ref) / cp.linalg.norm(ref))
     assert err <= TOL[act], f"{spec.name}: relative error {err:.3e}"
+
+
+# ---- programmatic dependent launch ------------------------------------------------------------
+
+def _pdl_gpu():
+    from jitmarlin import launch
+    from jitmarlin.profiles import live_profile
+
+    if live_profile(0).cc < launch.PDL_MIN_CC:
+        pytest.skip("programmatic dependent launch needs sm_90+")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 5, 16, 64])
+def test_pdl_kernels_wait_for_the_kernel_before_them(m, rng):
+    """A kernel launched with PDL starts before the one ahead of it on the stream has finished.
+    Here the one ahead rewrites x in place, 24 times, each followed by linear(enable_pdl=True)
+    into its own poisoned output, then two PDL GEMMs in a row, the second reading the first's
+    output. Every result must match its own x: a kernel that read x (or wrote out) before its wait
+    would see the previous x. Then the same chain captured in a CUDA graph and replayed."""
+    _pdl_gpu()
+    torch = pytest.importorskip("torch")
+    cp = _cp()
+    act = "bfloat16" if m == 5 else "float16"
+    dt = _torch_dtype(act)
+    tol = 2e-3 if act == "float16" else 1e-2
+    qa, wa = make_weight(4096, 4096, 128, act)
+    qb, wb = make_weight(2048, 4096, 64, act)
+    base = torch.from_dlpack(cp.asarray(rng.standard_normal((m, 4096)), dtype=cp.float32)).to(dt)
+
+    def f64(t):
+        return cp.from_dlpack(t.float().contiguous()).astype(cp.float64)
+
+    def rel(y, ref):
+        return float(cp.linalg.norm(f64(y) - ref) / cp.linalg.norm(ref))
+
+    x = base.clone()
+    for graph in (False, True):
+        outs = [torch.full((m, 4096), float("nan"), dtype=dt, device="cuda") for _ in range(24)]
+        y2 = torch.full((m, 2048), float("nan"), dtype=dt, device="cuda")
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for q in (qa, qb):   # warm-up: compile and upload outside the capture
+                jitmarlin.linear(x, q, enable_pdl=True)
+            g = torch.cuda.CUDAGraph() if graph else None
+            if g is not None:
+                g.capture_begin()
+            for i, out in enumerate(outs):
+                torch.mul(base, 1.0 + i, out=x)                     # the kernel ahead writes x
+                jitmarlin.linear(x, qa, out=out, enable_pdl=True)
+            jitmarlin.linear(jitmarlin.linear(x, qa, enable_pdl=True), qb, out=y2, enable_pdl=True)
+            if g is not None:
+                g.capture_end()
+                x.zero_()
+                g.replay()
+        stream.synchronize()
+        for i, out in enumerate(outs):
+            ref = f64(torch.mul(base, 1.0 + i)) @ wa.T
+            assert rel(out, ref) <= tol, (graph, i, rel(out, ref))
+        y1 = f64(torch.from_dlpack((f64(x) @ wa.T).astype(cp.float32)).to(dt))   # the first GEMM, rounded
+        assert rel(y2, y1 @ wb.T) <= 2 * tol, (graph, rel(y2, y1 @ wb.T))

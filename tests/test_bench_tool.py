@@ -256,7 +256,11 @@ def _fake_gpu(monkeypatch, gemlite_error=None):
     pool = types.SimpleNamespace(free_all_blocks=lambda: None)
     monkeypatch.setitem(sys.modules, "torch", torch)
     monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(get_default_memory_pool=lambda: pool))
-    monkeypatch.setattr(jitmarlin, "linear", lambda x, q, out=None: ("jitmarlin", x.shape[0]))
+    def fake_linear(x, q, out=None, enable_pdl=None):
+        assert enable_pdl is False     # the per-call figure must not overlap the previous call
+        return ("jitmarlin", x.shape[0])
+
+    monkeypatch.setattr(jitmarlin, "linear", fake_linear)
     monkeypatch.setattr(profiles, "live_profile",
                         lambda d: types.SimpleNamespace(l2_bytes=50 << 20, arch="sm_90", sms=132))
     b = bench_module()

@@ -25,6 +25,17 @@ def test_inspect_source_and_ptx(capsys):
     assert ".target sm_80" in capsys.readouterr().out
 
 
+def test_inspect_the_pdl_variant(capsys):
+    base = ["inspect", "--arch", "sm_90", "--m", "16", "--n", "4096", "--k", "4096"]
+    assert main(base + ["--pdl", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["kernel"].endswith("p") and r["spec"]["pdl"] is True and r["spill_stores"] == 0
+    assert main(base + ["--pdl", "--ptx"]) == 0
+    assert "griddepcontrol.wait" in capsys.readouterr().out
+    assert main(base + ["--ptx"]) == 0
+    assert "griddepcontrol" not in capsys.readouterr().out
+
+
 def test_prewarm_then_cached(capsys, tmp_path):
     args = ["prewarm", "--arch", "sm_80,sm_90", "--shapes", "4096x4096", "--m", "1,16",
             "--cache-dir", str(tmp_path)]

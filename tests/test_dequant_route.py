@@ -533,7 +533,7 @@ def test_prepare_builds_the_launcher_of_the_chosen_route(tmp_path, monkeypatch):
     monkeypatch.setattr(launch, "is_capturing", lambda s: False)
     monkeypatch.setattr(launch, "get_function", lambda art, key, dev: "func")
     monkeypatch.setattr(launch, "workspace", lambda dev, s, slots: "ws")
-    monkeypatch.setattr(launch, "Launcher", lambda plan, *a: ("fused", plan))
+    monkeypatch.setattr(launch, "Launcher", lambda plan, *a, **kw: ("fused", plan))
     grown = []
     monkeypatch.setattr(dequant_gemm, "workspace", lambda dev, s, elems, cc: grown.append(elems) or "dws")
     monkeypatch.setattr(dequant_gemm, "DequantLauncher", lambda plan, *a: ("dequant", plan, a))

@@ -375,6 +375,60 @@ def test_every_type_compiles_without_spills(qt, act):
         assert r["spill_stores"] == 0 and r["stack_bytes"] == 0, (spec.name, arch, r)
 
 
+@pytest.mark.slow
+def test_pdl_builds_wait_between_the_first_weights_and_x():
+    """Built for programmatic dependent launch (spec.pdl), the sm_90 kernel requests the first
+    batch's weights, then waits (griddepcontrol.wait), then loads x; built without, or for sm_80,
+    it has no griddepcontrol at all."""
+    from dataclasses import replace
+
+    spec = _spec(cb=1)
+    pdl = replace(spec, pdl=True)
+    ptx = _compile(pdl, "sm_90").ptx.splitlines()
+    first = lambda what: next(i for i, ln in enumerate(ptx) if what in ln)   # noqa: E731
+    assert first("ld.global.nc.L1::no_allocate.v4") < first("griddepcontrol.wait") < first("ld.global.nc.u32")
+    assert first("griddepcontrol.launch_dependents") > first("griddepcontrol.wait")
+    assert sum("griddepcontrol.wait" in ln for ln in ptx) == 1
+    assert "griddepcontrol" not in _compile(spec, "sm_90").ptx
+    assert "griddepcontrol" not in _compile(pdl, "sm_80").ptx
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("m", [1, 16])
+def test_pdl_kernels_on_emulator_wait_before_x(m, rng, plant):
+    """Built for PDL, the gemv (M = 1) and Stream-K (M = 16) kernels run right on the emulator,
+    which fails any thread that touches x, bias, the output or the workspace before its
+    griddepcontrol.wait; a wait moved after the first x loads (gemv) or left out (Stream-K) is
+    caught."""
+    from dataclasses import replace
+
+    from jitmarlin import emu, halves
+    from jitmarlin.planner import choose_fused_spec
+    from jitmarlin.quant import quantize
+    from jitmarlin.reference import linear_reference, rel_error
+
+    if emu.compiler() is None:
+        pytest.skip("no C++ compiler for the emulator")
+    prof = replace(H100, sms=4)
+    w = rng.standard_normal((328, 512)) * 0.05
+    qw = quantize(w, "uint4b8", 128, scale_dtype="float16")
+    p = Problem(m, qw.n, qw.k, "float16", "uint4b8", 128)
+    spec = replace(_spec(m=m) if m == 1 else choose_fused_spec(prof, p), pdl=True)
+    assert isinstance(spec, GemvSpec) == (m == 1)
+    pl = plan(prof, p, spec)
+    x = rng.standard_normal((m, 512)).astype(np.float32)
+    b = rng.standard_normal(328).astype(np.float32)
+    ref = linear_reference(halves.round_to(x, "float16"), qw, halves.round_to(b, "float16"))
+    assert rel_error(emu.run_values(pl, x, qw, bias=b, seed=int(rng.integers(1, 1 << 30))), ref) <= 2e-3
+    if m == 1:
+        x_first = "  if (n_batches > 0) {\n    load_x(0, kb++);\n    cross();\n  }\n"
+        plant("  grid_dep_wait();\n  grid_dep_launch();\n" + x_first, "  grid_dep_launch();\n" + x_first + "  grid_dep_wait();\n")
+    else:
+        plant("  grid_dep_wait();\n", "")
+    with pytest.raises(emu.EmuError, match="before griddepcontrol.wait"):
+        emu.run_values(pl, x, qw, bias=b, seed=int(rng.integers(1, 1 << 30)))
+
+
 # ---- GPU ---------------------------------------------------------------------------------------
 
 def _gpu_sm80_native():

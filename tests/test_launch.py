@@ -99,6 +99,57 @@ def test_mma_sync_launches_take_no_tensor_map(no_device):
     assert no_device == [] and len(f.calls[0]) == 16 and lz.w_maps == ()
 
 
+# ---- programmatic dependent launch --------------------------------------------------------------
+
+def test_pdl_launches_pass_the_same_arguments_through_cuLaunchKernelEx(no_device, monkeypatch):
+    """With pdl the launcher goes through cuLaunchKernelEx with the programmatic-serialization
+    attribute; the parameter block it hands over holds what CuPy's launch would have passed (the
+    tensor maps byte for byte), and the fixed arguments are not rebuilt on every call."""
+    import ctypes
+
+    from cuda.bindings import driver as cu
+
+    launches = []
+
+    def fake_ex(cfg, f, params, extra):   # reads the parameter values at the launch, as the driver does
+        ptrs = (ctypes.c_void_p * 20).from_address(params)
+        u64 = [ctypes.c_uint64.from_address(ptrs[i]).value for i in (0, 1, 2, 3, 4, 5, 7, 8)]
+        i32 = [ctypes.c_int32.from_address(ptrs[i]).value for i in range(9, 16)]
+        maps = [ctypes.string_at(ptrs[i], 128) for i in range(16, 20)]
+        launches.append((cfg, int(f), u64, ctypes.c_float.from_address(ptrs[6]).value, i32, maps,
+                         [ptrs[i] for i in range(20)]))
+        return (cu.CUresult.CUDA_SUCCESS,)
+
+    monkeypatch.setattr(cu, "cuLaunchKernelEx", fake_ex)
+    from dataclasses import replace
+
+    p = Problem(300, 8192, 8192, "float16", "uint4b8", 128)
+    prof = get_profile("h100")
+    pl = planner.plan(prof, p)
+    ws = types.SimpleNamespace(partials_ptr=2, locks_ptr=3, tagged_ptr=4, capacity=launch.workspace_capacity(132))
+    f = _Func()
+    with pytest.raises(ValueError, match="not built for programmatic dependent launch"):
+        launch.Launcher(pl, f, 0, 0x77, {"B": 0x10, "S": 0x20, "Z": 0}, ws, 8189, 8184, 0.5, pdl=True)
+    pl = planner.plan(prof, p, replace(pl.spec, pdl=True))
+    lz = launch.Launcher(pl, f, 0, 0x77, {"B": 0x10, "S": 0x20, "Z": 0}, ws, 8189, 8184, 0.5, pdl=True)
+    lz(0x1000, 8192, 0x9000, 0x5000)
+    lz(0x1000, 8200, 0xa000, 0)
+    assert f.calls == [] and len(launches) == 2
+    cfg, fptr, u64, gscale, i32, maps, addr = launches[0]
+    assert fptr == _Func.ptr and (cfg.gridDimX, cfg.blockDimX, cfg.sharedMemBytes) == (pl.grid, pl.spec.threads, pl.smem_bytes)
+    assert int(cfg.hStream) == 0x77 and cfg.numAttrs == 1
+    assert cfg.attrs[0].id == cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    assert cfg.attrs[0].value.programmaticStreamSerializationAllowed == 1
+    assert u64 == [0x1000, 0x10, 0x20, 0, 0x5000, 0x9000, 2, 3]    # x, B, S, Z, bias, C, workspace
+    assert gscale == 0.5 and i32 == [300, 8192, 8192, 8189, 8184, 8192, pl.iters]
+    assert maps[0][:8] == (0x1000).to_bytes(8, "little")               # x's tensor map
+    assert maps[1][:8] == (0x10).to_bytes(8, "little") and not any(maps[3])   # B's map; no offsets
+    _, _, u64b, _, i32b, _, addrb = launches[1]
+    assert u64b[4:6] == [0, 0xa000] and i32b[5] == 8200
+    assert [e[3] for e in no_device[-2:]] == [8192 * 2, 8200 * 2]    # a map for each row stride
+    assert addrb[1:4] == addr[1:4] and addrb[6:14] == addr[6:14]   # fixed arguments not rebuilt
+
+
 # ---- the workspace ------------------------------------------------------------------------------
 
 def test_every_plan_fits_the_workspace_of_its_gpu():
@@ -143,3 +194,23 @@ def test_launcher_refuses_a_plan_past_its_workspace(no_device):
         launch.Launcher(pl, _Func(), 0, 0, {"B": 0x10, "S": 0x20, "Z": 0}, small, 57344, 8192, 1.0)
     ws = types.SimpleNamespace(partials_ptr=2, locks_ptr=3, tagged_ptr=4, capacity=launch.workspace_capacity(132))
     launch.Launcher(pl, _Func(), 0, 0, {"B": 0x10, "S": 0x20, "Z": 0}, ws, 57344, 8192, 1.0)
+
+
+def test_pdl_specs_keep_the_old_text_and_name_their_variant():
+    """pdl=False specs keep their canonical text and name (stored tuned choices, bundles and cache
+    keys from before stay valid); pdl=True ones round-trip and are named apart."""
+    from dataclasses import replace
+
+    from jitmarlin.spec import GemvSpec, KernelSpec, spec_from_canonical
+
+    specs = [KernelSpec("sm80", "uint4b8", "float16", 8, 1, 16, 16, 3),
+             KernelSpec("sm90", "uint4b8", "bfloat16", 8, 16, 8, 4, 4, occupancy=1),
+             GemvSpec("sm80", "uint4b8", "float16", 8, 16, 16, 4, 2, 8)]
+    for s in specs:
+        assert "pdl" not in s.canonical() and spec_from_canonical(s.canonical()) == s
+        p = replace(s, pdl=True)
+        p.check()
+        assert '"pdl":true' in p.canonical() and spec_from_canonical(p.canonical()) == p
+        assert p.name == s.name + "p" and p.canonical() != s.canonical()
+        with pytest.raises(ValueError, match="pdl must be a bool"):
+            replace(s, pdl=2).check()

@@ -440,7 +440,7 @@ def test_prepare_plans_with_the_stored_choice(tmp_path, monkeypatch):
     monkeypatch.setattr(launch, "is_capturing", lambda s: False)
     monkeypatch.setattr(launch, "get_function", lambda art, key, dev: "func")
     monkeypatch.setattr(launch, "workspace", lambda dev, s, slots: "ws")
-    monkeypatch.setattr(launch, "Launcher", lambda plan, *a: plan)
+    monkeypatch.setattr(launch, "Launcher", lambda plan, *a, **kw: plan)
     monkeypatch.setattr(KernelCache, "get", lambda self, spec, arch, compile_missing=True:
                         (object(), "k" * 64, "memory"))
     ptr = types.SimpleNamespace(data=types.SimpleNamespace(ptr=0))
@@ -595,7 +595,7 @@ def _check_linear(qw, m, rng, expected_spec):
 
     x = cp.asarray(rng.standard_normal((m, qw.in_features)), dtype=cp.float16)
     y = jitmarlin.linear(x, qw)
-    lz = qw._launchers[(0, "float16", m, cp.cuda.get_current_stream().ptr)]
+    lz = qw._launchers[(0, "float16", m, cp.cuda.get_current_stream().ptr, False)]
     assert lz.plan.spec == expected_spec
     err = rel_error(y, linear_reference(x, qw))
     assert err <= 2e-3, f"{expected_spec.name}: relative error {err:.3e}"
@@ -659,6 +659,6 @@ def test_gpu_autotune_env_tunes_on_first_call(tmp_path, monkeypatch, rng):
     stored = tune.lookup(KernelCache(tmp_path), prof.name, arch, p)
     assert stored is not None and stored.m_bucket == 4 and stored.candidates == 3
     choice_spec = stored.winner() if stored.improved else planner.plan(prof, p).spec
-    lz = qw._launchers[(0, "float16", 3, cp.cuda.get_current_stream().ptr)]
+    lz = qw._launchers[(0, "float16", 3, cp.cuda.get_current_stream().ptr, False)]
     assert lz.plan.spec == choice_spec
     assert rel_error(y, linear_reference(x, qw)) <= 2e-3

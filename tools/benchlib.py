@@ -327,7 +327,7 @@ def thermal_slowdown(before, after):
 
 def kernel_name(qw, act, m):
     """The kernel (spec name) jitmarlin planned for weight `qw` at (act, M): read from the weight's
-    launchers, keyed (device, act, M, stream). Several streams with different plans join with '/'."""
+    launchers, keyed (device, act, M, stream, pdl). Several streams with different plans join with '/'."""
     names = sorted({lz.plan.spec.name for key, lz in getattr(qw, "_launchers", {}).items()
                     if len(key) >= 3 and key[1] == act and key[2] == m})
     return "/".join(names) if names else None

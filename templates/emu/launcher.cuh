@@ -1,6 +1,8 @@
 // ---- emulator entry point (CPU builds only) ------------------------------------------------------
 // bufs: A, B, S, Z, bias, C, partials, locks (Z and bias may be null); bytes: their sizes, for
-// bounds checks. dims: M, N, K, n_out, k_in, lda, iters.
+// bounds checks. dims: M, N, K, n_out, k_in, lda, iters. A kernel built for programmatic dependent
+// launch (spec.pdl) must execute griddepcontrol.wait in every thread before it touches A, bias, C
+// or the workspace: the grid ahead of it may still be writing or reading them.
 extern "C" int jm_emu_launch(int grid, int smem_bytes, void* const* bufs, const long long* bytes,
                              const int* dims, float gscale, unsigned seed, char* err, int errlen) {
   emu::Runtime rt;
@@ -9,7 +11,8 @@ extern "C" int jm_emu_launch(int grid, int smem_bytes, void* const* bufs, const 
   for (int i = 0; i < 8; ++i)
     if (bufs[i])
       rt.buffers.push_back(emu::Buffer{static_cast<const unsigned char*>(bufs[i]),
-                                       static_cast<const unsigned char*>(bufs[i]) + bytes[i], names[i]});
+                                       static_cast<const unsigned char*>(bufs[i]) + bytes[i], names[i],
+                                       {{ "true" if spec.pdl else "false" }} && (i == 0 || i >= 4)});   // PDL: all but B, S, Z
   rt.entry = [&] {
     {{ spec.name }}(static_cast<const int4*>(bufs[0]), static_cast<const int4*>(bufs[1]),
                     static_cast<const int4*>(bufs[2]), static_cast<const int4*>(bufs[3]),

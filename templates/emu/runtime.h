@@ -89,6 +89,7 @@ struct Thread {
   std::vector<std::vector<CopyOp>> groups;  // committed cp.async groups, oldest first
   std::vector<CopyOp> open;                 // issued, not yet committed
   int cluster_phase = 0;                    // barrier.cluster arrivals of this thread
+  bool dep_waited = false;                  // griddepcontrol.wait executed
 };
 
 struct Warp {
@@ -108,7 +109,10 @@ struct Block {
   std::vector<Warp> warps;
 };
 
-struct Buffer { const unsigned char* lo; const unsigned char* hi; const char* name; };
+// after_wait: a buffer a grid launched behind another (programmatic dependent launch) may touch
+// only after griddepcontrol.wait (x, the output, bias, the workspace: the grid before it may write
+// or still read them); the weights are not.
+struct Buffer { const unsigned char* lo; const unsigned char* hi; const char* name; bool after_wait = false; };
 
 struct Runtime {
   Dim3 grid{1, 1, 1}, block{1, 1, 1};
@@ -154,12 +158,18 @@ inline void yield() {
 inline void check_global(const void* p, size_t bytes, const char* what) {
   const unsigned char* c = static_cast<const unsigned char*>(p);
   for (const Buffer& b : g_rt->buffers)
-    if (c >= b.lo && c + bytes <= b.hi) return;
+    if (c >= b.lo && c + bytes <= b.hi) {
+      if (b.after_wait && !cur().dep_waited)
+        fail(std::string(what) + ": access to " + b.name + " before griddepcontrol.wait");
+      return;
+    }
   char msg[160];
   std::snprintf(msg, sizeof msg, "%s: global access of %zu bytes at %p is outside every buffer",
                 what, bytes, p);
   fail(msg);
 }
+
+inline void pdl_wait() { cur().dep_waited = true; }
 
 inline void check_smem(const void* p, size_t bytes, size_t align, const char* what) {
   Block& b = cur_block();

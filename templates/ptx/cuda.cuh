@@ -172,6 +172,20 @@ JM_DEV int atomic_add_cta(int* p, int v) { return atomicAdd_block(p, v); }   // 
 JM_DEV void fence_cta() { __threadfence_block(); }
 JM_DEV void fence_gpu() { __threadfence(); }
 JM_DEV void spin_pause() { __nanosleep(20); }
+// Programmatic dependent launch (sm_90+): wait until the grids this one was launched behind have
+// finished and their writes are visible; let a grid launched behind this one with the attribute
+// start its own prologue. Both return at once in a grid launched without the attribute, and are
+// empty before sm_90 (no such instructions).
+JM_DEV void grid_dep_wait() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+JM_DEV void grid_dep_launch() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
 JM_DEV float rcp_rn(float x) { return __frcp_rn(x); }   // 1 / x, rounded to nearest
 JM_DEV void bar_sync() { __syncthreads(); }
 JM_DEV u32 shfl_idx(u32 v, int src_lane) { return __shfl_sync(0xffffffffu, v, src_lane); }

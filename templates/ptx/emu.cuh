@@ -248,6 +248,10 @@ JM_DEV int atomic_add_cta(int* p, int v) {
 JM_DEV void fence_cta() {}
 JM_DEV void fence_gpu() {}
 JM_DEV void spin_pause() { emu::yield(); }
+// Programmatic dependent launch: the emulator runs one grid at a time, so there is nothing to
+// wait for; the wait still records that global memory was not touched before it (emu::pdl_wait).
+JM_DEV void grid_dep_wait() { emu::pdl_wait(); }
+JM_DEV void grid_dep_launch() {}
 JM_DEV float rcp_rn(float x) { return 1.0f / x; }   // 1 / x, rounded to nearest
 JM_DEV void bar_sync() { emu::syncthreads(); }
 JM_DEV u32 shfl_idx(u32 v, int src_lane) {
