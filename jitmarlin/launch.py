@@ -232,8 +232,8 @@ PDL_MIN_CC = (9, 0)   # griddepcontrol and the launch attribute: Hopper and newe
 
 
 def _ctype_of(value):
-    """A ctypes object holding one kernel argument as tools/CuPy pass it (NumPy scalars; a tensor
-    map is a 128-byte NumPy void)."""
+    """A ctypes copy of one kernel argument as the Launcher holds it for CuPy's launch (a NumPy
+    scalar; a tensor map is a 128-byte NumPy void)."""
     import ctypes
 
     if isinstance(value, np.void):

@@ -24,4 +24,5 @@ def autotune_enabled() -> bool:
 def pdl_default() -> bool:
     """JITMARLIN_PDL=1 (or true/yes/on): linear() launches the fused kernels with programmatic
     dependent launch on sm_90+ unless a call says otherwise (enable_pdl=False)."""
-    return os.environ.get("JITMARLIN_PDL", "").strip().lower() in ("1", "true", "yes", "on")
+    v = os.environ.get("JITMARLIN_PDL")   # read on every linear() call: the unset case stays cheap
+    return v is not None and v.strip().lower() in ("1", "true", "yes", "on")

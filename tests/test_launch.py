@@ -214,3 +214,14 @@ def test_pdl_specs_keep_the_old_text_and_name_their_variant():
         assert p.name == s.name + "p" and p.canonical() != s.canonical()
         with pytest.raises(ValueError, match="pdl must be a bool"):
             replace(s, pdl=2).check()
+
+
+def test_pdl_default_comes_from_the_environment(monkeypatch):
+    from jitmarlin import api
+
+    monkeypatch.delenv("JITMARLIN_PDL", raising=False)
+    assert api._pdl(None) is False and api._pdl(True) is True
+    for v, want in (("1", True), (" On ", True), ("yes", True), ("0", False), ("off", False), ("", False)):
+        monkeypatch.setenv("JITMARLIN_PDL", v)
+        assert api._pdl(None) is want, v
+        assert api._pdl(False) is False
