@@ -199,7 +199,7 @@ def cmd_prewarm(args) -> int:
     try:
         report = fleet.prewarm_fleet(
             names, shapes, csv(args.m, int, "--m"), csv(args.act), csv(args.quant),
-            csv(args.group, int, "--group"), jobs=jobs, cache=cache, progress=bar)
+            csv(args.group, int, "--group"), jobs=jobs, cache=cache, progress=bar, pdl=args.pdl)
     except KeyboardInterrupt:
         print("\nprewarm: interrupted (kernels compiled so far are cached)", file=sys.stderr)
         return 130
@@ -501,6 +501,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--jobs", type=int, default=1, help="compile processes (0: one per CPU)")
     s.add_argument("--cache-dir", default=None)
     s.add_argument("--list-models", action="store_true", help="list the shipped manifests and exit")
+    s.add_argument("--pdl", action="store_true", help="also the sm_90+ builds for programmatic dependent "
+                   "launch (linear(enable_pdl=True))")
     s.set_defaults(func=cmd_prewarm)
 
     s = sub.add_parser("tune", help="time the candidate kernels on this GPU and store the fastest "

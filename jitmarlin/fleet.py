@@ -15,7 +15,7 @@ import shutil
 import time
 from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import product
 from pathlib import Path
 from typing import Callable, Iterable
@@ -24,6 +24,7 @@ from . import nvrtc
 from .api import PrewarmResult, plan_for
 from .cache import KernelCache, default_cache
 from .errors import InputError, JitMarlinError
+from .launch import PDL_MIN_CC
 from .profiles import DeviceProfile, get_profile
 from .qtypes import ACT_DTYPES, GROUP_SIZES, get_qtype
 from .spec import AnySpec
@@ -283,9 +284,10 @@ def _check_choices(ms, acts, qtypes, group_sizes) -> None:
             raise InputError(f"group size must be one of {GROUP_SIZES} (-1 = per output channel), got {g!r}")
 
 
-def plan_fleet(profiles, shapes, ms, acts, qtypes, group_sizes, report: FleetReport):
+def plan_fleet(profiles, shapes, ms, acts, qtypes, group_sizes, report: FleetReport, pdl: bool = False):
     """Plan every combination; returns {(spec, arch): [profile names]} in first-seen order and
-    fills report.unsupported, report.skipped and report.archs."""
+    fills report.unsupported, report.skipped and report.archs. pdl: also the programmatic-
+    dependent-launch builds of the fused kernels on sm_90+ (linear(enable_pdl=True))."""
     profs = _profiles(profiles)
     _check_choices(ms, acts, qtypes, group_sizes)
     # The same (K, N) often comes from several layers or TP degrees: plan it once.
@@ -309,9 +311,13 @@ def plan_fleet(profiles, shapes, ms, acts, qtypes, group_sizes, report: FleetRep
                 except JitMarlinError as e:
                     report.unsupported[(p.name, p.arch, str(e))] += 1
                     continue
-                users = jobs.setdefault((spec, p.arch), [])
-                if p.name not in users:
-                    users.append(p.name)
+                builds = [spec]
+                if pdl and spec.route == "fused" and p.cc >= PDL_MIN_CC:
+                    builds.append(replace(spec, pdl=True))
+                for b in builds:
+                    users = jobs.setdefault((b, p.arch), [])
+                    if p.name not in users:
+                        users.append(p.name)
     return jobs
 
 
@@ -383,7 +389,7 @@ def _run_jobs(todo: list[tuple[AnySpec, str]], jobs: int, cache: KernelCache):
 def prewarm_fleet(profiles, shapes, ms=(1, 16, 64), acts=("float16",), qtypes=("uint4b8",),
                   group_sizes=(128,), jobs: int = 1, cache_dir: str | os.PathLike | None = None,
                   progress: Callable[[int, int, PrewarmResult | None], None] | None = None,
-                  cache: KernelCache | None = None) -> FleetReport:
+                  cache: KernelCache | None = None, pdl: bool = False) -> FleetReport:
     """Compile (or find cached) every kernel the planner picks for the fleet. Needs no GPU.
 
     profiles: names ('h100'), archs ('sm_90', its reference GPU) or DeviceProfiles. shapes: (K, N)
@@ -391,12 +397,13 @@ def prewarm_fleet(profiles, shapes, ms=(1, 16, 64), acts=("float16",), qtypes=("
     acts, qtypes, group_sizes: every combination is planned. jobs: compile processes (1: in this
     process). cache_dir: kernel cache root (default: JITMARLIN_CACHE_DIR); `cache` instead reuses
     an open KernelCache. progress(done, total, result) is called once before the first compile
-    (result None) and after each kernel.
+    (result None) and after each kernel. pdl: also build the kernels linear(enable_pdl=True) runs
+    on sm_90+.
     """
     t0 = time.perf_counter()
     cache = cache or (KernelCache(cache_dir) if cache_dir else default_cache())
     report = FleetReport()
-    planned = plan_fleet(profiles, shapes, list(ms), list(acts), list(qtypes), list(group_sizes), report)
+    planned = plan_fleet(profiles, shapes, list(ms), list(acts), list(qtypes), list(group_sizes), report, pdl)
     # One arch check per arch, in this process: a whole arch NVRTC cannot build (sm_70 with
     # NVRTC 13) fails with one clear reason instead of spawning a compile per kernel.
     arch_error = {}

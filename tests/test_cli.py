@@ -47,6 +47,17 @@ def test_prewarm_then_cached(capsys, tmp_path):
     assert "0 compiled" in capsys.readouterr().out
 
 
+def test_prewarm_pdl_adds_the_sm90_pdl_builds(capsys, tmp_path):
+    args = ["prewarm", "--arch", "sm_80,sm_90", "--shapes", "4096x4096", "--m", "1,16",
+            "--cache-dir", str(tmp_path), "--pdl"]
+    assert main(args) == 0
+    assert "5 compiled" in capsys.readouterr().out   # the 3 of test_prewarm_then_cached, 2 of them again for PDL
+    from jitmarlin.cache import KernelCache
+
+    built = sorted((e["arch"], e["name"]) for _, e in KernelCache(tmp_path).entries())
+    assert [b for b in built if b[1].endswith("p")] == [(a, n + "p") for a, n in built if a == "sm_90" and not n.endswith("p")]
+
+
 def test_bad_arguments_are_clear(capsys):
     assert main(["inspect", "--arch", "sm_90", "--act", "bfloat16", "--profile", "t4"]) == 2
     assert "bfloat16" in capsys.readouterr().err
