@@ -240,6 +240,39 @@ def test_hybrid_plans_on_emulator(rng):
             assert rel_error(out, ref) <= TOL[act], f"{spec.name} M={m}"
 
 
+@pytest.mark.parametrize("kind", ["whole", "spread", "hybrid", "two_groups_a_batch"])
+def test_group_scales_on_the_sums_with_runs_off_the_groups(kind, rng):
+    """Symmetric group scales are applied to a group's sums at its end: runs of 3 batches of 4 k16
+    rows start and end inside groups of 8 rows (whole column blocks: K = 768, 4 K-warps), spread
+    runs cross column blocks inside a group; hybrid plans keep the scale on the weights; batches of
+    8 rows hold two groups of 64."""
+    from dataclasses import replace
+
+    from jitmarlin import emu, halves
+    from jitmarlin.quant import quantize
+    from jitmarlin.reference import linear_reference, rel_error
+
+    if emu.compiler() is None:
+        pytest.skip("no C++ compiler for the emulator")
+    n_out, k_in, sms = {"whole": (200, 768, 4), "spread": (424, 640, 2), "hybrid": (440, 1152, 4),
+                        "two_groups_a_batch": (200, 1024, 4)}[kind]
+    group = 64 if kind == "two_groups_a_batch" else 128
+    prof = replace(H100, sms=sms)
+    w = rng.standard_normal((n_out, k_in)) * 0.05
+    for act, m in (("float16", 1), ("bfloat16", 5), ("float16", 8)):
+        qw = quantize(w, "uint4b8", group, scale_dtype=act)
+        spec = _spec("uint4b8", act, group=group, m=m, warps=4,
+                     spread={"spread": True, "hybrid": 2}.get(kind, False))
+        if kind == "two_groups_a_batch":
+            spec = replace(spec, unroll=8)
+        assert spec.group_blocks * spec.unroll == 32
+        pl = plan(prof, Problem(m, qw.n, qw.k, act, "uint4b8", group), spec)
+        x = rng.standard_normal((m, k_in)).astype(np.float32)
+        out = emu.run_values(pl, x, qw, seed=int(rng.integers(1, 1 << 30)))
+        ref = linear_reference(halves.round_to(x, act), qw)
+        assert rel_error(out, ref) <= TOL[act], f"{spec.name} M={m}"
+
+
 HYBRID_SLIPS = {
     "wait": ("        while (!(hv[sb] >> 32)) {\n          spin_pause();\n          hv[sb] = ld_relaxed_gpu_u64(src);\n"
              "        }\n", ""),
