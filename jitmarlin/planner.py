@@ -426,6 +426,11 @@ def _cluster_spec(profile: DeviceProfile, p: Problem, base: KernelSpec) -> Kerne
 GEMV_MAX_M = 16
 GEMV_PLAN_MAX_M = 8
 GEMV_MIN_FILL = 0.7
+# A whole-column-block plan whose kernel puts the group scale on the sums (GemvSpec.scale_sums; the
+# hybrid kernel does not) is taken instead of a hybrid one down to this fill (H100, 70B qkv, 160
+# column blocks as 80 blocks of two, fill 0.61: 17.5 us at M = 1 against 18.7 hybrid, 18.75
+# against 20.3 at M = 8, bf16 alike; tools/PERF.md entry 47).
+GEMV_SCALED_MIN_FILL = 0.6
 GEMV_COL_BLOCKS = (1, 2, 4)
 
 
@@ -531,7 +536,8 @@ def gemv_specs(profile: DeviceProfile, p: Problem) -> list[GemvSpec]:
 
 def _gemv_choice(profile: DeviceProfile, p: Problem) -> GemvSpec | None:
     """The gemv kernel the planner takes for `p`, or None (Stream-K mma.sync kernel instead): the
-    fullest plan of whole column blocks where it fills GEMV_MIN_FILL of the SMs, else the hybrid
+    fullest plan of whole column blocks where it fills GEMV_MIN_FILL of the SMs (where a hybrid
+    plan is the alternative and the kernel scales the sums, GEMV_SCALED_MIN_FILL), else the hybrid
     one, else the two-blocks-an-SM one, else the fullest spread plan where it fills GEMV_MIN_FILL."""
     specs = gemv_specs(profile, p) if p.m <= GEMV_PLAN_MAX_M else []
     cols = p.n // 64
@@ -539,6 +545,8 @@ def _gemv_choice(profile: DeviceProfile, p: Problem) -> GemvSpec | None:
     if whole and _gemv_fill(profile, whole[0], cols) >= GEMV_MIN_FILL:
         return whole[0]
     hybrid = next((s for s in specs if s.spread == 2), None)
+    if hybrid and whole and whole[0].scale_sums and _gemv_fill(profile, whole[0], cols) >= GEMV_SCALED_MIN_FILL:
+        return whole[0]
     if hybrid:
         return hybrid
     two = next((s for s in specs if s.occupancy == 2), None)

@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 from typing import ClassVar, Union
 
-from .qtypes import ACT_DTYPES, QTYPES
+from .qtypes import ACT_DTYPES, QTYPES, get_qtype
 
 THREADS = 256          # 8 warps per block
 WARPS = THREADS // 32
@@ -369,6 +369,14 @@ class GemvSpec(_WeightFormat):
     @property
     def threads(self) -> int:
         return 32 * self.warps
+
+    @property
+    def scale_sums(self) -> bool:
+        """Whether the kernel applies the group scale to a group's sums instead of to every
+        weight: symmetric types with groups of at least 64 along K, one token block (max_m 8),
+        not hybrid (tools/PERF.md entry 47)."""
+        return (self.group_blocks >= 4 and not get_qtype(self.qtype).zero_points and self.max_m == 8
+                and self.spread != 2)
 
     @property
     def col_blocks(self) -> int:

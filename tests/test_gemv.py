@@ -47,16 +47,22 @@ def test_decode_plans_gemv_where_its_blocks_fill_the_gpu():
             assert isinstance(pl.spec, GemvSpec), (n, k, m)
             assert (pl.spec.col_blocks, pl.spec.cluster) == (cb, cl)
             assert pl.grid == -(-(n // 64) // cb) * cl <= H100.sms
-    # 70B qkv: 160 column blocks leave a one-wave plan of 16-warp blocks at most 61% of the SMs:
-    # a hybrid plan (block b owns column block b, the 28 past the grid shared by 4-5 blocks each),
-    # ahead of 8-warp blocks two an SM and the round-robin spread plans
+    # 70B qkv: 160 column blocks leave a one-wave plan of 16-warp blocks at most 61% of the SMs.
+    # Where that kernel puts the group scale on the sums (symmetric codes, groups of 128), it is
+    # taken: 80 blocks of two column blocks. Otherwise (zero points, short groups) a hybrid plan
+    # (block b owns column block b, the 28 past the grid shared by 4-5 blocks each), ahead of
+    # 8-warp blocks two an SM and the round-robin spread plans
     pl = plan(H100, _problem(1, 10240, 8192))
-    assert (pl.spec.warps, pl.spec.occupancy, pl.spec.cluster, pl.spec.spread, pl.grid) == (16, 1, 1, 2, 132)
+    assert pl.spec.scale_sums and (pl.spec.warps, pl.spec.col_blocks, pl.spec.spread, pl.grid) == (16, 2, False, 80)
+    for qt, g in (("uint4", 128), ("uint4b8", 32)):
+        pl = plan(H100, _problem(1, 10240, 8192, qt=qt, group=g))
+        assert (pl.spec.warps, pl.spec.occupancy, pl.spec.cluster, pl.spec.spread, pl.grid) == (16, 1, 1, 2, 132)
+        assert not pl.spec.scale_sums
     assert {(c.spread, c.occupancy) for c in gemv_specs(H100, _problem(1, 10240, 8192))} >= {(2, 1), (1, 1), (0, 2)}
     # hybrid plans need some column blocks past the grid, each shared by at most 8 blocks, and one
     # token block; every quant type
     assert not any(c.spread == 2 for c in gemv_specs(H100, _problem(1, 140 * 64, 8192)))
-    assert plan(H100, _problem(1, 10240, 8192, qt="uint8b128")).spec.spread == 2
+    assert any(c.spread == 2 for c in gemv_specs(H100, _problem(1, 10240, 8192, qt="uint8b128")))
     assert not any(c.spread == 2 for c in gemv_specs(H100, _problem(12, 10240, 8192)))
     # 70B gate_up: 896 column blocks, no one-wave plan of whole ones: spread over the 132 SMs,
     # 6 or 7 a block, no clusters

@@ -38,7 +38,7 @@ SUBS = {
     "xnone": [("fx[buf][u][n][0] = k0 + u * 16 < x_end[n] ? ld_global_u32(x) : 0u;", "fx[buf][u][n][0] = (u32)(size_t)x;"),
               ("fx[buf][u][n][1] = k0 + u * 16 + 8 < x_end[n] ? ld_global_u32(x + 4) : 0u;", "fx[buf][u][n][1] = 0u;")],
     # gemv with the group scale on the weights again (session 21's A/B of the scaled sums)
-    "ss_off": [("constexpr bool SCALE_SUMS = GROUP_BLOCKS >= 4 && !AFFINE && NT == 1 && !HYBRID;", "constexpr bool SCALE_SUMS = false;")],
+    "ss_off": [("constexpr bool SCALE_SUMS = true;", "constexpr bool SCALE_SUMS = false;")],
     # Spread gemv kernels (timing only where a run crosses column blocks): without the flush of
     # the sums inside the loop, without the loads' crossing, without both.
     "sp_noflush": [("if (SPREAD && c_left-- == 0) {", "if (false) {")],
