@@ -1,6 +1,8 @@
-# Session 21: gemv with the group scale on the sums and x's loads without per-load checks.
-# PART=a: GPU gemv tests, then M = 1, 8 A/B (head_tree / working tree / working tree with the scale
-# back on the weights); PART=b: M = 16 with the 16-row gemv forced, against Stream-K.
+# Session 21 (tools/PERF.md entry 47): gemv with the group scale on the sums. PART=a: the GPU gemv
+# tests (TESTS=0: none), then an A/B at MS (default 1,8) in ACT through tools/probe/ab_tree.sh (VS:
+# headN = tools/probe/head_tree, newN = the working tree, s-ss_off = the working tree with the scale
+# back on the weights, anything else a JM_PROBE_GEMV setting); PART=b: M = 16 with the 16-row gemv
+# forced (JM_PROBE_GEMV=pm=16), against Stream-K.
 source tools/probe/env.sh 2>/dev/null
 if [ "${PART:-a}" = a ]; then
   if [ "${TESTS:-1}" = 1 ]; then
