@@ -114,6 +114,14 @@ class KernelSpec(_WeightFormat):
         return rows * (2 if self.affine else 1)
 
     @property
+    def scale_sums(self) -> bool:
+        """Whether the mma.sync kernel applies the group scale to a group's fp32 sums instead of
+        to every weight: symmetric types with groups of at least 64 along K, one m16 row block,
+        on the paths whose accumulators already have the common C layout (not sm70's)."""
+        return (self.path in ("sm75", "sm80") and self.tm == 1 and self.group_blocks >= 4
+                and not self.affine)
+
+    @property
     def tile_m(self) -> int:
         return 16 * self.tm
 

@@ -78,6 +78,40 @@ def test_kernel_on_emulator(case, rng):
     assert err <= TOL[case[4]], f"{pl.spec.name}: relative error {err:.3e}"
 
 
+# KernelSpec.scale_sums (one m16 row block, groups of 64 or 128): a warp's run of k16 steps under
+# one scale row sums unscaled codes, then takes the scale. Runs of a whole stage's steps (group
+# >= the K tile), two runs a warp and stage (group 64 < SUB = 8), runs of 2 steps on 8 K-warps,
+# sm75's k8 MMAs, a short last tile.
+SCALE_SUM_CASES = [
+    (12, 256, 1024, 64, "float16", 3, ("sm80", 1, 16, 16, 2)),
+    (16, 320, 768, 128, "bfloat16", 4, ("sm80", 1, 4, 16, 3)),
+    (2, 192, 1024, 64, "float16", 3, ("sm75", 1, 8, 16, 2)),
+    (11, 128, 512, 128, "bfloat16", 2, ("sm80", 1, 8, 8, 2)),
+]
+
+
+@pytest.mark.parametrize("case", SCALE_SUM_CASES, ids=lambda c: f"m{c[0]}g{c[3]}{c[4][:2]}{c[6][0]}tn{c[6][2]}tk{c[6][3]}")
+def test_group_scales_on_the_sums_on_emulator(case, rng):
+    pl, out, ref = _run_case(*case, rng)
+    assert pl.spec.scale_sums
+    err = rel_error(out, ref)
+    assert err <= TOL[case[4]], f"{pl.spec.name}: relative error {err:.3e}"
+
+
+@pytest.mark.parametrize("old,new", [
+    # the run's sums never enter the totals, or enter them without being cleared
+    ("if ((sub + 1) % SCALE_RUN == 0) end_run(sub);", "if ((sub + 1) % SCALE_RUN == 0) {}"),
+    ("          grp[0][s].r[e] = 0.f;\n        }\n      }\n    };", "        }\n      }\n    };"),
+    # every run takes the first scale row of the stage (two groups a stage)
+    ("const int srow = GROUP_BLOCKS >= TK ? 0 : kk / GROUP_BLOCKS;\n      const int4* row",
+     "const int srow = 0;\n      const int4* row"),
+], ids=["no-flush", "no-clear", "one-scale-row"])
+def test_emulator_catches_planted_scale_sum_slips(plant, rng, old, new):
+    plant(old, new)
+    _, out, ref = _run_case(*SCALE_SUM_CASES[0], rng)
+    assert rel_error(out, ref) > TOL["float16"]
+
+
 def _mutated_run(plant, old, new, rng):
     plant(old, new)
     return _run_case(33, 256, 512, 64, "float16", 4, None, rng, bias=False)
@@ -193,6 +227,7 @@ def test_emulator_catches_remote_store_outside_the_cluster(plant, rng):
 QTYPE_CASES = [
     ("uint4", 128, "float16", "h100", 9), ("uint4", -1, "bfloat16", "h100", 17),
     ("uint8b128", 64, "float16", "h100", 9), ("uint8b128", -1, "bfloat16", "h100", 3),
+    ("uint8b128", 128, "bfloat16", "h100", 12), ("float8_e4m3fn", 64, "bfloat16", "h100", 16),
     ("uint8", 32, "bfloat16", "h100", 33), ("uint8", -1, "float16", "h100", 5),
     ("float8_e4m3fn", 128, "float16", "h100", 9), ("float8_e4m3fn", -1, "bfloat16", "h100", 2),
     ("nvfp4", 16, "float16", "h100", 9), ("nvfp4", 16, "bfloat16", "h100", 20),
