@@ -134,12 +134,14 @@ if whole:
                                    smem_bytes=s.smem_bytes())
 
     P.plan = plan_whole
-# JM_PROBE_CLUSTER=1: decode plans with thread-block clusters where they deal evenly
+# JM_PROBE_CLUSTER=1 (or a CLUSTER_MAX_LOAD): decode plans with thread-block clusters where they deal evenly
 # (planner.CLUSTER_DECODE, off by default since session 8: tools/PERF.md entry 29).
 if os.environ.get("JM_PROBE_CLUSTER"):
     import jitmarlin.planner as P
 
     P.CLUSTER_DECODE = True
+    if os.environ["JM_PROBE_CLUSTER"] != "1":   # a value: planner.CLUSTER_MAX_LOAD
+        P.CLUSTER_MAX_LOAD = float(os.environ["JM_PROBE_CLUSTER"])
 # JM_PROBE_TILE=TN,TK,STAGES: decode (M <= 16, sm80 path) plans with that tile (Stream-K).
 tile = os.environ.get("JM_PROBE_TILE")
 if tile:
