@@ -142,20 +142,21 @@ if os.environ.get("JM_PROBE_CLUSTER"):
     P.CLUSTER_DECODE = True
     if os.environ["JM_PROBE_CLUSTER"] != "1":   # a value: planner.CLUSTER_MAX_LOAD
         P.CLUSTER_MAX_LOAD = float(os.environ["JM_PROBE_CLUSTER"])
-# JM_PROBE_TILE=TN,TK,STAGES: decode (M <= 16, sm80 path) plans with that tile (Stream-K).
+# JM_PROBE_TILE=TN,TK,STAGES[,OCC]: decode (M <= 16, sm80 path) plans with that tile (Stream-K).
 tile = os.environ.get("JM_PROBE_TILE")
 if tile:
     import jitmarlin.planner as P
     from jitmarlin.spec import KernelSpec
 
-    tn_, tk_, st_ = map(int, tile.split(","))
+    tn_, tk_, st_, *oc_ = map(int, tile.split(","))   # a fourth value: blocks an SM
     real_choose = P.choose_fused_spec
 
     def choose_tile(profile, p):
         s = real_choose(profile, p)
         if p.m > 16 or s.path != "sm80":
             return s
-        return KernelSpec("sm80", s.qtype, s.act, s.group_blocks, s.tm, tn_, tk_, st_)
+        return KernelSpec("sm80", s.qtype, s.act, s.group_blocks, s.tm, tn_, tk_, st_,
+                          occupancy=oc_[0] if oc_ else 1)
 
     P.choose_fused_spec = choose_tile
 # JM_PROBE_STREAM_K=1: the wgmma kernel's plans stripe K over every SM even where whole tiles a
