@@ -3,8 +3,10 @@
 non-allocating loads, 4 in flight a thread, grid x 512 threads) and writes one word a block,
 timed like tools/bench (CUDA-graph replay of many launches, copies rotated past 4x L2). Against
 the gemv kernel's time on a layer of the same bytes it shows what is left beyond moving them.
-    python3 tools/probe/read_floor.py [--mb 8.4,12.6,29.4,58.7] [--grids 64,128,132,264]"""
+    [PATTERN=1] python3 tools/probe/read_floor.py [--mb 8.4,12.6,29.4,58.7] [--grids 64,128,132,264]
+PATTERN=1 also times the gemv plans' access pattern (pattern() below)."""
 import argparse
+import os
 
 import cupy as cp
 
@@ -28,6 +30,37 @@ extern "C" __global__ void __launch_bounds__(512) rd(const int4* __restrict__ p,
 '''
 
 
+def graph_us(launch, bufs):
+    """Median µs a call of launch(buf), replayed as a CUDA graph of 8 rounds over `bufs` (copies
+    that together pass 4x L2), after one eager call each."""
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        for b in bufs:
+            launch(b)
+        s.begin_capture()
+        reps = 8 * len(bufs)
+        for r in range(reps):
+            launch(bufs[r % len(bufs)])
+        g = s.end_capture()
+        g.launch()
+        s.synchronize()
+        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+        ts = []
+        for _ in range(5):
+            e0.record(s)
+            g.launch()
+            e1.record(s)
+            e1.synchronize()
+            ts.append(cp.cuda.get_elapsed_time(e0, e1) * 1000 / reps)
+    return sorted(ts)[2]
+
+
+def copies_of(n16):
+    """Random int4 buffers of n16 16-byte chunks, enough of them to pass 200 MB (4x H100's L2)."""
+    copies = max(2, int(-(-200e6 // (n16 * 16))) + 1)
+    return [cp.random.randint(0, 2**31, size=n16 * 4, dtype=cp.int32) for _ in range(copies)]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", default="8.4,12.6,29.4,58.7")
@@ -37,33 +70,13 @@ def main():
     out = cp.zeros(1024, dtype=cp.uint32)
     for mb in map(float, args.mb.split(",")):
         n16 = int(mb * 1e6) // 16
-        copies = max(2, int(-(-200e6 // (n16 * 16))) + 1)
-        bufs = [cp.random.randint(0, 2**31, size=n16 * 4, dtype=cp.int32) for _ in range(copies)]
+        bufs = copies_of(n16)
         row = []
         for grid in map(int, args.grids.split(",")):
-            s = cp.cuda.Stream(non_blocking=True)
-            with s:
-                for b in bufs:
-                    k((grid,), (512,), (b, cp.int64(n16), out))
-                s.begin_capture()
-                reps = 8 * copies
-                for r in range(reps):
-                    k((grid,), (512,), (bufs[r % copies], cp.int64(n16), out))
-                g = s.end_capture()
-                g.launch(); s.synchronize()
-                e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-                ts = []
-                for _ in range(5):
-                    e0.record(s); g.launch(); e1.record(s); e1.synchronize()
-                    ts.append(cp.cuda.get_elapsed_time(e0, e1) * 1000 / reps)
-            ts.sort()
-            row.append(f"grid {grid}: {ts[2]:.2f} us ({mb * 1e6 / ts[2] / 1e6:.2f} TB/s)")
+            t = graph_us(lambda b: k((grid,), (512,), (b, cp.int64(n16), out)), bufs)
+            row.append(f"grid {grid}: {t:.2f} us ({mb * 1e6 / t / 1e6:.2f} TB/s)")
         print(f"{mb:6.1f} MB  " + "  ".join(row), flush=True)
         del bufs
-
-
-if __name__ == "__main__":
-    main()
 
 
 # Second probe: the gemv kernel's access pattern without its arithmetic. C column blocks of R k16
@@ -110,33 +123,19 @@ def pattern(shapes):
     out = cp.zeros(4096, dtype=cp.uint32)
     for name, C, R, S in shapes:
         n16 = C * R * 32
-        copies = max(2, int(-(-200e6 // (n16 * 16))) + 1)
-        bufs = [cp.random.randint(0, 2**31, size=n16 * 4, dtype=cp.int32) for _ in range(copies)]
+        bufs = copies_of(n16)
         row = []
         for layout in (0, 1):
-            s = cp.cuda.Stream(non_blocking=True)
-            args = lambda b: (b, cp.int32(R), cp.int32(C), cp.int32(S), cp.int32(layout), out)
-            with s:
-                for b in bufs:
-                    k((C * S,), (512,), args(b))
-                s.begin_capture()
-                reps = 8 * copies
-                for r in range(reps):
-                    k((C * S,), (512,), args(bufs[r % copies]))
-                g = s.end_capture()
-                g.launch(); s.synchronize()
-                e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-                ts = []
-                for _ in range(5):
-                    e0.record(s); g.launch(); e1.record(s); e1.synchronize()
-                    ts.append(cp.cuda.get_elapsed_time(e0, e1) * 1000 / reps)
-            ts.sort()
-            row.append(f"layout {layout}: {ts[2]:.2f} us ({n16 * 16 / ts[2] / 1e6:.2f} TB/s)")
+            t = graph_us(lambda b: k((C * S,), (512,), (b, cp.int32(R), cp.int32(C), cp.int32(S),
+                                                         cp.int32(layout), out)), bufs)
+            row.append(f"layout {layout}: {t:.2f} us ({n16 * 16 / t / 1e6:.2f} TB/s)")
         print(f"{name:10s} {n16 * 16 / 1e6:6.1f} MB grid {C * S:4d}  " + "  ".join(row), flush=True)
         del bufs
 
 
-if __name__ == "__main__" and __import__("os").environ.get("PATTERN"):
-    # (name, column blocks, k16 rows, blocks a column block) as the gemv plans of those layers
-    pattern([("8B o", 64, 256, 2), ("8B down", 64, 896, 2), ("70B o", 128, 512, 1),
-             ("70B down", 128, 1792, 1), ("8B gate_up", 448, 256, 1)])
+if __name__ == "__main__":
+    main()
+    if os.environ.get("PATTERN"):
+        # (name, column blocks, k16 rows, blocks a column block) as the gemv plans of those layers
+        pattern([("8B o", 64, 256, 2), ("8B down", 64, 896, 2), ("70B o", 128, 512, 1),
+                 ("70B down", 128, 1792, 1), ("8B gate_up", 448, 256, 1)])
