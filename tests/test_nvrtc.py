@@ -79,6 +79,24 @@ def test_legacy_paths_compile_with_expected_instructions(prof, arch, m, group):
     assert p.smem_bytes <= get_profile(prof).smem_per_block
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("prof,arch", [("t4", "sm_75"), ("a100", "sm_80"), ("h100", "sm_90")])
+def test_split_tile_sums_stay_in_l2_from_sm80(prof, arch):
+    """The mma.sync kernel's split-tile partial sums carry an L2 evict-last policy from sm_80
+    (createpolicy); sm_75 has no policies, and the wgmma kernel's larger slots are not kept."""
+    if arch not in nvrtc.supported_archs():
+        pytest.skip(f"NVRTC {nvrtc.version()} cannot target {arch}")
+    p = plan(get_profile(prof), Problem(16, 4096, 14336, "float16", "uint4b8", 128))
+    assert not p.spec.wgmma and p.iters % p.k_tiles, "the plan must split tiles over blocks"
+    ptx = default_cache().get(p.spec, arch)[0].ptx
+    kept = ("createpolicy.fractional.L2::evict_last" in ptx, "st.global.cg.L2::cache_hint.v4.f32" in ptx,
+            "ld.global.cg.L2::cache_hint.v4.f32" in ptx)
+    assert kept == ((True,) * 3 if arch != "sm_75" else (False,) * 3), kept
+    if arch == "sm_90":
+        w = plan(get_profile(prof), Problem(256, 4096, 4096, "float16", "uint4b8", 128))
+        assert w.spec.wgmma and "L2::cache_hint" not in default_cache().get(w.spec, arch)[0].ptx
+
+
 def test_partials_select_per_path():
     from jitmarlin.spec import KernelSpec
 

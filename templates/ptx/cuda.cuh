@@ -146,6 +146,34 @@ JM_DEV u64 ld_shared_u64(const void* p) { return *static_cast<const u64*>(p); }
 // register pressure; they stay ordered with __syncthreads like any memory access.
 JM_DEV float4 ld_cg_f32x4(const float4* p) { return __ldcg(p); }
 JM_DEV void st_cg_f32x4(float4* p, float4 v) { __stcg(p, v); }
+// The same with an L2 evict-last policy (sm_80+; plain .cg before): a block's partial sums can
+// wait tens of microseconds for their finisher while the weights stream through L2, and without
+// the policy they are evicted and read back from DRAM. Not volatile, so ptxas still schedules them.
+JM_DEV u64 l2_keep() {
+  u64 pol = 0;
+#if __CUDA_ARCH__ >= 800
+  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+#endif
+  return pol;
+}
+JM_DEV float4 ld_cg_keep_f32x4(const float4* p, u64 pol) {
+#if __CUDA_ARCH__ >= 800
+  float4 v;
+  asm("ld.global.cg.L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;"
+      : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p), "l"(pol) : "memory");
+  return v;
+#else
+  return __ldcg(p);
+#endif
+}
+JM_DEV void st_cg_keep_f32x4(float4* p, float4 v, u64 pol) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("st.global.cg.L2::cache_hint.v4.f32 [%0], {%1, %2, %3, %4}, %5;"
+               :: "l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "l"(pol) : "memory");
+#else
+  __stcg(p, v);
+#endif
+}
 JM_DEV int atomic_add_gpu(int* p, int v) { return atomicAdd(p, v); }
 JM_DEV int ld_acquire_gpu(const int* p) {
   int v;

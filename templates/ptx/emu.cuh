@@ -199,6 +199,9 @@ JM_DEV void st_cg_f32x4(float4* p, float4 v) {
   emu::check_global(p, 16, "st.global.cg.v4.f32");
   *p = v;
 }
+JM_DEV u64 l2_keep() { return 0; }
+JM_DEV float4 ld_cg_keep_f32x4(const float4* p, u64 /*pol*/) { return ld_cg_f32x4(p); }
+JM_DEV void st_cg_keep_f32x4(float4* p, float4 v, u64 /*pol*/) { st_cg_f32x4(p, v); }
 JM_DEV int atomic_add_gpu(int* p, int v) {
   emu::check_global(p, 4, "atom.add");
   const int old = *p;

@@ -9,8 +9,19 @@ JM_DEV void wait_count(const int* counter, int n) {
   while (ld_acquire_gpu(counter) < n) spin_pause();
 }
 JM_DEV void lock_reset(int* counter) { st_relaxed_gpu(counter, 0); }
-JM_DEV float4 partial_load(const float4* p) { return ld_cg_f32x4(p); }
-JM_DEV void partial_store(float4* p, float4 v) { st_cg_f32x4(p, v); }
+// KEEP: evict-last in L2 (see l2_keep), for the mma.sync kernel: a contributor stores its sums at
+// the start of its range and its finisher reads them at the end of its own, a whole range later
+// (decode: -0.3 to -2.9 us at M = 16 on H100, tools/PERF.md entry 49). The wgmma kernel's slots
+// are 8-32x larger and L2 also holds its x tiles: not kept (no gain measured at M = 256).
+template <bool KEEP = true>
+JM_DEV float4 partial_load(const float4* p) { return KEEP ? ld_cg_keep_f32x4(p, l2_keep()) : ld_cg_f32x4(p); }
+template <bool KEEP = true>
+JM_DEV void partial_store(float4* p, float4 v) {
+  if (KEEP)
+    st_cg_keep_f32x4(p, v, l2_keep());
+  else
+    st_cg_f32x4(p, v);
+}
 
 // The split-tile interface of the mma.sync kernel (reduce/cluster.cuh implements the same one):
 // red_setup at the start, red_slot / red_publish on a contributing block, red_await / red_get
