@@ -81,9 +81,11 @@ def test_legacy_paths_compile_with_expected_instructions(prof, arch, m, group):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("prof,arch", [("t4", "sm_75"), ("a100", "sm_80"), ("h100", "sm_90")])
-def test_split_tile_sums_stay_in_l2_from_sm80(prof, arch):
+def test_l2_policies_of_the_mma_kernel_from_sm80(prof, arch):
     """The mma.sync kernel's split-tile partial sums carry an L2 evict-last policy from sm_80
-    (createpolicy); sm_75 has no policies, and the wgmma kernel's larger slots are not kept."""
+    (createpolicy) and its weights' cp.async an evict-first one (one M chunk) or evict-normal;
+    sm_75 has no policies; the wgmma kernel's larger slots are not kept, its weights' TMA loads
+    take the same stream policy."""
     if arch not in nvrtc.supported_archs():
         pytest.skip(f"NVRTC {nvrtc.version()} cannot target {arch}")
     p = plan(get_profile(prof), Problem(16, 4096, 14336, "float16", "uint4b8", 128))
@@ -92,9 +94,15 @@ def test_split_tile_sums_stay_in_l2_from_sm80(prof, arch):
     kept = ("createpolicy.fractional.L2::evict_last" in ptx, "st.global.cg.L2::cache_hint.v4.f32" in ptx,
             "ld.global.cg.L2::cache_hint.v4.f32" in ptx)
     assert kept == ((True,) * 3 if arch != "sm_75" else (False,) * 3), kept
+    streamed = ("createpolicy.fractional.L2::evict_first" in ptx, "createpolicy.fractional.L2::evict_normal" in ptx,
+                "cp.async.cg.shared.global.L2::cache_hint" in ptx)
+    assert streamed == ((True,) * 3 if arch != "sm_75" else (False,) * 3), streamed
     if arch == "sm_90":
         w = plan(get_profile(prof), Problem(256, 4096, 4096, "float16", "uint4b8", 128))
-        assert w.spec.wgmma and "L2::cache_hint" not in default_cache().get(w.spec, arch)[0].ptx
+        wptx = default_cache().get(w.spec, arch)[0].ptx
+        assert w.spec.wgmma and "createpolicy.fractional.L2::evict_last" not in wptx
+        assert "cg.L2::cache_hint" not in wptx                             # partial sums: plain .cg
+        assert "complete_tx::bytes.L2::cache_hint" in wptx and "L2::evict_first" in wptx   # weights
 
 
 def test_partials_select_per_path():

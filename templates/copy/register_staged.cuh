@@ -14,6 +14,9 @@ struct Pipe {
     val[slot] = (active && valid) ? ld_global_v4(src) : z;
     pending = true;
   }
+  JM_INL void fetch16(int slot, int4* d, const int4* src, bool active, bool valid, u64 /*pol: none before sm_80*/) {
+    fetch16(slot, d, src, active, valid);
+  }
   JM_INL void commit() {}
   template <int PENDING>
   JM_INL void land() {

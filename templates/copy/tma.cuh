@@ -31,3 +31,11 @@ JM_DEV void tma_load_2d(void* dst, const TmaMap* map, int c0, int c1, u64* bar) 
       :: "r"(smem_u32(dst)), "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(smem_u32(bar))
       : "memory");
 }
+// ... under an L2 cache policy (l2_stream_policy).
+JM_DEV void tma_load_2d(void* dst, const TmaMap* map, int c0, int c1, u64* bar, u64 pol) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%2, %3}], [%4], %5;"
+      :: "r"(smem_u32(dst)), "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(smem_u32(bar)), "l"(pol)
+      : "memory");
+}

@@ -127,6 +127,22 @@ JM_DEV void cp_async16(void* smem, const void* gmem, int src_bytes) {  // sm_80+
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                :: "r"(smem_u32(smem)), "l"(gmem), "r"(src_bytes));
 }
+// The same with an L2 cache policy (l2_stream_policy).
+JM_DEV void cp_async16(void* smem, const void* gmem, int src_bytes, u64 pol) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;"
+               :: "r"(smem_u32(smem)), "l"(gmem), "r"(src_bytes), "l"(pol));
+}
+// L2 policy for a stream of weights: evict-first where each byte is read once in the launch
+// (`once`), so that the stream does not push x, the scales and the kept partial sums out of L2;
+// evict-normal where later M chunks read the same bytes again. Pure: ptxas hoists it.
+JM_DEV u64 l2_stream_policy(bool once) {
+  u64 first = 0, normal = 0;
+#if __CUDA_ARCH__ >= 800
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(first));
+  asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(normal));
+#endif
+  return once ? first : normal;
+}
 JM_DEV void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N>
 JM_DEV void cp_async_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N)); }

@@ -152,6 +152,10 @@ JM_DEV void mma_m8n8k4_f16(float (&c)[8], u32 a0, u32 a1, u32 b0, u32 b1) {
 JM_DEV void cp_async16(void* smem, const void* gmem, int src_bytes) {
   emu::cp_async_issue(smem, gmem, src_bytes);
 }
+JM_DEV void cp_async16(void* smem, const void* gmem, int src_bytes, u64 /*pol*/) {
+  emu::cp_async_issue(smem, gmem, src_bytes);
+}
+JM_DEV u64 l2_stream_policy(bool /*once*/) { return 0; }
 JM_DEV void cp_async_commit() { emu::cp_async_commit(); }
 template <int N>
 JM_DEV void cp_async_wait() { emu::cp_async_wait(N); }

@@ -87,6 +87,25 @@ SUBS = {
     "hy_noclear": [("        st_relaxed_gpu_u64(src, 0ull);\n", "")],
     "hy_nofin": [("  if constexpr (HYBRID) {\n    // The sharers' slots are added", "  if constexpr (false) {\n    // The sharers' slots are added"),
                  ("  if constexpr (HYBRID) h_load(threadIdx.x);", "")],
+    # Session 23 (timing; results stay correct; entry 50): the weight streams of the decode kernels
+    # (the Stream-K kernel's cp.async of B, the gemv kernel's 16-byte loads) with an L2 evict-first
+    # policy, so that they do not push x and the kept partial sums out of L2.
+    "w_ef": [("JM_DEV void cp_async_commit() {",
+              "JM_DEV void cp_async16_ef(void* smem, const void* gmem, int src_bytes) {\n"
+              "  u64 pol;\n  asm(\"createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\" : \"=l\"(pol));\n"
+              "  asm volatile(\"cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\"\n"
+              "               :: \"r\"(smem_u32(smem)), \"l\"(gmem), \"r\"(src_bytes), \"l\"(pol));\n}\n"
+              "JM_DEV void cp_async_commit() {"),
+             ("  JM_INL void commit() { cp_async_commit(); }",
+              "  JM_INL void fetch16_ef(int, int4* dst, const int4* src, bool active, bool valid) {\n"
+              "    if (active) cp_async16_ef(dst, src, valid ? 16 : 0);\n  }\n"
+              "  JM_INL void commit() { cp_async_commit(); }"),
+             ("pipe.fetch16(A_ITERS + j, sB + tid", "pipe.fetch16_ef(A_ITERS + j, sB + tid"),
+             ("  asm volatile(\"ld.global.nc.L1::no_allocate.v4.s32 {%0,%1,%2,%3}, [%4];\"\n"
+              "               : \"=r\"(v.x), \"=r\"(v.y), \"=r\"(v.z), \"=r\"(v.w) : \"l\"(p));",
+              "  u64 pol;\n  asm(\"createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\" : \"=l\"(pol));\n"
+              "  asm volatile(\"ld.global.nc.L1::no_allocate.L2::cache_hint.v4.s32 {%0,%1,%2,%3}, [%4], %5;\"\n"
+              "               : \"=r\"(v.x), \"=r\"(v.y), \"=r\"(v.z), \"=r\"(v.w) : \"l\"(p), \"l\"(pol));")],
 }
 # nodq for both kernels: also the decode kernel's group-scale multiply (scale_tile)
 SUBS["nodq_all"] = SUBS["nodq"] + [("  b.r[0] = act_mul2(b.r[0], s);\n  b.r[1] = act_mul2(b.r[1], s);",
