@@ -298,6 +298,9 @@ def _fake_gpu(monkeypatch, gemlite_error=None):
     monkeypatch.setattr(b, "copy_bandwidth", lambda torch: 3.0)
     monkeypatch.setattr(b, "random_weights", lambda n, k, g, act, c, **kw: [object()] * c)
     monkeypatch.setattr(b, "kernel_name", lambda qw, act, m: f"jm_fake_m{m}")
+    # the planner agrees with the kernel that ran, except at M = 1024 (a tuned choice)
+    monkeypatch.setattr(b, "planner_kernel",
+                        lambda dev, m, n, k, act, g: "jm_planned_m1024" if m == 1024 else f"jm_fake_m{m}")
     monkeypatch.setattr(b, "make_tinygemm", lambda torch, n, k, g, c: [(None, None)] * c)
     monkeypatch.setattr(b, "load_gemlite", load_gemlite)
     monkeypatch.setattr(b, "make_gemlite", lambda torch, n, k, g, c, **kw: [Layer() for _ in range(c)])
@@ -327,6 +330,9 @@ def test_main_loop_records_peers_methods_and_skips(tmp_path, monkeypatch, capsys
     assert r4096["peers"]["gemlite"] == 1.5 * 4106
     assert res["targets"]["b"]["evaluated"] == 1 and res["targets"]["e"]["evaluated"] == 1
     assert "## Targets (issue 6)" in text and text.count("| L3-8B o (4096×4096) |") == 3
+    # a row that ran another kernel than the planner's names both
+    assert r1024["planner_kernel"] == "jm_planned_m1024" and "planner_kernel" not in r1
+    assert "jm_fake_m1024 (tuned; planner: jm_planned_m1024)" in text and "jm_fake_m1 (tuned" not in text
 
 
 def test_main_loop_without_gemlite_goes_on(tmp_path, monkeypatch, capsys):

@@ -333,6 +333,17 @@ def kernel_name(qw, act, m):
     return "/".join(names) if names else None
 
 
+def planner_kernel(device, m, n, k, act, group):
+    """The kernel the planner picks for the bench's weights (uint4b8) at (M, N, K, act, group) on
+    GPU `device`. A row whose measured kernel differs ran a choice the autotuner stored for this
+    GPU and M bucket (jitmarlin tune, JITMARLIN_AUTOTUNE=1)."""
+    from jitmarlin import planner
+    from jitmarlin.problem import Problem
+    from jitmarlin.profiles import planning_profile
+
+    return planner.plan(planning_profile(device), Problem(m, n, k, act, "uint4b8", group)).spec.name
+
+
 # --- rows: ratios, table, targets (pure: no GPU) ----------------------------------------------
 
 # The peers "best peer" is taken over: the IST Marlin anchor of BENCH.md (fp16, not re-measured),
@@ -389,6 +400,11 @@ def _peer_cell(row, name):
     return f"{v:.1f}{' (eager)' if eager else ''}"
 
 
+def _kernel_cell(row):
+    k = row.get("kernel") or "-"
+    return f"{k} (tuned; planner: {row['planner_kernel']})" if row.get("planner_kernel") else k
+
+
 def markdown(rows):
     """One line per row: jitmarlin time, × floor, × best peer, × cuBLAS fp16, and the peers."""
     lines = ["| layer (K×N) | act | M | kernel | jitmarlin µs | floor µs | × floor | best peer | × best peer "
@@ -398,7 +414,7 @@ def markdown(rows):
         q = row_ratios(r)
         best = "-" if q["best_peer"] is None else f"{q['best_peer'].replace('_benchmd', '')} {q['best_peer_us']:.1f}"
         lines.append(
-            f"| {r['shape']} ({r['K']}×{r['N']}) | {r['act']} | {r['M']} | {r.get('kernel') or '-'} "
+            f"| {r['shape']} ({r['K']}×{r['N']}) | {r['act']} | {r['M']} | {_kernel_cell(r)} "
             f"| {_f(r.get('jitmarlin_us'))} | {_f(r.get('floor_us'))} | {_f(q['x_floor'], 2)} | {best} "
             f"| {_f(q['x_best_peer'], 2)} | {_f(r.get('cublas_fp16_us'))} | {_f(q['x_cublas'], 2)} "
             f"| {_peer_cell(r, 'tinygemm')} | {_peer_cell(r, 'gemlite')} | {_peer_cell(r, 'ist_marlin_benchmd')} |")
