@@ -39,9 +39,6 @@ JM_DEV RedSlot red_slot(Red& r, int b, int b_lo) {
 JM_DEV void red_publish(Red& r, int b_lo, bool stored) {
   if (stored) cl_bar_arrive_remote(cluster_map(r.bar, (u32)(b_lo % RED_CLUSTER)));
 }
-// (No late form: a remote arrive does not wait for the stores.)
-constexpr bool RED_LATE = false;
-JM_DEV void red_publish_late(Red&, int) {}
 JM_DEV void red_await(Red& r, int /*b_lo*/, int /*contributors*/, bool reader) {
   if (reader) cl_bar_wait(r.bar, 0);
 }

@@ -46,17 +46,6 @@ JM_DEV void red_publish(Red& r, int b_lo, bool /*stored*/) {
   bar_sync();
   if (threadIdx.x == 0) arrive(r.locks + b_lo);
 }
-// A contributor with steps left may publish late instead: every thread calls red_publish_late
-// after a block barrier that follows the puts (the kernel: after its next step), and thread 0
-// alone fences and counts the block in (the barrier makes the other threads' puts its own, the
-// fence releases them all). red_publish holds the whole block at a fence right after the puts.
-constexpr bool RED_LATE = true;
-JM_DEV void red_publish_late(Red& r, int b_lo) {
-  if (threadIdx.x == 0) {
-    fence_gpu();
-    arrive(r.locks + b_lo);
-  }
-}
 // Every thread of the finishing block calls this before its gets.
 JM_DEV void red_await(Red& r, int b_lo, int contributors, bool /*reader*/) {
   if (threadIdx.x == 0) {

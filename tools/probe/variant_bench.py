@@ -106,17 +106,7 @@ SUBS = {
               "  u64 pol;\n  asm(\"createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\" : \"=l\"(pol));\n"
               "  asm volatile(\"ld.global.nc.L1::no_allocate.L2::cache_hint.v4.s32 {%0,%1,%2,%3}, [%4], %5;\"\n"
               "               : \"=r\"(v.x), \"=r\"(v.y), \"=r\"(v.z), \"=r\"(v.w) : \"l\"(p), \"l\"(pol));")],
-    # Session 24: where the mma.sync kernel's late publish goes (results stay correct): after the
-    # step's compute instead of before it (late_post); the late publish off, with its loop code
-    # still there (late_off).
-    "late_post": [("      if (RED_LATE && late >= 0) {   // after a barrier that follows the puts (see red_publish_late)\n"
-                   "        red_publish_late(red, late);\n        late = -1;\n      }\n      compute(t % STAGES);\n",
-                   "      compute(t % STAGES);\n"
-                   "      if (RED_LATE && late >= 0) {\n        red_publish_late(red, late);\n        late = -1;\n      }\n")],
-    "late_off": [("constexpr bool RED_LATE = true;", "constexpr bool RED_LATE = false;")],
 }
-SUBS["late_post_b"] = SUBS["late_post"]
-SUBS["late_off_b"] = SUBS["late_off"]
 # nodq for both kernels: also the decode kernel's group-scale multiply (scale_tile)
 SUBS["nodq_all"] = SUBS["nodq"] + [("  b.r[0] = act_mul2(b.r[0], s);\n  b.r[1] = act_mul2(b.r[1], s);",
                                     "  (void)s;")]
