@@ -421,8 +421,9 @@ def _cluster_spec(profile: DeviceProfile, p: Problem, base: KernelSpec) -> Kerne
 # whole column blocks, so the plan needs N / 64 column blocks to fill the GPU in one wave: taken
 # where the busiest plan of blocks fills at least GEMV_MIN_FILL of the SMs (H100, M = 1, entry 39),
 # up to GEMV_PLAN_MAX_M rows (one n8 token block). The 16-row kernel (two token blocks, half the
-# batch) is an autotuner candidate: 2-9% faster than Stream-K on small layers at M = 16 on H100,
-# 12-18% slower on 8B gate_up and 70B down (entry 39).
+# batch) is an autotuner candidate: 2-9% faster than Stream-K on small layers at M = 16 on H100
+# when it was built (entry 39), 15-50% slower on every benchmark layer since the Stream-K kernel's
+# later changes (entry 51: 8B o 9.8 against 8.2 us).
 GEMV_MAX_M = 16
 GEMV_PLAN_MAX_M = 8
 GEMV_MIN_FILL = 0.7
