@@ -184,6 +184,12 @@ if os.environ.get("JM_PROBE_STREAM_K"):
     import jitmarlin.planner as P
 
     P.WHOLE_TILES_MAX_LOAD = 0.0
+# JM_PROBE_WHOLE_LOAD=PCT: the wgmma kernel's plans take whole tiles a block up to PCT/100 x the
+# Stream-K plan's K-steps for the busiest block (planner.WHOLE_TILES_MAX_LOAD, 1.035).
+if os.environ.get("JM_PROBE_WHOLE_LOAD"):
+    import jitmarlin.planner as P
+
+    P.WHOLE_TILES_MAX_LOAD = float(os.environ["JM_PROBE_WHOLE_LOAD"]) / 100
 # JM_PROBE_NO_ROUTE=1: no dequant + cuBLAS route; the fused kernel (wgmma on sm_90) at every M.
 if os.environ.get("JM_PROBE_NO_ROUTE"):
     import jitmarlin.planner as P
