@@ -106,7 +106,15 @@ SUBS = {
               "  u64 pol;\n  asm(\"createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\" : \"=l\"(pol));\n"
               "  asm volatile(\"ld.global.nc.L1::no_allocate.L2::cache_hint.v4.s32 {%0,%1,%2,%3}, [%4], %5;\"\n"
               "               : \"=r\"(v.x), \"=r\"(v.y), \"=r\"(v.z), \"=r\"(v.w) : \"l\"(p), \"l\"(pol));")],
+    # Session 24, the split-tile chain of the mma.sync kernel by link (timing only: racy or wrong
+    # sums): finishers that do not wait for the count (sk_nowait), contributors that count
+    # themselves in without a fence (sk_nofence).
+    "sk_nowait": [("    wait_count(r.locks + b_lo, contributors);\n", "")],
+    "sk_nofence": [("  fence_gpu();\n  bar_sync();\n  if (threadIdx.x == 0) arrive(r.locks + b_lo);",
+                    "  bar_sync();\n  if (threadIdx.x == 0) arrive(r.locks + b_lo);")],
 }
+for _n in ("probe_no_red", "sk_nowait", "sk_nofence", "red1"):
+    SUBS[_n + "_b"] = SUBS[_n]
 # nodq for both kernels: also the decode kernel's group-scale multiply (scale_tile)
 SUBS["nodq_all"] = SUBS["nodq"] + [("  b.r[0] = act_mul2(b.r[0], s);\n  b.r[1] = act_mul2(b.r[1], s);",
                                     "  (void)s;")]
