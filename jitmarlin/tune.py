@@ -264,10 +264,15 @@ def tune(profile: DeviceProfile, arch: str, p: Problem, measure: Callable[[objec
     failed = dict(precompile([default] + [c for c in cands if c != default])) if precompile else {}
     known = [(s, why) for s, why in failed.items() if s != default]
     sel = select(default, cands, measure, margin=margin, failures=known)
+    return choice_from(profile, arch, bp, sel)
+
+
+def choice_from(profile: DeviceProfile, arch: str, bp: Problem, sel: Selection) -> TunedChoice:
+    """The record of selection `sel` (its default is the planner's) for bucket problem `bp`."""
     return TunedChoice(
         gpu=profile.name, arch=arch, qtype=bp.qtype, act=bp.act, group_size=bp.group_size,
         n=bp.n, k=bp.k, m_bucket=bp.m, spec=sel.winner.canonical(), kind=spec_kind(sel.winner),
-        us=sel.winner_us, default_spec=default.canonical(), default_kind=spec_kind(default),
+        us=sel.winner_us, default_spec=sel.default.canonical(), default_kind=spec_kind(sel.default),
         default_us=sel.default_us, candidates=sel.tried, failed=len(sel.failures),
         jitmarlin=__version__, templates=templates_tag(), created=time.time())
 

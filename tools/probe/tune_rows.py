@@ -28,7 +28,6 @@ from jitmarlin.cache import default_cache  # noqa: E402
 from jitmarlin.measure import GpuMeasure, precompile  # noqa: E402
 from jitmarlin.problem import Problem  # noqa: E402
 from jitmarlin.profiles import live_profile, planning_profile  # noqa: E402
-from jitmarlin.spec import spec_kind  # noqa: E402
 
 
 def main():
@@ -76,13 +75,7 @@ def main():
         finally:
             del m
             torch.cuda.empty_cache()
-        choice = tune.TunedChoice(
-            gpu=profile.name, arch=arch, qtype=p.qtype, act=p.act, group_size=p.group_size, n=p.n,
-            k=p.k, m_bucket=p.m, spec=sel.winner.canonical(), kind=spec_kind(sel.winner),
-            us=sel.winner_us, default_spec=default.canonical(), default_kind=spec_kind(default),
-            default_us=sel.default_us, candidates=sel.tried, failed=len(sel.failures),
-            jitmarlin=tune.__version__, templates=tune.templates_tag(), created=time.time())
-        tune.store(cache, choice)
+        tune.store(cache, tune.choice_from(profile, arch, p, sel))
         timings = sorted(sel.timings, key=lambda t: t[1])
         print(f"{name:14s} {p.act:8s} M={p.m:<5d} default {default.name} {sel.default_us:8.2f} us  "
               f"-> {sel.winner.name} {sel.winner_us:8.2f} us ({sel.default_us / sel.winner_us:.3f}x)  "
