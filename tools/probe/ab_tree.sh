@@ -4,7 +4,7 @@
 #   git archive HEAD jitmarlin templates tools/bench tools/benchlib.py | tar -x -C tools/probe/head_tree
 # (git-ignored: name it in the device run's carry). TESTS=1 runs tests/test_gemv.py's GPU tests
 # first; VS lists the runs: headN = that tree's tools/bench, newN = the working tree's, anything
-# s-NAME = variant_bench.py with JM_PROBE_SUB=NAME, t-TN_TK_STAGES = with JM_PROBE_TILE, c-LOAD = with JM_PROBE_CLUSTER, w-TN_TK_STAGES[.N] = with JM_PROBE_WHOLE, l-PCT[.N] = with JM_PROBE_WHOLE_LOAD, else = variant_bench.py with JM_PROBE_GEMV set
+# s-NAME[.N] = variant_bench.py with JM_PROBE_SUB=NAME, t-TN_TK_STAGES = with JM_PROBE_TILE, c-LOAD = with JM_PROBE_CLUSTER, w-TN_TK_STAGES[.N] = with JM_PROBE_WHOLE, l-PCT[.N] = with JM_PROBE_WHOLE_LOAD, else = variant_bench.py with JM_PROBE_GEMV set
 # to it (underscores for commas); MS the M values.
 source tools/probe/env.sh 2>/dev/null
 if [ "${TESTS:-1}" = 1 ]; then
@@ -12,13 +12,13 @@ t0=$(date +%s)
 timeout ${TEST_TIMEOUT:-330} python3 -m pytest tests/test_gemv.py -m gpu -q -p no:cacheprovider -o addopts="" -rfE -x > "$OUT/pytest-gemv.log" 2>&1
 echo "pytest gemv rc=$? in $(( $(date +%s) - t0 )) s"; tail -2 "$OUT/pytest-gemv.log"; grep -E "^FAILED|^ERROR|^E " "$OUT/pytest-gemv.log" | head -10
 fi
-run() { local tag=$1; shift; t0=$(date +%s); env "$@" timeout 150 python3 $BENCH --json "$OUT/ab-$tag.json" --m ${MS:-1,8} --peers cublas ${BARGS:-} > "$OUT/ab-$tag.log" 2>&1; echo "$tag rc=$? $(( $(date +%s)-t0 )) s"; }
+run() { local tag=$1; shift; t0=$(date +%s); env "$@" timeout ${RUN_TIMEOUT:-150} python3 $BENCH --json "$OUT/ab-$tag.json" --m ${MS:-1,8} --peers cublas ${BARGS:-} > "$OUT/ab-$tag.log" 2>&1; echo "$tag rc=$? $(( $(date +%s)-t0 )) s"; }
 VS="${VS:-head1 new1 head2 new2}"
 for v in $VS; do
   case $v in
     head*) BENCH=tools/probe/head_tree/tools/bench run $v PYTHONPATH=tools/probe/head_tree:/tmp/site ;;
     new*) BENCH=tools/bench run $v X=1 ;;
-    s-*) BENCH="tools/probe/variant_bench.py bench" run $v JM_PROBE_SUB=${v#s-} ;;
+    s-*) v2=${v#s-}; BENCH="tools/probe/variant_bench.py bench" run $v JM_PROBE_SUB=${v2%.*} ;;
     t-*) v2=${v#t-}; BENCH="tools/probe/variant_bench.py bench" run $v JM_PROBE_TILE=${v2//_/,} ;;
     c-*) BENCH="tools/probe/variant_bench.py bench" run $v JM_PROBE_CLUSTER=${v#c-} ;;
     l-*) v2=${v#l-}; v2=${v2%.*}; BENCH="tools/probe/variant_bench.py bench" run $v JM_PROBE_WHOLE_LOAD=$v2 ;;

@@ -112,6 +112,13 @@ SUBS = {
     "sk_nowait": [("    wait_count(r.locks + b_lo, contributors);\n", "")],
     "sk_nofence": [("  fence_gpu();\n  bar_sync();\n  if (threadIdx.x == 0) arrive(r.locks + b_lo);",
                     "  bar_sync();\n  if (threadIdx.x == 0) arrive(r.locks + b_lo);")],
+    # Session 25 (timing only: wrong sums): the wgmma kernel fetches x on even K-steps alone: half
+    # of x's L2 reads and of its shared-memory writes (a bound on what a 2-block cluster's TMA
+    # multicast of x, which halves the reads only, could save).
+    "x_half": [("          mbar_expect_tx(stage_full + stage, TX_BYTES);\n"
+                "          tma_load_2d(sA, &xmap, kt * TILE_K, mc * TILE_M, stage_full + stage);",
+                "          mbar_expect_tx(stage_full + stage, TX_BYTES - ((kt & 1) ? 16u * A_STAGE : 0u));\n"
+                "          if (!(kt & 1)) tma_load_2d(sA, &xmap, kt * TILE_K, mc * TILE_M, stage_full + stage);")],
 }
 for _n in ("probe_no_red", "sk_nowait", "sk_nofence", "red1"):
     SUBS[_n + "_b"] = SUBS[_n]
