@@ -7,7 +7,7 @@ call it for any profile.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .errors import InputError, UnsupportedError
 from .problem import Problem
@@ -351,6 +351,9 @@ def _geometry(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> tuple[int
     if spec.cluster > 1:
         t = cluster_tiles(profile, p, spec)
         return -(-(m_chunks * n_tiles) // t) * spec.cluster, t * k_tiles // spec.cluster
+    if getattr(spec, "whole", False):   # whole tiles a block, as few a block as the GPU allows
+        per = -(-(m_chunks * n_tiles) // (profile.sms * spec.occupancy))
+        return -(-(m_chunks * n_tiles) // per), per * k_tiles
     # `occupancy` blocks per SM; every block takes an equal run of the striped work list so that
     # all SMs stream weights for the whole kernel. All blocks are resident (the shared memory of
     # `occupancy` blocks fits an SM, launch bounds cap the registers): blocks wait on one another
@@ -604,6 +607,14 @@ def choose_fused_spec(profile: DeviceProfile, p: Problem) -> KernelSpec:
     return _cluster_spec(profile, p, spec) or spec
 
 
+# Whole-tile plans of the mma.sync kernel the autotuner tries (KernelSpec.whole): those whose
+# busiest block streams at most this many times the K-steps of the Stream-K plan. No partial sums
+# meet in L2, which at decode saves up to ~2 us a call (tools/PERF.md entries 22, 51); the planner
+# itself keeps Stream-K, which is faster on most layers (entry 51: 8B qkv M = 16 is the exception
+# measured, 10.53 -> 9.96 us on 96 blocks of 64-wide tiles, 1.33x the steps).
+WHOLE_CANDIDATE_MAX_LOAD = 1.5
+
+
 def candidate_specs(profile: DeviceProfile, p: Problem) -> list[AnySpec]:
     """Every kernel that can run problem `p` on `profile` (fused: tile shapes x pipeline depths;
     from DEQUANT_CANDIDATE_MIN_M rows up, last, the dequant + cuBLAS route's DequantSpec): the
@@ -622,6 +633,11 @@ def candidate_specs(profile: DeviceProfile, p: Problem) -> list[AnySpec]:
                 spec = KernelSpec(path, p.qtype, p.act, gb, tm, tn, tk, st)
                 if _fits(profile, spec):
                     out.append(spec)
+                    # the same kernel on a plan of whole tiles, where that loads its busiest
+                    # block at most WHOLE_CANDIDATE_MAX_LOAD x the Stream-K plan's K-steps
+                    whole = replace(spec, whole=True)
+                    if _geometry(profile, p, whole)[1] <= WHOLE_CANDIDATE_MAX_LOAD * _geometry(profile, p, spec)[1]:
+                        out.append(whole)
     out.extend(gemv_specs(profile, p))
     if wgmma_available(profile) and p.m >= WGMMA_MIN_M // 2:
         for tm in (4, 8, 16):

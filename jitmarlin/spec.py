@@ -8,7 +8,7 @@ canonical text.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import ClassVar, Union
 
 from .qtypes import ACT_DTYPES, QTYPES, get_qtype
@@ -64,6 +64,9 @@ class KernelSpec(_WeightFormat):
     distributed shared memory instead of the global workspace.
     pdl: built for programmatic dependent launch (griddepcontrol on sm_90+): the kernel waits for
     the grid ahead of it before touching x, the output or the workspace (launch.PdlLaunch).
+    whole (mma.sync kernel, no clusters): the plan gives every block whole output tiles (no tile
+    split over blocks, so no partial sums meet in the workspace), as many blocks as that takes
+    instead of one an SM; the autotuner weighs it against Stream-K (the kernel is the same).
     On 'sm90', M is the wgmma N side (tm in 4, 8, 16: 64..256 tokens), N is split into 64-feature
     slabs over two warpgroups (tn 8 or 16) and tk is 4 (one 128-byte swizzled x row per stage).
     """
@@ -82,6 +85,12 @@ class KernelSpec(_WeightFormat):
     occupancy: int = 1
     cluster: int = 1
     pdl: bool = False
+    whole: bool = False
+
+    def kernel_spec(self) -> "KernelSpec":
+        """The spec of the compiled kernel: `whole` chooses a plan, not code, so a whole-tile
+        plan runs (and caches) the Stream-K plan's kernel."""
+        return replace(self, whole=False) if self.whole else self
 
     # ---- derived geometry (the same numbers the template computes) ----
     @property
@@ -183,6 +192,11 @@ class KernelSpec(_WeightFormat):
         """Raise ValueError when the fields do not describe a buildable kernel."""
         if self.pdl not in (False, True):
             raise ValueError(f"pdl must be a bool, got {self.pdl!r}")
+        if self.whole not in (False, True):
+            raise ValueError(f"whole must be a bool, got {self.whole!r}")
+        if self.whole and (self.wgmma or self.cluster > 1):
+            raise ValueError("whole-tile plans (whole=True) are for the mma.sync kernel without clusters "
+                             "(the wgmma planner takes whole tiles by itself)")
         if self.path not in ("sm70", "sm75", "sm80", "sm90"):
             raise ValueError(f"unknown code path {self.path!r}")
         if self.qtype not in QTYPES:
@@ -236,13 +250,14 @@ class KernelSpec(_WeightFormat):
     # ---- identity ----
     def canonical(self) -> str:
         """Stable text form (sorted JSON) used in cache keys. `cluster` appears only when it is
-        not 1 and `pdl` only when set, so specs (and bundles, tuned choices) from before them keep
-        their text."""
+        not 1, `pdl` and `whole` only when set, so specs (and bundles, tuned choices) from before
+        them keep their text."""
         d = asdict(self)
         if d["cluster"] == 1:
             del d["cluster"]
-        if not d["pdl"]:
-            del d["pdl"]
+        for flag in ("pdl", "whole"):
+            if not d[flag]:
+                del d[flag]
         return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
     @property
@@ -254,6 +269,7 @@ class KernelSpec(_WeightFormat):
             + (f"o{self.occupancy}" if self.occupancy > 1 else "")
             + (f"c{self.cluster}" if self.cluster > 1 else "")
             + ("p" if self.pdl else "")
+            + ("w" if self.whole else "")
         )
 
 

@@ -453,3 +453,13 @@ def test_killed_compile_does_not_stall_the_next_process(tmp_path):
     assert waiter.returncode == 0, err
     assert out.strip() == "compiled" and "compiled" in err
     assert waited < 15, waited
+
+
+def test_whole_tile_plans_share_the_stream_k_kernels_entry(tmp_path):
+    """KernelSpec.whole picks a plan, not code: its kernel is cached (and compiled) once."""
+    from dataclasses import replace
+
+    c = KernelCache(tmp_path / "c")
+    s = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 4, 16, 8)
+    _, key, status = c.get(replace(s, whole=True), "sm_80", compile_missing=False)
+    assert status == "missing" and key == c.get(s, "sm_80", compile_missing=False)[1]

@@ -50,7 +50,7 @@ CASES = [
 ]
 
 
-def _run_case(m, n, k, group, act, sms, forced, rng, bias=True, cluster=1):
+def _run_case(m, n, k, group, act, sms, forced, rng, bias=True, cluster=1, whole=False):
     # H100's limits with the mma.sync kernel at every M (the emulator does not model wgmma); a
     # forced cluster kernel plans on sm_90 (no measured cluster counts: SMs / size of them)
     prof = replace(get_profile("h100"), sms=sms, **(dict(clusters=()) if cluster > 1 else dict(cc=(8, 9))))
@@ -58,7 +58,7 @@ def _run_case(m, n, k, group, act, sms, forced, rng, bias=True, cluster=1):
     if forced:
         path, tm, tn, tk, st = forced
         spec = KernelSpec(path, "uint4b8", act, -1 if group < 0 else group // 16, tm, tn, tk, st,
-                          cluster=cluster)
+                          cluster=cluster, whole=whole)
     w = rng.standard_normal((n, k)).astype(np.float32)
     qw = quantize(w, "uint4b8", group, scale_dtype=act)
     x = rng.standard_normal((m, k)).astype(np.float32)
@@ -68,6 +68,20 @@ def _run_case(m, n, k, group, act, sms, forced, rng, bias=True, cluster=1):
     ref = linear_reference(halves.round_to(x, act), qw,
                            None if b is None else halves.round_to(b, act))
     return pl, out, ref
+
+
+@pytest.mark.parametrize("case", [
+    (16, 320, 512, 128, "float16", 2, ("sm80", 1, 4, 8, 4)),     # 5 tiles, 3 a block: 2 blocks
+    (5, 448, 1024, 64, "bfloat16", 3, ("sm80", 1, 8, 16, 3)),    # 4 tiles, 2 a block, N tail
+    (33, 256, 256, -1, "float16", 3, ("sm75", 2, 8, 8, 2)),      # 2 M chunks x 2 N tiles
+], ids=lambda c: f"m{c[0]}n{c[1]}k{c[2]}{c[6][0]}")
+def test_whole_tile_plans_on_emulator(case, rng):
+    """KernelSpec.whole: the Stream-K kernel on plans where no tile is split over blocks (no
+    partial sums in the workspace, blocks with several whole tiles)."""
+    pl, out, ref = _run_case(*case, rng, whole=True)
+    k_tiles = case[2] // pl.spec.tile_k
+    assert pl.spec.whole and pl.iters % k_tiles == 0 and pl.iters > k_tiles
+    assert rel_error(out, ref) <= TOL[case[4]]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"m{c[0]}n{c[1]}k{c[2]}g{c[3]}{c[4][:2]}sm{c[5]}")

@@ -247,3 +247,50 @@ def test_dequant_spec_identity_and_checks():
             bad.check()
     with pytest.raises(ValueError, match="not a kernel spec"):
         spec_from_canonical('{"route": "other"}')
+
+
+# ---- whole-tile plans of the mma.sync kernel (KernelSpec.whole: an autotuner candidate) -------
+
+def test_whole_tile_spec_identity_and_checks():
+    s = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 4, 16, 8, whole=True)
+    assert s.name == "jm_sm80_uint4b8_f16_g128_m1n4k16s8w"
+    assert spec_from_canonical(s.canonical()) == s and '"whole":true' in s.canonical()
+    base = s.kernel_spec()
+    assert not base.whole and base == replace(s, whole=False) and "whole" not in base.canonical()
+    assert base.kernel_spec() is base
+    for bad in (dict(cluster=2), dict(path="sm90", tm=8, tn=8, tk=4, stages=4)):
+        with pytest.raises(ValueError, match="whole-tile plans"):
+            replace(s, **bad).check()
+
+
+def test_whole_tile_plans_deal_tiles_whole():
+    h = get_profile("h100")
+    p = Problem(16, 6144, 4096, "float16", "uint4b8", 128)      # 96 tiles 64 wide, 16 K-tiles
+    s = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 4, 16, 8)
+    stream, whole = plan(h, p, s), plan(h, p, replace(s, whole=True))
+    assert (stream.grid, stream.iters) == (128, 12)              # tiles split over blocks
+    assert (whole.grid, whole.iters) == (96, 16)                 # one whole tile a block
+    p = Problem(16, 57344, 8192, "float16", "uint4b8", 128)     # 896 tiles over 132 SMs: 7 a block
+    pl = plan(h, p, replace(s, whole=True))
+    assert (pl.grid, pl.iters) == (128, 7 * 32) and pl.iters % 32 == 0
+
+
+def test_whole_tile_candidates_only_where_the_load_stays_close():
+    h = get_profile("h100")
+    for k, n, expect in ((4096, 6144, True), (4096, 4096, False), (14336, 4096, False)):
+        p = Problem(16, n, k, "float16", "uint4b8", 128)
+        cands = candidate_specs(h, p)
+        whole = [c for c in cands if getattr(c, "whole", False)]
+        assert bool(whole) == expect, (k, n, [c.name for c in whole])
+        for c in whole:
+            assert replace(c, whole=False) in cands                  # beside its Stream-K plan
+            assert plan(h, p, c).iters <= 1.5 * plan(h, p, replace(c, whole=False)).iters
+    # the planner itself keeps Stream-K
+    assert not choose_fused_spec(h, Problem(16, 6144, 4096, "float16", "uint4b8", 128)).whole
+
+
+def test_whole_tile_plans_run_the_stream_k_kernel():
+    from jitmarlin.render import render
+
+    s = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 4, 16, 8)
+    assert render(replace(s, whole=True)) == render(s)

@@ -662,3 +662,25 @@ def test_gpu_autotune_env_tunes_on_first_call(tmp_path, monkeypatch, rng):
     lz = qw._launchers[(0, "float16", 3, cp.cuda.get_current_stream().ptr, False)]
     assert lz.plan.spec == choice_spec
     assert rel_error(y, linear_reference(x, qw)) <= 2e-3
+
+
+@pytest.mark.gpu
+def test_gpu_whole_tile_candidates_match_reference(rng):
+    """The whole-tile plans (KernelSpec.whole) the tuner may pick run correctly through the
+    launcher: 8B qkv's shape at M = 16 and 5 (96 blocks of one 64-wide tile), a poisoned output."""
+    pytest.importorskip("torch")
+    import jitmarlin
+    from jitmarlin.profiles import live_profile
+
+    from gpu_cases import rel, run_forced
+
+    w = rng.standard_normal((6144, 4096)).astype(np.float32) * 0.05
+    for act in ("float16", "bfloat16"):
+        qw = jitmarlin.quantize(w, "uint4b8", 128, scale_dtype=act)
+        p = Problem(16, 6144, 4096, act, "uint4b8", 128)
+        whole = [c for c in planner.candidate_specs(live_profile(0), p) if getattr(c, "whole", False)]
+        assert whole
+        for spec in {*whole[:1], *[c for c in whole if c.tn == 4][-2:]}:
+            for m in (16, 5):
+                y, ref = run_forced(qw, m, act, spec, rng)
+                assert rel(y, ref) <= (2e-3 if act == "float16" else 1e-2), f"{spec.name} M={m}"
