@@ -453,8 +453,7 @@ class KernelCache:
         read-only tier) or 'compiled'; with compile_missing=False returns (None, key, 'missing')
         instead of compiling.
         """
-        if hasattr(spec, "kernel_spec"):   # a whole-tile plan's kernel is the Stream-K one
-            spec = spec.kernel_spec()
+        spec = spec.kernel_spec()   # a whole-tile plan's kernel is the Stream-K plan's
         arch = nvrtc.target_arch(spec, arch)
         key, source, inputs = self._identity(spec, arch)
         art = self._mem.get(key)

@@ -137,7 +137,7 @@ def render(spec: AnySpec, target: str = "cuda") -> str:
     if target not in ("cuda", "emu"):
         raise ValueError(f"unknown render target {target!r}")
     spec.check()
-    spec = spec.kernel_spec() if hasattr(spec, "kernel_spec") else spec   # plan-only fields off
+    spec = spec.kernel_spec()   # without plan-only fields (KernelSpec.whole)
     family = _family(spec)
     if family == "wgmma" and target == "emu":
         raise ValueError("the CPU emulator does not model wgmma (sm90 kernels run on a GPU only)")

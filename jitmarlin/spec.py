@@ -38,6 +38,11 @@ class _WeightFormat:
         """The group part of kernel names: gc (per-channel), gk (per-channel with offsets), g128."""
         return {-1: "gc", 0: "gk"}.get(self.group_blocks, f"g{16 * self.group_blocks}")
 
+    def kernel_spec(self):
+        """The spec of the compiled kernel (render() and the kernel cache take it): the spec
+        itself, less any field that picks a plan rather than code (KernelSpec.whole)."""
+        return self
+
     @classmethod
     def from_canonical(cls, text: str):
         """The spec whose canonical() is `text` (fields it does not have are ignored; use
