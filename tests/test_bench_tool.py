@@ -511,3 +511,10 @@ def test_sweep_filter_keeps_gemv_kernels_out_of_tile_and_stage_filters():
     assert not any(bl.candidate_filter("", "", "3")(s) for s in gemv)
     assert [s for s in specs if bl.candidate_filter("gemv")(s)] == gemv
     assert len([s for s in specs if bl.candidate_filter("sm80")(s)]) == len(specs)
+
+
+def test_shapes_given_as_k_by_n_keep_their_layer_name():
+    """--shapes 4096x6144 is 8B qkv (its IST Marlin anchor applies); other sizes keep their text."""
+    got = bl.select_shapes("4096x6144,1024x512,L3-70B o")
+    assert got == {"L3-8B qkv": (4096, 6144), "1024x512": (1024, 512), "L3-70B o": (8192, 8192)}
+    assert bl.IST_MARLIN["L3-8B qkv"][16] == 11.8

@@ -52,12 +52,15 @@ def select_shapes(text):
     if text in ("8b", "70b"):
         return {k: v for k, v in SHAPES.items() if text.upper() in k.split()[0].upper()}
     out = {}
+    named = {kn: name for name, kn in SHAPES.items()}
     for part in text.split(","):
         if part in SHAPES:
             out[part] = SHAPES[part]
         else:
             k, n = part.lower().split("x")
-            out[part] = (int(k), int(n))
+            kn = (int(k), int(n))
+            # a Llama layer's K x N keeps its name, and with it the IST Marlin anchor
+            out[named.get(kn, part)] = kn
     return out
 
 
