@@ -3,13 +3,16 @@
 GpuMeasure(problem, device)(spec) builds Launchers for `spec` through api._prepare's spec
 override, on random weights of the problem's quant type, with enough copies to rotate past 4x
 L2, and returns the GPU time per call in microseconds by CUDA-graph replay (jitmarlin.bench's
-Timer, the method of tools/sweep and tools/bench). Needs CuPy and torch with CUDA.
+Timer, the method of tools/sweep and tools/bench); its verify(spec, default) checks a would-be
+winner's output against the planner's kernel before the tuner takes it. Needs CuPy and torch
+with CUDA.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
 import json
+import math
 import os
 import subprocess
 import sys
@@ -27,6 +30,10 @@ from .quant import QuantizedWeight, from_codes
 from .spec import spec_kind
 
 TARGET_MS = 5.0       # GPU time per timed graph replay, milliseconds
+# A tuned winner's output against the planner's kernel's, ||out - ref|| / ||ref||: the
+# library's accuracy bounds (each kernel is within them of the float64 reference on the GPU suite;
+# a wrong tile, a race or an unwritten block is off by orders of magnitude).
+VERIFY_TOL = {"float16": 2e-3, "bfloat16": 1e-2}
 
 _streams: dict = {}   # device -> the torch stream every measurement captures on
 
@@ -100,6 +107,38 @@ class GpuMeasure:
 
         with torch.cuda.device(dev), torch.cuda.stream(self.stream):
             return self.timer([functools.partial(call, q) for q in self.weights])
+
+    def verify(self, spec, reference) -> float:
+        """Run `spec` and `reference` (the planner's kernel) once each on this problem's x and
+        first weight copy, into outputs filled with NaN first; returns the relative error
+        ||out - ref|| / ||ref|| of spec's output, or raises TuneError when an output is not all
+        finite (unwritten elements) or the error is over VERIFY_TOL of the activation dtype."""
+        from . import api
+
+        torch, p, dev = self.torch, self.p, self.device
+        q = self.weights[0]
+        outs = []
+        with torch.cuda.device(dev), torch.cuda.stream(self.stream):
+            for s in (reference, spec):
+                out = torch.full((p.m, p.n), float("nan"), device=self.out.device, dtype=self.out.dtype)
+                lz = api._prepare(q, dev, p.act, p.m, self.stream.cuda_stream, s)
+                lz(self.x.data_ptr(), p.k, out.data_ptr(), 0)
+                outs.append(out)
+            self.stream.synchronize()
+        for o, s in zip(outs, (reference, spec)):
+            if not bool(torch.isfinite(o).all()):
+                raise TuneError(f"{s.name} left output elements unwritten or not finite")
+        diff2 = ref2 = 0.0
+        for r0 in range(0, p.m, 256):      # in fp32, a slice of rows at a time (bounded memory)
+            ref, got = (o[r0:r0 + 256].float() for o in outs)
+            diff2 += float(torch.sum((got - ref) ** 2))
+            ref2 += float(torch.sum(ref ** 2))
+        err = math.sqrt(diff2 / max(ref2, 1e-30))
+        tol = VERIFY_TOL[p.act]
+        if not err <= tol:
+            raise TuneError(f"{spec.name}'s output differs from the planner's {reference.name} by "
+                            f"{err:.2e} (relative; at most {tol:g} for {p.act})")
+        return err
 
 
 def precompile(specs, arch: str, cache: KernelCache, jobs: int | None = None) -> dict:
@@ -197,7 +236,8 @@ def gpu_tuner(device: int = 0, *, jobs: int | None = None, target_ms: float = TA
             m = GpuMeasure(tune.bucket_problem(p), device, target_ms=target_ms, torch=torch)
             try:
                 return tune.tune(profile, arch, p, m, candidates=candidates, margin=margin,
-                                 precompile=lambda specs: precompile(specs, arch, cache, jobs))
+                                 precompile=lambda specs: precompile(specs, arch, cache, jobs),
+                                 verify=m.verify)
             finally:
                 del m   # the weight copies (4x L2): give their memory back to the driver
                 import cupy

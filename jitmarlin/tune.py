@@ -208,15 +208,19 @@ def _time(measure, spec) -> float:
 
 
 def select(default, candidates: Iterable, measure: Callable[[object], float], *,
-           margin: float = MARGIN, failures: Iterable = (), confirm: bool = True) -> Selection:
+           margin: float = MARGIN, failures: Iterable = (), confirm: bool = True,
+           verify: Callable[[object, object], object] | None = None) -> Selection:
     """Measure `default` (always) and every other candidate with measure(spec) -> microseconds;
     a candidate that raises, or returns a time that is not a positive number, is skipped and
     recorded with the reason. `failures`: (spec, reason) pairs already known (e.g. compile
     errors), recorded as they are and not measured. With `confirm`, the default and the fastest
     other are measured once more and keep their better time (the default went first, perhaps
     before the clocks settled). The fastest replaces the default only when it is faster by more
-    than `margin` (a fraction), so noise does not flip choices. Raises TuneError when the default
-    itself cannot be measured."""
+    than `margin` (a fraction), so noise does not flip choices. verify(spec, default), where
+    given, must return for a would-be winner (it raises when spec's output disagrees with the
+    default's); one that fails is recorded and the next fastest is weighed instead, so a wrong
+    kernel is never chosen for its speed. Raises TuneError when the default itself cannot be
+    measured."""
     sel = Selection(default, math.inf, default, math.inf, failures=list(failures))
     seen = {spec for spec, _ in sel.failures}
     for spec in [default] + [c for c in candidates if c != default]:
@@ -236,34 +240,51 @@ def select(default, candidates: Iterable, measure: Callable[[object], float], *,
         sel.timings.append((spec, us))
         if spec == default:
             sel.default_us = sel.winner_us = us
-    best, best_us = min(sel.timings, key=lambda t: t[1])
-    if confirm and best != default:
-        with contextlib.suppress(Exception):      # (its first time stands)
-            sel.default_us = sel.winner_us = min(sel.default_us, _time(measure, default))
-        try:
-            best_us = min(best_us, _time(measure, best))
-        except Exception as exc:                  # flaky: not a winner
-            sel.failures.append((best, f"failed when measured again: {type(exc).__name__}: {exc}"))
-            sel.timings = [t for t in sel.timings if t[0] != best]
-            best_us = math.inf
-    if best_us < sel.default_us * (1.0 - margin):
+    confirmed_default = False
+    while True:
+        best, best_us = min(sel.timings, key=lambda t: t[1])
+        if best == default:
+            return sel
+        if confirm:
+            if not confirmed_default:
+                confirmed_default = True
+                with contextlib.suppress(Exception):      # (its first time stands)
+                    sel.default_us = sel.winner_us = min(sel.default_us, _time(measure, default))
+            try:
+                best_us = min(best_us, _time(measure, best))
+            except Exception as exc:                  # flaky: not a winner
+                sel.failures.append((best, f"failed when measured again: {type(exc).__name__}: {exc}"))
+                sel.timings = [t for t in sel.timings if t[0] != best]
+                return sel
+        if best_us >= sel.default_us * (1.0 - margin):
+            return sel
+        if verify is not None:
+            try:
+                verify(best, default)
+            except Exception as exc:                  # wrong output: never a winner
+                sel.failures.append((best, f"output check failed: {type(exc).__name__}: {exc}"))
+                sel.timings = [t for t in sel.timings if t[0] != best]
+                log.warning("jitmarlin: tune: %s rejected (%s)", getattr(best, "name", best), exc)
+                continue
         sel.winner, sel.winner_us = best, best_us
-    return sel
+        return sel
 
 
 def tune(profile: DeviceProfile, arch: str, p: Problem, measure: Callable[[object], float], *,
          candidates: Iterable | None = None, margin: float = MARGIN,
-         precompile: Callable[[list], dict] | None = None) -> TunedChoice:
+         precompile: Callable[[list], dict] | None = None,
+         verify: Callable[[object, object], object] | None = None) -> TunedChoice:
     """Tune problem `p`'s bucket on `profile` (compiled for `arch`): the planner's default and its
     candidate_specs() (or `candidates`), each timed with `measure` at M = the bucket.
     precompile(specs) -> {spec: reason} compiles them up front (in parallel) and names the ones
-    that fail. Returns the TunedChoice (not stored: see store())."""
+    that fail; verify(spec, default) checks a would-be winner's output (see select()). Returns
+    the TunedChoice (not stored: see store())."""
     bp = bucket_problem(p)
     default = planner.plan(profile, bp).spec
     cands = list(planner.candidate_specs(profile, bp) if candidates is None else candidates)
     failed = dict(precompile([default] + [c for c in cands if c != default])) if precompile else {}
     known = [(s, why) for s, why in failed.items() if s != default]
-    sel = select(default, cands, measure, margin=margin, failures=known)
+    sel = select(default, cands, measure, margin=margin, failures=known, verify=verify)
     return choice_from(profile, arch, bp, sel)
 
 

@@ -173,6 +173,36 @@ def test_select_skips_failing_candidates_and_says_why():
     assert sel.tried == len(others) + 1
 
 
+def test_select_takes_only_a_winner_whose_output_checks_out():
+    default, others = _cands()
+    checked = []
+
+    def verify(spec, ref):
+        checked.append((spec, ref))
+        if spec in (others[2], others[4]):
+            raise TuneError(f"{spec.name}'s output differs by 3.1e-01")
+        return 1e-4
+
+    measure, _ = _fake_clock({default.name: 10.0, others[2].name: 5.0, others[4].name: 6.0,
+                              others[1].name: 8.0, others[3].name: 9.9})
+    sel = tune.select(default, others, measure, verify=verify)
+    # the two fastest are wrong: rejected in turn, the third fastest wins
+    assert checked == [(others[2], default), (others[4], default), (others[1], default)]
+    assert sel.winner == others[1] and sel.winner_us == 8.0
+    why = dict(sel.failures)
+    assert set(why) == {others[2], others[4]} and why[others[2]].startswith("output check failed")
+    assert others[2] not in [s for s, _ in sel.timings] and sel.tried == len(others) + 1
+    # the next fastest within the margin: the default stays
+    checked.clear()
+    measure, _ = _fake_clock({default.name: 10.0, others[2].name: 5.0, others[1].name: 9.9})
+    sel = tune.select(default, others, measure, verify=verify)
+    assert sel.winner == default and checked == [(others[2], default)]
+    # no check where the default wins anyway
+    checked.clear()
+    assert tune.select(default, others, _fake_clock({default.name: 1.0})[0], verify=verify).winner == default
+    assert checked == []
+
+
 def test_select_raises_when_the_default_cannot_be_measured():
     default, others = _cands()
     measure, _ = _fake_clock({default.name: RuntimeError("boom")}, default_time=1.0)
@@ -194,7 +224,10 @@ def test_tune_times_the_bucket_and_records_the_outcome():
         compiled.extend(specs)
         return {cands[0]: "CompileError: no"} if cands[0] != default else {}
 
-    c = tune.tune(prof, "sm_90", p, measure, precompile=precompile)
+    verified = []
+    c = tune.tune(prof, "sm_90", p, measure, precompile=precompile,
+                  verify=lambda spec, ref: verified.append((spec, ref)))
+    assert verified == [(fastest, default)]
     assert compiled[0] == default and set(compiled) == set(cands) | {default}
     assert cands[0] not in calls                                    # compile failures not timed
     assert c.m_bucket == 16 and (c.n, c.k, c.gpu, c.arch) == (4096, 4096, GPU, "sm_90")
@@ -662,6 +695,48 @@ def test_gpu_autotune_env_tunes_on_first_call(tmp_path, monkeypatch, rng):
     lz = qw._launchers[(0, "float16", 3, cp.cuda.get_current_stream().ptr, False)]
     assert lz.plan.spec == choice_spec
     assert rel_error(y, linear_reference(x, qw)) <= 2e-3
+
+
+@pytest.mark.gpu
+def test_gpu_tuner_checks_a_winner_against_the_planners_kernel(monkeypatch):
+    """GpuMeasure.verify: a real candidate agrees with the planner's kernel; a kernel that
+    leaves the output unwritten, or writes zeros, is rejected, and select() then takes the next
+    fastest (here: a broken candidate measured as the fastest never becomes the choice)."""
+    pytest.importorskip("torch")
+    import cupy as cp
+
+    from jitmarlin.measure import GpuMeasure
+    from jitmarlin.profiles import planning_profile
+
+    prof = planning_profile(0)
+    for act in ("float16", "bfloat16"):
+        p = Problem(16, 2048, 4096, act, "uint4b8", 128)
+        default = planner.plan(prof, p).spec
+        others = [c for c in planner.candidate_specs(prof, p) if c != default][:3]
+        m = GpuMeasure(p, 0)
+        assert 0 <= m.verify(others[0], default) <= 2e-3 * (5 if act == "bfloat16" else 1)
+        real = api._prepare
+        broken = {others[1]: "skip", others[2]: "zeros"}
+
+        def fake(q, dev, a, mm, stream, spec=None):
+            lz = real(q, dev, a, mm, stream, spec)
+            if spec not in broken:
+                return lz
+
+            def run(x, lda, out, bias):
+                if broken[spec] == "zeros":
+                    cp.cuda.runtime.memsetAsync(out, 0, mm * p.n * 2, stream)
+            return run
+
+        monkeypatch.setattr(api, "_prepare", fake)
+        with pytest.raises(TuneError, match="unwritten or not finite"):
+            m.verify(others[1], default)
+        with pytest.raises(TuneError, match="differs from the planner's"):
+            m.verify(others[2], default)
+        times = {default: 10.0, others[0]: 9.0, others[1]: 1.0, others[2]: 2.0}
+        sel = tune.select(default, others, lambda s: times[s], verify=m.verify)
+        assert sel.winner == others[0] and {s for s, _ in sel.failures} == {others[1], others[2]}
+        monkeypatch.setattr(api, "_prepare", real)
 
 
 @pytest.mark.gpu

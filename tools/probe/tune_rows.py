@@ -71,12 +71,15 @@ def main():
         m = GpuMeasure(p, 0)
         try:
             known = [(s, why) for s, why in failed.items() if s in cands]
-            sel = tune.select(default, cands, m, failures=known)
+            sel = tune.select(default, cands, m, failures=known, verify=m.verify)
         finally:
             del m
             torch.cuda.empty_cache()
         tune.store(cache, tune.choice_from(profile, arch, p, sel))
         timings = sorted(sel.timings, key=lambda t: t[1])
+        for s, why in sel.failures:
+            if why.startswith("output check failed"):
+                print(f"# {name} {p.act} M={p.m}: {s.name} rejected: {why}", flush=True)
         print(f"{name:14s} {p.act:8s} M={p.m:<5d} default {default.name} {sel.default_us:8.2f} us  "
               f"-> {sel.winner.name} {sel.winner_us:8.2f} us ({sel.default_us / sel.winner_us:.3f}x)  "
               f"best3: " + ", ".join(f"{s.name.split('_')[-1]} {us:.2f}" for s, us in timings[:3]),
