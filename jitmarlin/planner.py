@@ -43,9 +43,8 @@ def _wgmma_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
     """wgmma kernels for `p` in order of preference (tools/sweep on H100, tools/PERF.md): at
     M <= 64, 64-token tiles, two blocks per SM and 4 stages where each block still gets enough
     K-steps (wgmma_occupancy), 256 features wide where it gets many more (WGMMA_WIDE_MIN_STEPS);
-    between WGMMA_SPLIT_MIN_STEPS and that, 256 wide with one block and 6 stages (its warpgroups
-    dequantise one half of a step while the other half's wgmmas run); with too few K-steps for
-    two blocks, 128 wide, one block, 5 stages (its warpgroups overlap dequant and wgmmas). Up to
+    with too few K-steps for two blocks, 128 wide, one block, 8 stages (its warpgroups overlap
+    dequant and wgmmas; WGMMA_SMALL_DEPTH). Up to
     128 rows, 128 x 128 tiles, 4 stages; above, 256 x 128, 4 stages (128 x 128 with 6 stages where
     256 x 128 tiles leave a block fewer than WGMMA_TALL_MIN_STEPS K-steps, or, up to 256 rows,
     WGMMA_TALL_MIN_STEPS_256). With one 64-feature slab
@@ -56,11 +55,9 @@ def _wgmma_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
     if p.m <= 64:
         steps = _wgmma_steps_per_block(profile, p, 64, 128, 2)
         if wgmma_occupancy(profile, p) == 1:
-            tiles = [(4, 8, 5, 1), (4, 16, 5, 1)]
+            tiles = [(4, 8, WGMMA_SMALL_DEPTH, 1), (4, 16, WGMMA_SMALL_DEPTH, 1)]
         elif steps >= WGMMA_WIDE_MIN_STEPS:
             tiles = [(4, 16, 4, 2), (4, 8, 4, 2)]
-        elif steps >= WGMMA_SPLIT_MIN_STEPS:
-            tiles = [(4, 16, 6, 1), (4, 8, 4, 2)]
         else:
             tiles = [(4, 8, 4, 2), (4, 16, 4, 2)]
     elif p.m <= 128:
@@ -97,13 +94,14 @@ def _deepest_wgmma(profile: DeviceProfile, p: Problem, tm: int, tn: int, depth: 
 # vs 78.4 us, 70B gate_up 135.6 vs 148.4; 8B gate_up, 54 steps, a tie) and lose at 39.
 WGMMA_OCC2_MIN_STEPS = 20
 WGMMA_WIDE_MIN_STEPS = 48
-# Below that, from this many steps (of the 64 x 128 two-block tiles), one block of 64 x 256 tiles
-# with 6 stages, whose warpgroups issue each step's wgmmas in two halves and dequantise one half
-# while the other's run (wgmma.cu.j2, SPLIT_MMA), beats the two-block 64 x 128 kernel (H100,
-# M = 64, five A/B passes in three device runs, tools/PERF.md entry 34): 70B o (31 steps)
-# 0.94-0.98x the time, 70B qkv (39) 0.94-0.97x; 8B down (27) 1.02-1.03x. From 48 steps it ties
-# (8B gate_up, 54) or loses (70B gate_up, 217: 0.95-1.07x) against the two-block 64 x 256 kernel.
-WGMMA_SPLIT_MIN_STEPS = 29
+# Below that the two-block 64 x 128 kernel. Session 13 (tools/PERF.md entry 34) gave 70B o and
+# qkv (31 and 39 steps) one block of 64 x 256 tiles with 6 stages whose warpgroups split each
+# step's wgmmas in two halves (wgmma.cu.j2, SPLIT_MMA); on the later kernels the autotuner timed
+# the two-block 64 x 128 kernel 6-11% faster there (entry 54: 70B o 21.9 against 23.8 us, 70B qkv
+# 27.0 against 28.7), so the planner no longer takes the split kernel (the tuner still tries it).
+# One block where two would get too few steps (8B qkv, 8B o): 8 stages, 5-7% faster than the 5
+# of session 4's sweeps (entry 54: 8B o 10.04 against 10.73 us, 8B qkv 12.80 against 13.57).
+WGMMA_SMALL_DEPTH = 8
 # Above 128 rows, 256 x 128 tiles need this many K-steps per block (SMs x blocks); with fewer,
 # each tile is split over several blocks whose 128 KB partial sums dominate, and 128 x 128 tiles
 # with 6 stages win (H100/H200 sweeps, M = 256: 8B o, 15.5 steps, 0.90-0.97x the time;
