@@ -23,6 +23,7 @@ for v in $VS; do
     c-*) BENCH="tools/probe/variant_bench.py bench" run $v JM_PROBE_CLUSTER=${v#c-} ;;
     l-*) v2=${v#l-}; v2=${v2%.*}; BENCH="tools/probe/variant_bench.py bench" run $v JM_PROBE_WHOLE_LOAD=$v2 ;;
     w-*) v2=${v#w-}; v2=${v2%.*}; BENCH="tools/probe/variant_bench.py bench" run $v JM_PROBE_WHOLE=${v2//_/,} ;;
+    f-*) v2=${v#f-}; v2=${v2%.*}; BENCH="tools/probe/variant_bench.py bench" run $v JM_PROBE_WGMMA=${MS//,/+}:${v2//_/,} ;;
     *) BENCH="tools/probe/variant_bench.py bench" run $v JM_PROBE_GEMV=${v//_/,} ;;
   esac
 done
