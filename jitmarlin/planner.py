@@ -44,13 +44,12 @@ def _wgmma_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
     M <= 64, 64-token tiles, two blocks per SM and 4 stages where each block still gets enough
     K-steps (wgmma_occupancy), 256 features wide where it gets many more (WGMMA_WIDE_MIN_STEPS);
     with too few K-steps for two blocks, 128 wide, one block, 8 stages (its warpgroups overlap
-    dequant and wgmmas; WGMMA_SMALL_DEPTH). Up to
-    128 rows, 128 x 128 tiles, 4 stages; above, 256 x 128, 4 stages (128 x 128 with 6 stages where
-    256 x 128 tiles leave a block fewer than WGMMA_TALL_MIN_STEPS K-steps, or, up to 256 rows,
-    WGMMA_TALL_MIN_STEPS_256). With one 64-feature slab
-    per warpgroup and >= 4 stages the kernel dequantises one step while the wgmmas of the step
-    before run (sweeps, session 4: M = 128 0.60-0.91x the time of 128 x 256 tiles; M = 256
-    0.74-0.86x the time of 3 stages).
+    dequant and wgmmas; WGMMA_SMALL_DEPTH). Up to 128 rows, 128 x 128 tiles, 4 stages; above,
+    256 x 128, 4 stages (128 x 128 with 6 stages where 256 x 128 tiles leave a block fewer than
+    WGMMA_TALL_MIN_STEPS K-steps, or, up to 256 rows, WGMMA_TALL_MIN_STEPS_256). With one
+    64-feature slab per warpgroup and >= 4 stages the kernel dequantises one step while the
+    wgmmas of the step before run (sweeps, session 4: M = 128 0.60-0.91x the time of 128 x 256
+    tiles; M = 256 0.74-0.86x the time of 3 stages).
     """
     if p.m <= 64:
         steps = _wgmma_steps_per_block(profile, p, 64, 128, 2)
