@@ -404,6 +404,18 @@ def test_own_data_draws_in_each_dtype(tmp_path, monkeypatch):
     assert len([e for e in log if e[0] == "seed"]) == 1
 
 
+def test_full_data_gives_cublas_its_own_fp16_x_in_bf16_rows(tmp_path, monkeypatch):
+    b, log = _recording_gpu(monkeypatch)
+    out = tmp_path / "run.json"
+    assert b.main(["--shapes", "L3-8B o", "--m", "16", "--act", "float16,bfloat16", "--peers", "cublas",
+                   "--data", "full", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["data"].startswith("full")
+    assert ("weights", "bfloat16", False) in log
+    x_draws = [i for i, e in enumerate(log) if e[0] == "randn" and e[1] == (16, 4096)]
+    # fp16 row: x in fp16 (cuBLAS takes it); bf16 row: x in bf16, then cuBLAS's own draw in fp16
+    assert [log[i + 1] for i in x_draws] == [("to", "f16"), ("to", "bf16"), ("to", "f16")]
+
+
 def test_bf16_rounded_values_are_exact_in_fp16():
     """What 'shared' data rests on: bf16-rounded normal draws (x, 0.02 W) and scales
     (0.001..0.011) survive a trip through fp16 unchanged."""
