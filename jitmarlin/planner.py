@@ -29,9 +29,13 @@ PATH_MAX_STAGES = {"sm70": 2, "sm75": 2, "sm80": 8, "sm90": 8}
 PATH_MAX_TM = {"sm70": 2, "sm75": 4, "sm80": 4}
 
 # Hopper (sm_90) runs the warpgroup (wgmma) kernel from this many rows of x: its tensor cores
-# take the activations as a 64..256-wide operand, where mma.sync tops out near two thirds of
-# the chip's fp16 rate. Below, decode streams weights and the mma.sync kernel is as good.
-WGMMA_MIN_M = 64
+# take the activations as a 16..256-wide operand and read them from shared memory themselves,
+# where the mma.sync kernel spends issue slots on every fragment (and from 17 rows keeps only
+# 2 stages in its registers). H100, fp16, us (tools/PERF.md entry 55): at M = 32 the 32-token
+# tiles take 0.79-0.86x the mma.sync kernel's time on all eight bench layers (8B down 21.9 ->
+# 17.3, 70B gate_up 114 -> 95), at M = 48 the 64-token ones 0.74-0.87x; at M = 16 the
+# 16-token tiles lose (1.0-1.5x: too little work a K-step for its barrier and TMA round).
+WGMMA_MIN_M = 17
 
 
 def wgmma_available(profile: DeviceProfile) -> bool:
@@ -41,8 +45,9 @@ def wgmma_available(profile: DeviceProfile) -> bool:
 
 def _wgmma_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
     """wgmma kernels for `p` in order of preference (tools/sweep on H100, tools/PERF.md): at
-    M <= 64, 64-token tiles, two blocks per SM and 4 stages where each block still gets enough
-    K-steps (wgmma_occupancy), 256 features wide where it gets many more (WGMMA_WIDE_MIN_STEPS);
+    M <= 64, one tile of 32 tokens (M <= 32) or 64, two blocks per SM and 4 stages where each
+    block still gets enough K-steps (wgmma_occupancy), 256 features wide where it gets many more
+    (WGMMA_WIDE_MIN_STEPS);
     with too few K-steps for two blocks, 128 wide, one block, 8 stages (its warpgroups overlap
     dequant and wgmmas; WGMMA_SMALL_DEPTH). Up to 128 rows, 128 x 128 tiles, 4 stages; above,
     256 x 128, 4 stages (128 x 128 with 6 stages where 256 x 128 tiles leave a block fewer than
@@ -52,13 +57,14 @@ def _wgmma_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
     tiles; M = 256 0.74-0.86x the time of 3 stages).
     """
     if p.m <= 64:
+        tm = 2 if p.m <= 32 else 4
         steps = _wgmma_steps_per_block(profile, p, 64, 128, 2)
         if wgmma_occupancy(profile, p) == 1:
-            tiles = [(4, 8, WGMMA_SMALL_DEPTH, 1), (4, 16, WGMMA_SMALL_DEPTH, 1)]
+            tiles = [(tm, 8, WGMMA_SMALL_DEPTH, 1), (tm, 16, WGMMA_SMALL_DEPTH, 1)]
         elif steps >= WGMMA_WIDE_MIN_STEPS:
-            tiles = [(4, 16, 4, 2), (4, 8, 4, 2)]
+            tiles = [(tm, 16, 4, 2), (tm, 8, 4, 2)]
         else:
-            tiles = [(4, 8, 4, 2), (4, 16, 4, 2)]
+            tiles = [(tm, 8, 4, 2), (tm, 16, 4, 2)]
     elif p.m <= 128:
         tiles = [(8, 8, 4, 1), (8, 16, 4, 1), (4, 16, 4, 1)]
     else:
@@ -636,8 +642,9 @@ def candidate_specs(profile: DeviceProfile, p: Problem) -> list[AnySpec]:
                     if _geometry(profile, p, whole)[1] <= WHOLE_CANDIDATE_MAX_LOAD * _geometry(profile, p, spec)[1]:
                         out.append(whole)
     out.extend(gemv_specs(profile, p))
-    if wgmma_available(profile) and p.m >= WGMMA_MIN_M // 2:
-        for tm in (4, 8, 16):
+    if wgmma_available(profile) and p.m >= WGMMA_MIN_M:
+        # 16-token tiles are not offered: at M = 16 they lost on every bench layer (entry 55)
+        for tm in (2, 4) if p.m <= 32 else (4, 8, 16):
             for tn in (8, 16):
                 for st in (2, 3, 4, 5, 6, 8):
                     # two blocks per SM where the sums leave registers for it (<= 64 a thread)

@@ -72,7 +72,7 @@ class KernelSpec(_WeightFormat):
     whole (mma.sync kernel, no clusters): the plan gives every block whole output tiles (no tile
     split over blocks, so no partial sums meet in the workspace), as many blocks as that takes
     instead of one an SM; the autotuner weighs it against Stream-K (the kernel is the same).
-    On 'sm90', M is the wgmma N side (tm in 4, 8, 16: 64..256 tokens), N is split into 64-feature
+    On 'sm90', M is the wgmma N side (tm in 1, 2, 4, 8, 16: 16..256 tokens), N is split into 64-feature
     slabs over two warpgroups (tn 8 or 16) and tk is 4 (one 128-byte swizzled x row per stage).
     """
 
@@ -241,8 +241,8 @@ class KernelSpec(_WeightFormat):
             raise ValueError("the wgmma kernel takes K tiles of 64 (tk=4)")
         if self.tn not in (8, 16):
             raise ValueError(f"the wgmma kernel takes tn 8 or 16 (two warpgroups of 64-feature slabs), got {self.tn}")
-        if self.tm not in (4, 8, 16):
-            raise ValueError(f"the wgmma kernel takes tm 4, 8 or 16 (64..256 tokens), got {self.tm}")
+        if self.tm not in (1, 2, 4, 8, 16):
+            raise ValueError(f"the wgmma kernel takes tm 1, 2, 4, 8 or 16 (16..256 tokens), got {self.tm}")
         if self.tm * self.tn > 128:
             raise ValueError("wgmma tile too large: more than 128 fp32 sums per thread")
         if self.group_blocks > 0 and self.tk % self.group_blocks and self.group_blocks % self.tk:

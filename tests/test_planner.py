@@ -4,7 +4,7 @@ from dataclasses import replace
 import pytest
 
 from jitmarlin import InputError, UnsupportedError
-from jitmarlin.planner import (GEMV_MIN_FILL, GEMV_PLAN_MAX_M, GEMV_SCALED_MIN_FILL, _gemv_fill, candidate_specs, choose_fused_spec,
+from jitmarlin.planner import (GEMV_MIN_FILL, GEMV_PLAN_MAX_M, GEMV_SCALED_MIN_FILL, WGMMA_MIN_M, _gemv_fill, candidate_specs, choose_fused_spec,
                                dequant_min_m, dequant_route, plan, spread_clusters)
 from jitmarlin.problem import Problem
 from jitmarlin.profiles import PROFILES, get_profile
@@ -35,7 +35,7 @@ def test_every_plan_fits_the_profile(prof):
             assert p.grid * s.threads // 32 >= (k // 16) * (n // 64) > (p.grid - 1) * s.threads // 32
             assert p.smem_bytes == 0 and s.group_blocks == (-1 if g < 0 else g // 16)
             continue
-        wgmma = prof.cc == (9, 0) and m >= 64
+        wgmma = prof.cc == (9, 0) and m >= WGMMA_MIN_M
         assert s.path == ("sm90" if wgmma else prof.path)
         assert s.smem_bytes() <= prof.smem_per_block
         if isinstance(s, GemvSpec):   # decode without split tiles: one wave, column blocks on chip

@@ -485,7 +485,8 @@ def test_prepare_plans_with_the_stored_choice(tmp_path, monkeypatch):
     tune.store(KernelCache(tmp_path), c)
     assert api._prepare(qw, 0, "float16", 12, 0).spec == c.winner() != default
     assert api._prepare(qw, 0, "float16", 12, 0, spec=default).spec == default
-    assert api._prepare(qw, 0, "float16", 40, 0).spec.tm == 3        # other bucket: the planner's
+    other = api._prepare(qw, 0, "float16", 40, 0).spec                # other bucket: the planner's
+    assert other == planner.plan(prof, dataclasses.replace(P16, m=40)).spec != c.winner()
 
 
 # ---- CLI -----------------------------------------------------------------------------------------

@@ -31,18 +31,20 @@ def _spec(qtype="uint4b8", act="float16", group=128, tm=8, tn=16, stages=4, occu
 
 # tiles whose sums leave room for two blocks per SM (<= 128 registers a thread)
 OCC2_TILES = [(4, 8), (4, 16), (8, 8)]
+# 16- and 32-token tiles (M <= 32)
+SMALL_TILES = [(1, 8), (1, 16), (2, 8), (2, 16)]
 
 
 # ---- planning (pure) ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("prof", ["h100", "h200"])
-def test_hopper_plans_wgmma_from_64_rows(prof):
+def test_hopper_plans_wgmma_from_17_rows(prof):
     h = get_profile(prof)
     for qt in ALL_QTYPES:
         g = GROUP_OF.get(qt, 128)
-        for m in (1, 16, 63):
+        for m in (1, 9, 16):
             assert plan(h, Problem(m, 4096, 4096, "float16", qt, g)).spec.path == "sm80"
-        for m in (WGMMA_MIN_M, 100, dequant_min_m(h) - 1, 4096):
+        for m in (WGMMA_MIN_M, 32, 33, 63, 100, dequant_min_m(h) - 1, 4096):
             p = Problem(m, 4096, 4096, "bfloat16", qt, g)
             # from dequant_min_m rows up the planner routes to dequant + cuBLAS; the fused
             # kernel it would pick there (and an autotuner can) is still the wgmma one
@@ -66,7 +68,7 @@ def test_other_generations_never_plan_wgmma():
 def test_every_wgmma_plan_fits(rng):
     h = get_profile("h100")
     for _ in range(300):
-        m = int(rng.integers(64, 9000))
+        m = int(rng.integers(17, 9000))
         n = 64 * int(rng.integers(1, 900))
         k = 64 * int(rng.integers(1, 460))
         g = int(rng.choice([-1, 32, 64, 128]))
@@ -176,7 +178,7 @@ def test_wgmma_candidates_are_valid():
 
 
 @pytest.mark.parametrize("bad,msg", [
-    (dict(tk=8), "K tiles of 64"), (dict(tn=4), "tn 8 or 16"), (dict(tm=2), "tm 4, 8 or 16"),
+    (dict(tk=8), "K tiles of 64"), (dict(tn=4), "tn 8 or 16"), (dict(tm=3), "tm 1, 2, 4, 8 or 16"),
     (dict(tm=16, tn=16), "128 fp32 sums"), (dict(stages=1), "2..8 stages"),
 ])
 def test_wgmma_spec_checks(bad, msg):
@@ -365,6 +367,29 @@ def test_no_register_of_an_inflight_wgmma_is_overwritten(tm, tn):
             assert not bad, (art.name, bad[:3])
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("tm,tn", SMALL_TILES)
+def test_small_token_tiles_compile_clean(tm, tn):
+    """16- and 32-token tiles at the planner's depths (4 stages two blocks an SM, 8 one block):
+    m64n16 / m64n32 wgmmas, no spills (128 registers with two blocks), none serialised, and
+    where a warpgroup overlaps dequant and wgmmas (one slab) no in-flight A register is
+    overwritten in the SASS."""
+    from jitmarlin import nvrtc
+
+    for stages, occ in ((4, 2), (8, 1)):
+        if (tm, tn, stages, occ) == (1, 16, 4, 2):
+            continue   # spills at 128 registers; 16-token tiles are no planner or tuner choice
+        art = _compile(_spec("uint4b8", "bfloat16", 128, tm, tn, stages, occupancy=occ))
+        assert f"wgmma.mma_async.sync.aligned.m64n{16 * tm}k16.f32.bf16" in art.ptx
+        r = art.resources
+        assert r["spill_stores"] == 0 and r["stack_bytes"] == 0, (art.name, r)
+        assert occ == 1 or r["registers"] <= 128, (art.name, r)
+        assert not [line for line in art.log.splitlines() if "serialized" in line], art.name
+        if tn == 8 and nvrtc.find_disassembler() is not None:
+            assert "wgmma.wait_group.sync.aligned 1;" in art.ptx   # the overlap is on
+            assert not _inflight_overwrites(nvrtc.disassemble(art.cubin)), art.name
+
+
 def test_the_sass_check_finds_an_overwrite():
     sass = """
         /*0100*/                   HGMMA.64x64x16.F32 R24, R56, gdesc[UR20], R24, gsb0 ;
@@ -436,6 +461,27 @@ def test_every_tile_matches_reference(tm, tn, stages, rng):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("tm,tn", SMALL_TILES)
+@pytest.mark.parametrize("occ", [1, 2])
+def test_small_token_tiles_match_reference(tm, tn, occ, rng):
+    """16- and 32-token tiles (wgmma m64n16 / m64n32; x always by TMA): one M chunk at decode
+    sizes, a short last chunk, several chunks; split tiles (K = 2048 over the grid)."""
+    if not _hopper():
+        pytest.skip("needs an sm_90 GPU without JITMARLIN_EMULATE")
+    import jitmarlin
+
+    w = rng.standard_normal((1024 + 64, 2048)) * 0.03
+    for act, group in (("float16", 128), ("bfloat16", 64)):
+        qw = jitmarlin.quantize(w, "uint4b8", group, scale_dtype=act)
+        for stages in (4, 8):
+            spec = KernelSpec("sm90", "uint4b8", act, group_blocks(Problem(16, qw.n, qw.k, act, "uint4b8", group)),
+                              tm, tn, 4, stages, occupancy=occ)
+            for m in (1, 9, 16 * tm, 16 * tm + 7, 70):
+                y, ref = run_forced(qw, m, act, spec, rng)
+                assert rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {rel(y, ref):.3e}"
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("qt", ALL_QTYPES)
 def test_every_type_matches_reference(qt, rng):
     if not _hopper():
@@ -446,8 +492,10 @@ def test_every_type_matches_reference(qt, rng):
     w = rng.standard_normal((448, 1024)) * 0.05
     for act in ("float16", "bfloat16"):
         qw = jitmarlin.quantize(w, qt, g, scale_dtype=act)
-        for m, (tm, tn) in ((96, (8, 8)), (1000, (8, 16)), (130, (16, 8))):
-            spec = KernelSpec("sm90", qt, act, group_blocks(Problem(m, qw.n, qw.k, act, qt, g)), tm, tn, 4, 3)
+        for m, (tm, tn, st, occ) in ((96, (8, 8, 3, 1)), (1000, (8, 16, 3, 1)), (130, (16, 8, 3, 1)),
+                                     (24, (2, 8, 4, 2)), (31, (2, 16, 4, 2)), (17, (2, 8, 8, 1))):
+            spec = KernelSpec("sm90", qt, act, group_blocks(Problem(m, qw.n, qw.k, act, qt, g)), tm, tn, 4, st,
+                              occupancy=occ)
             y, ref = run_forced(qw, m, act, spec, rng, lda=1024 + 64)
             assert rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {rel(y, ref):.3e}"
 

@@ -223,7 +223,8 @@ if depth:
         return real_deepest(profile, p, tm, tn, d, occupancy)
 
     P._deepest_wgmma = deepest
-# JM_PROBE_WGMMA=M[+M...]:TM,TN,STAGES,OCC: problems of exactly those M rows run that wgmma kernel.
+# JM_PROBE_WGMMA=M[+M...]:TM,TN,STAGES,OCC: problems of exactly those M rows run that wgmma kernel
+# (also below the planner's wgmma rows).
 force = os.environ.get("JM_PROBE_WGMMA")
 if force:
     import jitmarlin.planner as P
@@ -235,7 +236,7 @@ if force:
 
     def fused(profile, p):
         s = real_fused(profile, p)
-        if p.m not in [int(v) for v in fm.split("+")] or not s.wgmma:
+        if p.m not in [int(v) for v in fm.split("+")]:
             return s
         return KernelSpec("sm90", p.qtype, p.act, P.group_blocks(p), ftm, ftn, 4, fst, occupancy=focc)
 
