@@ -46,8 +46,8 @@ def wgmma_available(profile: DeviceProfile) -> bool:
 def _wgmma_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
     """wgmma kernels for `p` in order of preference (tools/sweep on H100, tools/PERF.md): at
     M <= 64, one tile of 32 tokens (M <= 32) or 64, two blocks per SM and 4 stages where each
-    block still gets enough K-steps (wgmma_occupancy), 256 features wide where it gets many more
-    (WGMMA_WIDE_MIN_STEPS);
+    block still gets enough K-steps (wgmma_occupancy; always with 32 tokens), 256 features wide
+    where it gets many more (WGMMA_WIDE_MIN_STEPS);
     with too few K-steps for two blocks, 128 wide, one block, 8 stages (its warpgroups overlap
     dequant and wgmmas; WGMMA_SMALL_DEPTH). Up to 128 rows, 128 x 128 tiles, 4 stages; above,
     256 x 128, 4 stages (128 x 128 with 6 stages where 256 x 128 tiles leave a block fewer than
@@ -59,7 +59,7 @@ def _wgmma_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
     if p.m <= 64:
         tm = 2 if p.m <= 32 else 4
         steps = _wgmma_steps_per_block(profile, p, 64, 128, 2)
-        if wgmma_occupancy(profile, p) == 1:
+        if wgmma_occupancy(profile, p) == 1 and tm == 4:
             tiles = [(tm, 8, WGMMA_SMALL_DEPTH, 1), (tm, 16, WGMMA_SMALL_DEPTH, 1)]
         elif steps >= WGMMA_WIDE_MIN_STEPS:
             tiles = [(tm, 16, 4, 2), (tm, 8, 4, 2)]
@@ -106,6 +106,8 @@ WGMMA_WIDE_MIN_STEPS = 48
 # 27.0 against 28.7), so the planner no longer takes the split kernel (the tuner still tries it).
 # One block where two would get too few steps (8B qkv, 8B o): 8 stages, 5-7% faster than the 5
 # of session 4's sweeps (entry 54: 8B o 10.04 against 10.73 us, 8B qkv 12.80 against 13.57).
+# Not with 32-token tiles (M <= 32), whose steps are half the MMAs: two blocks there too (entry
+# 55, M = 32: 8B qkv 11.13 against 11.81 us for one block of 8 stages, 8B o a tie).
 WGMMA_SMALL_DEPTH = 8
 # Above 128 rows, 256 x 128 tiles need this many K-steps per block (SMs x blocks); with fewer,
 # each tile is split over several blocks whose 128 KB partial sums dominate, and 128 x 128 tiles

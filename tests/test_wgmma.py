@@ -134,6 +134,24 @@ def test_two_blocks_per_sm_for_wide_tiles_where_each_gets_enough_steps():
         _spec(occupancy=3).check()
 
 
+def test_planner_takes_32_token_tiles_up_to_32_rows():
+    """M = 17..32: one 32-token tile, two blocks an SM on every bench layer, 256 features wide
+    where a 64 x 128 tile would give each block many K-steps (the tuner's picks at M = 32,
+    PERF.md entry 55); M = 33..64: 64-token tiles as before."""
+    h = get_profile("h100")
+    for (k, n), tn in [((4096, 4096), 8), ((4096, 6144), 8), ((14336, 4096), 8), ((8192, 8192), 8),
+                       ((8192, 10240), 8), ((4096, 28672), 16), ((28672, 8192), 16), ((8192, 57344), 16)]:
+        for m in (17, 20, 32):
+            spec = plan(h, Problem(m, n, k, "bfloat16", "uint4b8", 128)).spec
+            assert spec.wgmma and (spec.tm, spec.tn, spec.stages, spec.occupancy) == (2, tn, 4, 2), (m, spec.name)
+        assert plan(h, Problem(33, n, k, "bfloat16", "uint4b8", 128)).spec.tm == 4
+        assert plan(h, Problem(16, n, k, "bfloat16", "uint4b8", 128)).spec.path == "sm80"
+    # the tuner's wgmma candidates at M <= 32: 32- and 64-token tiles
+    cands = [s for s in candidate_specs(h, Problem(24, 8192, 8192, "float16", "uint4b8", 128)) if s.wgmma]
+    assert {s.tm for s in cands} == {2, 4}
+    assert not [s for s in candidate_specs(h, Problem(16, 8192, 8192, "float16", "uint4b8", 128)) if s.wgmma]
+
+
 def test_planner_takes_the_overlapping_kernel_above_64_rows():
     """From 65 rows up the planner's wgmma tiles have one 64-feature slab per warpgroup and
     >= 4 stages: the configurations in which the template dequantises a step while the
