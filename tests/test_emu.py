@@ -239,12 +239,12 @@ def test_emulator_catches_remote_store_outside_the_cluster(plant, rng):
 
 # Every quant type on the emulator: (qtype, group, act, path profile, m)
 QTYPE_CASES = [
-    ("uint4", 128, "float16", "h100", 9), ("uint4", -1, "bfloat16", "h100", 17),
+    ("uint4", 128, "float16", "h100", 9), ("uint4", -1, "bfloat16", "a100", 17),
     ("uint8b128", 64, "float16", "h100", 9), ("uint8b128", -1, "bfloat16", "h100", 3),
     ("uint8b128", 128, "bfloat16", "h100", 12), ("float8_e4m3fn", 64, "bfloat16", "h100", 16),
-    ("uint8", 32, "bfloat16", "h100", 33), ("uint8", -1, "float16", "h100", 5),
+    ("uint8", 32, "bfloat16", "l4", 33), ("uint8", -1, "float16", "h100", 5),
     ("float8_e4m3fn", 128, "float16", "h100", 9), ("float8_e4m3fn", -1, "bfloat16", "h100", 2),
-    ("nvfp4", 16, "float16", "h100", 9), ("nvfp4", 16, "bfloat16", "h100", 20),
+    ("nvfp4", 16, "float16", "h100", 9), ("nvfp4", 16, "bfloat16", "rtx4090", 20),
     ("mxfp4", 32, "bfloat16", "h100", 9),
     ("uint8", 64, "float16", "v100", 20), ("nvfp4", 16, "float16", "v100", 3),
     ("uint4", 32, "float16", "t4", 7), ("float8_e4m3fn", -1, "float16", "t4", 18),
