@@ -31,10 +31,11 @@ PATH_MAX_TM = {"sm70": 2, "sm75": 4, "sm80": 4}
 # Hopper (sm_90) runs the warpgroup (wgmma) kernel from this many rows of x: its tensor cores
 # take the activations as a 16..256-wide operand and read them from shared memory themselves,
 # where the mma.sync kernel spends issue slots on every fragment (and from 17 rows keeps only
-# 2 stages in its registers). H100, fp16, us (tools/PERF.md entry 55): at M = 32 the 32-token
-# tiles take 0.79-0.86x the mma.sync kernel's time on all eight bench layers (8B down 21.9 ->
-# 17.3, 70B gate_up 114 -> 95), at M = 48 the 64-token ones 0.74-0.87x; at M = 16 the
-# 16-token tiles lose (1.0-1.5x: too little work a K-step for its barrier and TMA round).
+# 2 stages in its registers). H100, fp16 and bf16 (tools/PERF.md entry 55): at M = 20 and 32
+# the 32-token tiles take 0.77-0.87x the mma.sync kernel's time on all eight bench layers (fp16
+# M = 32: 8B down 22.0 -> 17.3 us, 70B gate_up 123 -> 95), at M = 48 the 64-token ones
+# 0.74-0.88x; at M = 16 the 16-token tiles lose (1.0-1.5x: too little work a K-step for its
+# barrier and TMA round).
 WGMMA_MIN_M = 17
 
 
