@@ -710,7 +710,7 @@ def test_gpu_tuner_checks_a_winner_against_the_planners_kernel(monkeypatch):
     from jitmarlin.profiles import planning_profile
 
     prof = planning_profile(0)
-    for act in ("float16", "bfloat16"):
+    for act in planner.PATH_ACTS[prof.path]:   # (JITMARLIN_EMULATE=t4 / v100: fp16 only)
         p = Problem(16, 2048, 4096, act, "uint4b8", 128)
         default = planner.plan(prof, p).spec
         others = [c for c in planner.candidate_specs(prof, p) if c != default][:3]
@@ -743,18 +743,23 @@ def test_gpu_tuner_checks_a_winner_against_the_planners_kernel(monkeypatch):
 @pytest.mark.gpu
 def test_gpu_whole_tile_candidates_match_reference(rng):
     """The whole-tile plans (KernelSpec.whole) the tuner may pick run correctly through the
-    launcher: 8B qkv's shape at M = 16 and 5 (96 blocks of one 64-wide tile), a poisoned output."""
+    launcher: 8B qkv's shape at M = 16 and 5 (96 blocks of one 64-wide tile; on a GPU or
+    emulated profile of fewer SMs, one 64-wide tile an SM), a poisoned output."""
     pytest.importorskip("torch")
     import jitmarlin
-    from jitmarlin.profiles import live_profile
+    from jitmarlin.profiles import planning_profile
 
     from gpu_cases import rel, run_forced
 
-    w = rng.standard_normal((6144, 4096)).astype(np.float32) * 0.05
-    for act in ("float16", "bfloat16"):
+    # the profile the launcher plans for (an emulated one under JITMARLIN_EMULATE: its path,
+    # activation dtypes and shared memory)
+    prof = planning_profile(0)
+    n = 64 * min(prof.sms, 96)
+    w = rng.standard_normal((n, 4096)).astype(np.float32) * 0.05
+    for act in planner.PATH_ACTS[prof.path]:
         qw = jitmarlin.quantize(w, "uint4b8", 128, scale_dtype=act)
-        p = Problem(16, 6144, 4096, act, "uint4b8", 128)
-        whole = [c for c in planner.candidate_specs(live_profile(0), p) if getattr(c, "whole", False)]
+        p = Problem(16, n, 4096, act, "uint4b8", 128)
+        whole = [c for c in planner.candidate_specs(prof, p) if getattr(c, "whole", False)]
         assert whole
         for spec in {*whole[:1], *[c for c in whole if c.tn == 4][-2:]}:
             for m in (16, 5):
