@@ -72,8 +72,9 @@ class KernelSpec(_WeightFormat):
     whole (mma.sync kernel, no clusters): the plan gives every block whole output tiles (no tile
     split over blocks, so no partial sums meet in the workspace), as many blocks as that takes
     instead of one an SM; the autotuner weighs it against Stream-K (the kernel is the same).
-    On 'sm90', M is the wgmma N side (tm in 1, 2, 4, 8, 16: 16..256 tokens), N is split into 64-feature
-    slabs over two warpgroups (tn 8 or 16) and tk is 4 (one 128-byte swizzled x row per stage).
+    On 'sm90', M is the wgmma N side (tm in 1, 2, 4, 8, 16: 16..256 tokens), N is split into
+    64-feature slabs over two warpgroups (tn 8 or 16) and tk is 4 (one 128-byte swizzled x row
+    per stage).
     """
 
     route: ClassVar[str] = "fused"
