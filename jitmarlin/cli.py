@@ -117,7 +117,8 @@ def cmd_inspect(args) -> int:
     report = {
         "kernel": spec.name, "route": plan.route, "spec": json.loads(spec.canonical()),
         "profile": prof.name,
-        "arch": prof.arch, "grid": plan.grid, "iters": plan.iters, "cache": status,
+        "arch": prof.arch, "grid": plan.grid, "iters": plan.iters, "whole_tiles": plan.whole,
+        "cache": status,
         "cache_key": key[:16], "compile_seconds": round(art.seconds, 3), **res,
     }
     if args.json:

@@ -290,7 +290,7 @@ class Launcher:
     buffer). pdl: launch with programmatic dependent launch (the caller has checked the GPU)."""
 
     __slots__ = ("func", "grid", "block", "smem", "stream", "static", "plan", "device", "keep",
-                 "iters", "x_maps", "w_maps", "pdl")
+                 "iters", "whole", "x_maps", "w_maps", "pdl")
 
     def __init__(self, plan: Plan, func, device: int, stream_ptr: int, ptrs: dict, ws: Workspace,
                  n_out: int, k_in: int, gscale: float, pdl: bool = False):
@@ -304,6 +304,7 @@ class Launcher:
         self.stream = stream_object(stream_ptr)
         p = plan.problem
         self.iters = np.int32(plan.iters)
+        self.whole = np.int32(plan.whole)
         self.x_maps = {} if plan.spec.wgmma else None
         hybrid = getattr(plan.spec, "spread", 0) == 2
         if pdl and not getattr(plan.spec, "pdl", False):   # it would touch x before the grid ahead is done
@@ -333,7 +334,7 @@ class Launcher:
                     del self.x_maps[next(iter(self.x_maps))]
                 xmap = self.x_maps[(x_ptr, lda)] = x_tensor_map(
                     x_ptr, int(m), int(k_in), lda, self.plan.spec.tile_m)
-            args += (xmap, *self.w_maps)
+            args += (self.whole, xmap, *self.w_maps)
         if self.pdl is not None:
             self.pdl(args)
         else:

@@ -165,17 +165,17 @@ def dequant_route(profile: DeviceProfile, p: Problem) -> bool:
     fused kernels' Stream-K ranges start their blocks at scattered K offsets of every row block
     at once, so such an x is read from DRAM again and again (H100, 70B down, x 58 MB: wgmma
     972 us vs 902 for the route at M = 1024; 8B down at 2048: 644 vs 361).
-    Not where the wgmma kernel's plan has whole tiles a block (_whole_tiles): its blocks then
-    run their tiles in step and read x and the weights once through L2, and it beats the route
-    at M = 1024 and 2048 on every bench layer and ties at 4096 (tools/PERF.md entry 30), with no
-    N x K workspace."""
+    Not where the wgmma kernel's plan has whole tiles a block (_whole_tiles) or is a hybrid one
+    (_hybrid: whole tiles but for the last wave): its blocks then run their tiles in step and
+    read x and the weights once through L2, and it beats the route at M = 1024 and 2048 on every
+    bench layer and ties at 4096 (tools/PERF.md entry 30), with no N x K workspace."""
     if not (p.m >= dequant_min_m(profile) or (
             p.m >= DEQUANT_CANDIDATE_MIN_M and 2 * p.m * p.k > profile.l2_bytes)):
         return False
     if wgmma_available(profile) and p.m >= WGMMA_MIN_M:
         spec = choose_fused_spec(profile, p)
         _, iters = _geometry(profile, p, spec)
-        if iters % (p.k // spec.tile_k) == 0:
+        if _hybrid(profile, p, spec) or iters % (p.k // spec.tile_k) == 0:
             return False
     return True
 
@@ -186,8 +186,10 @@ class Plan:
 
     Fused route (KernelSpec): `grid` blocks, each taking `iters` consecutive K-tiles of the
     striped (Stream-K) work list of m_chunks x n_tiles x k_tiles tiles (those properties are the
-    fused route's only). Dequant route (DequantSpec): `grid` blocks of the dequantisation kernel,
-    iters 1, no shared memory; the GEMM itself is cuBLAS's.
+    fused route's only). A hybrid plan (wgmma kernel, `whole` > 0): block b first takes tiles
+    b whole .. b whole + whole - 1 whole, and its `iters` K-tiles are striped over the tiles past
+    grid x whole. Dequant route (DequantSpec): `grid` blocks of the dequantisation kernel, iters
+    1, no shared memory; the GEMM itself is cuBLAS's.
     """
 
     spec: AnySpec
@@ -195,6 +197,7 @@ class Plan:
     grid: int
     iters: int
     smem_bytes: int
+    whole: int = 0
 
     @property
     def route(self) -> str:
@@ -216,6 +219,15 @@ class Plan:
     @property
     def total_iters(self) -> int:
         return self.m_chunks * self.n_tiles * self.k_tiles
+
+    def block_ranges(self, b: int) -> list[tuple[int, int]]:
+        """Fused route: the [start, end) runs of the work list (tile-major, K-tiles inner) that
+        block b takes, in order, as the kernels deal them; empty runs left out."""
+        kt, total = self.k_tiles, self.total_iters
+        runs = [(b * self.whole * kt, (b + 1) * self.whole * kt)] if self.whole else []
+        sk0 = self.whole * self.grid * kt
+        runs.append((min(sk0 + b * self.iters, total), min(sk0 + (b + 1) * self.iters, total)))
+        return [(s, e) for s, e in runs if s < e]
 
 
 def check_problem(profile: DeviceProfile, p: Problem) -> None:
@@ -366,7 +378,7 @@ def _geometry(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> tuple[int
     # when they share an output tile.
     grid = max(1, min(profile.sms * spec.occupancy, total))
     iters = -(-total // grid)
-    whole = _whole_tiles(profile, spec, m_chunks * n_tiles, k_tiles, iters)
+    whole = _whole_tiles(profile, spec, m_chunks * n_tiles, n_tiles, k_tiles, iters)
     if whole:
         return whole
     return -(-total // iters), iters
@@ -381,16 +393,60 @@ def _geometry(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> tuple[int
 WHOLE_TILES_MAX_LOAD = 1.035
 
 
-def _whole_tiles(profile: DeviceProfile, spec: KernelSpec, tiles: int, k_tiles: int,
+def tiles_in_step(per: int, n_tiles: int) -> bool:
+    """Whether blocks of `per` consecutive tiles of the work list (row blocks x n_tiles weight
+    columns, row-major) work on the same weight columns at the same time in every row block, so
+    that a column's K-tiles come from DRAM once and L2 serves them to all its row blocks: `per`
+    divides n_tiles, or n_tiles divides `per`. (70B gate_up at M = 4096: 7168 tiles of 448
+    columns dealt 55 a block read the weights again for each of the 16 row blocks; PERF.md 57.)"""
+    return n_tiles % per == 0 or per % n_tiles == 0
+
+
+def _whole_tiles(profile: DeviceProfile, spec: KernelSpec, tiles: int, n_tiles: int, k_tiles: int,
                  stream_iters: int) -> tuple[int, int] | None:
     """(grid, iters) with whole tiles a block, or None where that loads the busiest block more
-    than WHOLE_TILES_MAX_LOAD x `stream_iters` (or the kernel is not the wgmma one)."""
+    than WHOLE_TILES_MAX_LOAD x `stream_iters` (or the kernel is not the wgmma one). Of the tile
+    counts a block within that load, the fewest that keep the blocks in step (tiles_in_step),
+    else the fewest."""
     if not spec.wgmma or spec.cluster > 1:
         return None
     per = -(-tiles // (profile.sms * spec.occupancy))
-    if per * k_tiles > WHOLE_TILES_MAX_LOAD * stream_iters:
+    most = int(WHOLE_TILES_MAX_LOAD * stream_iters) // k_tiles
+    if per > most:
         return None
+    per = next((q for q in range(per, most + 1) if tiles_in_step(q, n_tiles)), per)
     return -(-tiles // per), per * k_tiles
+
+
+# Hybrid plans for the wgmma kernel (one block an SM) where the plan would otherwise be Stream-K:
+# more than one wave of tiles, too far from a whole number of tiles a block for _whole_tiles.
+# Stream-K splits nearly every tile over two blocks whose ranges start at scattered K offsets
+# (entry 30: 6-14% slower than whole tiles at M = 1024). A hybrid plan runs the full waves as
+# whole tiles on every SM, in step (tiles_in_step), and stripes only the last wave's tiles over
+# all blocks: the busiest block gets the same share, and only those tiles have partial sums, at
+# the end of the kernel. H100, M = 1024 (PERF.md entry 57): 70B qkv and 8B qkv 0-3% faster.
+# Not in place of whole-tile plans on 128 of 132 SMs (their idle SMs cost nothing at the power
+# cap and their blocks are in step; hybrid plans were 2-12% slower there), and not up to 256
+# rows (8B gate_up, 224 tiles: 3-5% slower).
+HYBRID_PLANS = True
+HYBRID_MIN_M = 512
+
+
+def _hybrid(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> tuple[int, int, int] | None:
+    """(grid, iters, whole) of the hybrid plan of `spec` on `p`, or None where the planner keeps
+    the plain one: a kernel not built for them (KernelSpec.hybrid_loop), fewer than HYBRID_MIN_M
+    rows, at most one wave of tiles, whole tiles a block that would not keep the blocks in step,
+    or a whole-tile plan (_whole_tiles) at hand."""
+    if not (HYBRID_PLANS and getattr(spec, "hybrid_loop", False) and p.m >= HYBRID_MIN_M):
+        return None
+    n_tiles = -(-p.n // spec.tile_n)
+    tiles = -(-p.m // spec.tile_m) * n_tiles
+    k_tiles = p.k // spec.tile_k
+    whole, rest = divmod(tiles, profile.sms)
+    if (whole == 0 or rest == 0 or not tiles_in_step(whole, n_tiles)
+            or _whole_tiles(profile, spec, tiles, n_tiles, k_tiles, -(-tiles * k_tiles // profile.sms))):
+        return None
+    return profile.sms, -(-rest * k_tiles // profile.sms), whole
 
 
 def _block_bytes(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> int:
@@ -700,5 +756,9 @@ def plan(profile: DeviceProfile, p: Problem, spec: AnySpec | None = None) -> Pla
                                        f"({spec.occupancy} block(s) of {spec.smem_bytes()} bytes per SM)")
     if spec.route == "dequant":
         return Plan(spec=spec, problem=p, grid=spec.grid(p.n, p.k), iters=1, smem_bytes=0)
+    hybrid = _hybrid(profile, p, spec)
+    if hybrid:
+        grid, iters, whole = hybrid
+        return Plan(spec=spec, problem=p, grid=grid, iters=iters, smem_bytes=spec.smem_bytes(), whole=whole)
     grid, iters = _geometry(profile, p, spec)
     return Plan(spec=spec, problem=p, grid=grid, iters=iters, smem_bytes=spec.smem_bytes())

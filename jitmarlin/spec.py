@@ -153,6 +153,12 @@ class KernelSpec(_WeightFormat):
         """The Hopper warpgroup kernel (templates/wgmma.cu.j2), built for sm_90a."""
         return self.path == "sm90"
 
+    @property
+    def hybrid_loop(self) -> bool:
+        """Whether the kernel is built to take hybrid plans (whole tiles, then a Stream-K range:
+        planner._hybrid): the wgmma kernel of 256-token tiles at one block an SM."""
+        return self.wgmma and self.tm == 16 and self.occupancy == 1 and self.cluster == 1
+
     def stage_bytes(self) -> int:
         bits = self.bits
         a = self.tile_m * self.tile_k * 2

@@ -218,9 +218,9 @@ def test_cache_keys_differ_from_the_fused_kernels(tmp_path):
 def test_prewarm_plans_the_dequant_kernel_for_large_m(tmp_path):
     from jitmarlin import prewarm
 
-    # (from 2048 rows on H100, 256 on V100; N = 2560: 160 wgmma tiles at 2048 rows, which do not
-    # deal whole to 132 SMs, so H100 takes the route too)
-    res = prewarm(["h100", "v100"], [(4096, 2560)], ms=(1, 2048), cache=KernelCache(tmp_path))
+    # (from 2048 rows on H100, 256 on V100; N = 896: 56 wgmma tiles at 2048 rows, less than a wave
+    # of 132 SMs that does not deal whole, so H100 takes the route too)
+    res = prewarm(["h100", "v100"], [(4096, 896)], ms=(1, 2048), cache=KernelCache(tmp_path))
     names = {r.kernel: r for r in res}
     dq = [n for n in names if n.startswith("jm_dq_")]
     want = {"jm_dq_sm80_uint4b8_f16_g128"}
@@ -243,12 +243,16 @@ def test_inspect_shows_the_large_m_route(capsys):
 
     from jitmarlin.cli import main
 
-    # N = 2560: no whole-tile wgmma plan at 4096 rows (320 tiles), so the route
-    assert main(["inspect", "--arch", "sm_90", "--m", "4096", "--n", "2560", "--quant", "uint4", "--group",
+    # N = 896: no whole-tile or hybrid wgmma plan at 4096 rows (112 tiles), so the route
+    assert main(["inspect", "--arch", "sm_90", "--m", "4096", "--n", "896", "--quant", "uint4", "--group",
                  "-1", "--act", "bfloat16", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["route"] == "dequant" and r["kernel"] == "jm_dq_sm80_uint4_bf16_gk"
-    assert r["spill_stores"] == 0 and r["shared_bytes"] == 0 and r["grid"] == 2560 * 4096 // (16 * 64 * 8)
+    assert r["spill_stores"] == 0 and r["shared_bytes"] == 0 and r["grid"] == 896 * 4096 // (16 * 64 * 8)
+    # N = 2560: 320 tiles, two whole a block on 132 blocks and 56 striped (a hybrid plan)
+    assert main(["inspect", "--arch", "sm_90", "--m", "4096", "--n", "2560", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["route"] == "fused" and (r["grid"], r["whole_tiles"]) == (132, 2)
     # 4096 x 4096: 512 tiles, four a block on 128 blocks: the fused wgmma kernel at any M
     assert main(["inspect", "--arch", "sm_90", "--m", "4096", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)

@@ -541,22 +541,22 @@ def test_prepare_builds_the_launcher_of_the_chosen_route(tmp_path, monkeypatch):
                         (types.SimpleNamespace(name=spec.name), "k" * 64, "memory"))
     ptr = types.SimpleNamespace(data=types.SimpleNamespace(ptr=0))
     monkeypatch.setattr(QuantizedWeight, "to_device", lambda self, d, a: (ptr, ptr, None, None))
-    # N = 2560: at 2048 rows its 160 wgmma tiles do not deal whole to the SMs (Stream-K plan),
-    # so the planner takes the route there (planner.dequant_route)
-    qw = QuantizedWeight("uint4b8", 128, 2560, 2048, np.zeros(1), np.zeros(1), out_features=2500,
+    # N = 896: at 2048 rows its 56 wgmma tiles fill less than one wave of SMs and do not deal
+    # whole (a Stream-K plan), so the planner takes the route there (planner.dequant_route)
+    qw = QuantizedWeight("uint4b8", 128, 896, 2048, np.zeros(1), np.zeros(1), out_features=850,
                          in_features=2000, global_scale=0.5)
     threshold = planner.dequant_min_m(prof)
     route, p, args = api._prepare(qw, 0, "float16", threshold, 0)
-    assert route == "dequant" and p.route == "dequant" and grown == [2560 * 2048]
-    assert args[-3:] == (2500, 2000, 0.5)                 # n_out, k_in, global scale
+    assert route == "dequant" and p.route == "dequant" and grown == [896 * 2048]
+    assert args[-3:] == (850, 2000, 0.5)                 # n_out, k_in, global scale
     assert api._prepare(qw, 0, "float16", threshold - 1, 0)[0] == "fused"
     # a stored tuned choice: the dequant route wins the M=256 bucket
-    bp = Problem(256, 2560, 2048, "float16", "uint4b8", 128)
+    bp = Problem(256, 896, 2048, "float16", "uint4b8", 128)
     default = planner.plan(prof, bp).spec
     win = DequantSpec("sm80", "uint4b8", "float16", 8)
     assert default.route == "fused"
     c = tune.TunedChoice(gpu=prof.name, arch=prof.arch, qtype="uint4b8", act="float16", group_size=128,
-                         n=2560, k=2048, m_bucket=256, spec=win.canonical(), kind="DequantSpec", us=5.0,
+                         n=896, k=2048, m_bucket=256, spec=win.canonical(), kind="DequantSpec", us=5.0,
                          default_spec=default.canonical(), default_kind="KernelSpec", default_us=9.0,
                          candidates=3, failed=0, jitmarlin=tune.__version__,
                          templates=tune.templates_tag(), created=1.7e9)

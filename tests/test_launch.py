@@ -68,7 +68,8 @@ def test_wgmma_launches_carry_x_tensor_map_per_buffer(no_device):
     assert [c[-4]["opaque"][0] for c in f.calls] == [0x1000, 0x1000, 0x2000]
     assert [c[-3]["opaque"][0] for c in f.calls] == [0x10] * 3 and f.calls[0][-2]["opaque"][0] == 0x20
     assert not f.calls[0][-1]["opaque"].any()            # no offsets: an empty map
-    assert len(f.calls[0]) == 20 and f.calls[2][14] == 8200   # lda still passed as an int
+    assert len(f.calls[0]) == 21 and f.calls[2][14] == 8200   # lda still passed as an int
+    assert (f.calls[0][15], f.calls[0][16]) == (lz.plan.iters, lz.plan.whole)   # iters, whole
 
 
 def test_weight_maps_follow_type_and_groups(no_device):
@@ -112,12 +113,12 @@ def test_pdl_launches_pass_the_same_arguments_through_cuLaunchKernelEx(no_device
     launches = []
 
     def fake_ex(cfg, f, params, extra):   # reads the parameter values at the launch, as the driver does
-        ptrs = (ctypes.c_void_p * 20).from_address(params)
+        ptrs = (ctypes.c_void_p * 21).from_address(params)
         u64 = [ctypes.c_uint64.from_address(ptrs[i]).value for i in (0, 1, 2, 3, 4, 5, 7, 8)]
-        i32 = [ctypes.c_int32.from_address(ptrs[i]).value for i in range(9, 16)]
-        maps = [ctypes.string_at(ptrs[i], 128) for i in range(16, 20)]
+        i32 = [ctypes.c_int32.from_address(ptrs[i]).value for i in range(9, 17)]
+        maps = [ctypes.string_at(ptrs[i], 128) for i in range(17, 21)]
         launches.append((cfg, int(f), u64, ctypes.c_float.from_address(ptrs[6]).value, i32, maps,
-                         [ptrs[i] for i in range(20)]))
+                         [ptrs[i] for i in range(21)]))
         return (cu.CUresult.CUDA_SUCCESS,)
 
     monkeypatch.setattr(cu, "cuLaunchKernelEx", fake_ex)
@@ -141,7 +142,7 @@ def test_pdl_launches_pass_the_same_arguments_through_cuLaunchKernelEx(no_device
     assert cfg.attrs[0].id == cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
     assert cfg.attrs[0].value.programmaticStreamSerializationAllowed == 1
     assert u64 == [0x1000, 0x10, 0x20, 0, 0x5000, 0x9000, 2, 3]    # x, B, S, Z, bias, C, workspace
-    assert gscale == 0.5 and i32 == [300, 8192, 8192, 8189, 8184, 8192, pl.iters]
+    assert gscale == 0.5 and i32 == [300, 8192, 8192, 8189, 8184, 8192, pl.iters, pl.whole]
     assert maps[0][:8] == (0x1000).to_bytes(8, "little")               # x's tensor map
     assert maps[1][:8] == (0x10).to_bytes(8, "little") and not any(maps[3])   # B's map; no offsets
     _, _, u64b, _, i32b, _, addrb = launches[1]

@@ -1,6 +1,7 @@
 import itertools
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from jitmarlin import InputError, UnsupportedError
@@ -28,7 +29,7 @@ def test_every_plan_fits_the_profile(prof):
         big = m >= dequant_min_m(prof) or (m >= 256 and 2 * m * k > prof.l2_bytes)
         if big and prof.cc == (9, 0):   # unless the wgmma plan has whole tiles a block
             fused = plan(prof, p.problem, choose_fused_spec(prof, p.problem))
-            big = fused.iters % fused.k_tiles != 0
+            big = fused.iters % fused.k_tiles != 0 and not fused.whole
         assert dequant_route(prof, p.problem) == big
         if p.route == "dequant":   # a warp per 16 x 64 block of the weight, no shared memory
             assert s.path == prof.path
@@ -67,6 +68,9 @@ def test_every_plan_fits_the_profile(prof):
             assert p.grid % s.cluster == 0 and (s.cluster * p.iters) % p.k_tiles == 0
             assert p.grid // s.cluster <= prof.cluster_capacity(s.cluster)
             assert p.grid * p.iters >= p.total_iters > (p.grid - s.cluster) * p.iters
+        elif p.whole:   # hybrid: every block takes its whole tiles, the striped rest covers the work
+            assert wgmma and s.tm >= 8 and p.whole * p.grid * p.k_tiles < p.total_iters
+            assert p.whole * p.grid * p.k_tiles + p.grid * p.iters >= p.total_iters
         else:
             assert p.grid * p.iters >= p.total_iters > (p.grid - 1) * p.iters   # no idle block
         if not wgmma:
@@ -189,8 +193,9 @@ def test_pre_volta_is_rejected():
 def test_route_follows_the_m_threshold(prof, threshold):
     pr = get_profile(prof)
     assert dequant_min_m(pr) == threshold
-    # on sm_90, N = 2560: 20 wgmma tiles wide, which never deal whole to 132 SMs at these M
-    n = 2560 if pr.cc == (9, 0) else 4096
+    # on sm_90, N = 896: 7 wgmma tiles wide, 56 / 112 tiles at 2048 / 4096 rows: less than one
+    # wave of 132 SMs, and not close enough to 128 to deal whole
+    n = 896 if pr.cc == (9, 0) else 4096
     for m, route in [(1, "fused"), (threshold - 1, "fused"), (threshold, "dequant"),
                      (threshold + 1, "dequant"), (4096, "dequant")]:
         p = plan(pr, Problem(m, n, 4096, "float16", "uint8", 64))
@@ -198,7 +203,7 @@ def test_route_follows_the_m_threshold(prof, threshold):
     if pr.cc == (9, 0):   # 4096 x 4096 at 2048 and 4096 rows: 256 / 512 tiles, whole to 128 blocks
         for m in (threshold, 4096):
             p = plan(pr, Problem(m, 4096, 4096, "float16", "uint8", 64))
-            assert p.spec.wgmma and p.grid == 128 and p.iters % p.k_tiles == 0
+            assert p.spec.wgmma and p.grid == 128 and p.iters % p.k_tiles == 0 and not p.whole
     p = plan(pr, Problem(4096, n, 4096, "float16", "uint4", -1))
     assert p.spec == DequantSpec(pr.path, "uint4", "float16", 0)       # zero points: permuted
     assert p.spec.name == f"jm_dq_{pr.path}_uint4_f16_gk"
@@ -294,3 +299,80 @@ def test_whole_tile_plans_run_the_stream_k_kernel():
 
     s = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 4, 16, 8)
     assert render(replace(s, whole=True)) == render(s)
+
+
+def test_hybrid_plans_deal_every_k_step_once():
+    """Hybrid plans (wgmma kernel, one block an SM, from HYBRID_MIN_M rows, more than one wave of
+    tiles but not a whole number of waves, no whole-tile plan): block b takes `whole` tiles whole,
+    then its share of the last wave's tiles' K-steps. Simulates the kernel's dealing
+    (Plan.block_ranges, wgmma.cu.j2): every K-step once, whole runs cover whole tiles in step,
+    the busiest block gets the even share, and the finisher the kernel derives for a striped tile
+    (its first step's block) waits for the right number of contributors."""
+    from jitmarlin import planner
+
+    h = get_profile("h100")
+    rng = np.random.default_rng(11)
+    seen = 0
+    for _ in range(600):
+        p = Problem(int(rng.integers(65, 9000)), 64 * int(rng.integers(1, 900)),
+                    64 * int(rng.integers(1, 200)), "float16", "uint4b8", -1)
+        pl = plan(h, p, choose_fused_spec(h, p))
+        tiles = pl.m_chunks * pl.n_tiles
+        if p.m < planner.HYBRID_MIN_M or pl.spec.occupancy > 1 or tiles <= h.sms or tiles % h.sms == 0:
+            assert not pl.whole, (p, pl.grid, pl.iters, pl.whole)
+        if not pl.whole:
+            continue
+        seen += 1
+        assert planner.tiles_in_step(pl.whole, pl.n_tiles)
+        assert pl.iters * h.sms < pl.k_tiles * tiles   # a whole-tile plan would load a block more
+        kt, sk0 = pl.k_tiles, pl.whole * pl.grid * pl.k_tiles
+        assert pl.grid == h.sms and pl.whole == tiles // h.sms
+        owner = np.full(pl.total_iters, -1)
+        for b in range(pl.grid):
+            runs = pl.block_ranges(b)
+            assert runs[0] == (b * pl.whole * kt, (b + 1) * pl.whole * kt)   # whole tiles first
+            for s, e in runs:
+                assert (owner[s:e] == -1).all()
+                owner[s:e] = b
+        assert (owner >= 0).all()
+        busiest = max(sum(e - s for s, e in pl.block_ranges(b)) for b in range(pl.grid))
+        assert busiest == -(-pl.total_iters // h.sms)                    # the even share
+        for tile in range(sk0 // kt, tiles):                              # the striped tiles
+            first, last = owner[tile * kt], owner[tile * kt + kt - 1]
+            b_lo = (tile * kt - sk0) // pl.iters                          # as the kernel
+            b_hi = (tile * kt - sk0 + kt - 1) // pl.iters
+            assert (b_lo, b_hi) == (first, last)
+            assert set(owner[tile * kt:(tile + 1) * kt]) == set(range(b_lo, b_hi + 1))
+    assert seen > 20
+    # 70B qkv at 1024 rows: 320 tiles of 80 columns, 2 whole a block + 56 striped; Stream-K without
+    p = Problem(1024, 10240, 8192, "float16", "uint4b8", 128)
+    assert (plan(h, p).grid, plan(h, p).iters, plan(h, p).whole) == (132, 55, 2)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(planner, "HYBRID_PLANS", False)
+        assert (plan(h, p).grid, plan(h, p).iters, plan(h, p).whole) == (132, 311, 0)
+    # 8B gate_up at 512 rows: 448 tiles of 224 columns; 3 whole a block would not keep them in step
+    assert plan(h, Problem(512, 28672, 4096, "float16", "uint4b8", 128)).whole == 0
+
+
+def test_whole_tile_plans_keep_the_blocks_in_step():
+    """Of the whole-tile counts a block within WHOLE_TILES_MAX_LOAD, the planner takes the fewest
+    that keep the blocks on the same weight columns (planner.tiles_in_step): 70B gate_up at 4096
+    rows, 7168 tiles of 448 columns, 56 a block on 128 blocks instead of 55 on 131."""
+    from jitmarlin import planner
+
+    h = get_profile("h100")
+    pl = plan(h, Problem(4096, 57344, 8192, "float16", "uint4b8", 128))
+    assert (pl.grid, pl.iters, pl.whole) == (128, 56 * 128, 0)
+    assert planner.tiles_in_step(56, 448) and not planner.tiles_in_step(55, 448)
+    assert planner.tiles_in_step(896, 448) and planner.tiles_in_step(7, 224)
+    rng = np.random.default_rng(12)
+    for _ in range(400):
+        p = Problem(int(rng.integers(129, 9000)), 64 * int(rng.integers(1, 900)),
+                    64 * int(rng.integers(1, 200)), "float16", "uint4b8", -1)
+        pl = plan(h, p, choose_fused_spec(h, p))
+        if pl.whole or pl.iters % pl.k_tiles or pl.spec.occupancy > 1:
+            continue
+        per, fewest = pl.iters // pl.k_tiles, -(-pl.m_chunks * pl.n_tiles // h.sms)
+        assert per == fewest or planner.tiles_in_step(per, pl.n_tiles)
+        assert all(not planner.tiles_in_step(q, pl.n_tiles) for q in range(fewest, per))
+        assert pl.iters <= planner.WHOLE_TILES_MAX_LOAD * -(-pl.total_iters // h.sms)

@@ -78,15 +78,17 @@ def test_every_wgmma_plan_fits(rng):
         pl = plan(h, p, choose_fused_spec(h, p))     # (the planner's own route from 1024 rows up
         assert pl.spec.wgmma and pl.smem_bytes <= h.smem_per_block    # is dequant + cuBLAS)
         assert pl.spec.occupancy * (pl.smem_bytes + 1024) <= h.smem_per_sm
-        assert pl.grid <= h.sms * pl.spec.occupancy and pl.grid * pl.iters >= pl.total_iters
+        assert pl.grid <= h.sms * pl.spec.occupancy
+        assert sum(e - s for b in range(pl.grid) for s, e in pl.block_ranges(b)) == pl.total_iters
 
 
-def test_whole_tiles_a_block_where_they_cost_little():
-    """Tile counts that are multiples of 128 on a 132-SM H100 get whole tiles a block (no split
-    tile, no partial sums); the others keep Stream-K. Never more than WHOLE_TILES_MAX_LOAD x the
-    Stream-K plan's K-steps for the busiest block."""
+def test_whole_tiles_a_block_where_they_cost_little(monkeypatch):
+    """Without hybrid plans: tile counts that are multiples of 128 on a 132-SM H100 get whole
+    tiles a block (no split tile, no partial sums); the others keep Stream-K. Never more than
+    WHOLE_TILES_MAX_LOAD x the Stream-K plan's K-steps for the busiest block."""
     from jitmarlin import planner
 
+    monkeypatch.setattr(planner, "HYBRID_PLANS", False)
     h = get_profile("h100")
     for (k, n), m, grid, iters in [((4096, 4096), 1024, 128, 64),        # 8B o: 128 tiles
                                    ((4096, 28672), 1024, 128, 448),      # 8B gate_up: 7 a block
@@ -97,7 +99,7 @@ def test_whole_tiles_a_block_where_they_cost_little():
         assert pl.iters % pl.k_tiles == 0
     # 8B qkv at 1024 rows: 192 tiles would load a block with 2 where Stream-K gives 1.45
     pl = plan(h, Problem(1024, 6144, 4096, "float16", "uint4b8", 128))
-    assert (pl.grid, pl.iters) == (131, 94)
+    assert (pl.grid, pl.iters, pl.whole) == (131, 94, 0)
     # decode past the gemv kernel's 8 rows (mma.sync kernel) keeps Stream-K
     pl = plan(h, Problem(16, 4096, 14336, "float16", "uint4b8", 128))
     assert not pl.spec.wgmma and pl.iters % pl.k_tiles
@@ -167,15 +169,19 @@ def test_planner_takes_the_overlapping_kernel_above_64_rows():
                 assert m >= 1023, (m, n, k)
                 fused = plan(h, Problem(m, n, k, "bfloat16", "uint4b8", 128),
                              choose_fused_spec(h, Problem(m, n, k, "bfloat16", "uint4b8", 128)))
-                assert fused.iters % fused.k_tiles, "whole-tile plans keep the fused route"
+                assert fused.iters % fused.k_tiles and not fused.whole, "whole-tile and hybrid plans stay fused"
                 continue
             assert spec.wgmma and (spec.tm, spec.tn) == tile and spec.stages >= 4, (m, n, k, spec.name)
     # 70B down at 1023 rows: 4 x 64 tiles, two a block, so fused although x is 58 MB
     pl = plan(h, Problem(1023, 8192, 28672, "float16", "uint4b8", 128))
     assert pl.spec.wgmma and (pl.grid, pl.iters) == (128, 2 * 448)
-    # 2048 rows: fused where tiles deal whole to 128 blocks, dequant + cuBLAS where they do not
+    # 2048 rows: fused where tiles deal whole to 128 blocks or to a hybrid plan, dequant + cuBLAS
+    # where a Stream-K plan would split them all
     assert plan(h, Problem(2048, 8192, 8192, "float16", "uint4b8", 128)).spec.wgmma
-    assert plan(h, Problem(2048, 2560, 8192, "float16", "uint4b8", 128)).spec.route == "dequant"   # 160 tiles
+    assert plan(h, Problem(2048, 2560, 8192, "float16", "uint4b8", 128)).whole == 1   # 160 tiles
+    assert plan(h, Problem(2048, 1536, 8192, "float16", "uint4b8", 128)).spec.route == "dequant"   # 96
+    assert plan(h, Problem(2048, 4480, 8192, "float16", "uint4b8", 128)).spec.route == "dequant"   # 280:
+    # two whole a block would not keep the blocks in step (35 columns)
     # a small layer above 128 rows: 256 x 128 tiles would give a block too few K-steps; up to 256
     # rows the bar is 70 steps (8B qkv 23, 8B down 54, 70B o 62 take 128 x 128 tiles, 70B qkv 78
     # does not); above, 20 (8B o at 512 rows: 31)
@@ -588,13 +594,16 @@ def test_two_block_plans_on_a_workspace_from_dirty_memory(rng):
 
 
 @pytest.mark.gpu
-def test_whole_tile_plans_match_reference(rng):
+def test_whole_tile_plans_match_reference(rng, monkeypatch):
     """128 output tiles (one a block on a 132-SM GPU) and 256 (two a block, the second row block
-    part padding): plans without split tiles."""
+    part padding): plans without split tiles (hybrid plans off)."""
     if not _hopper():
         pytest.skip("needs an sm_90 GPU without JITMARLIN_EMULATE")
     import jitmarlin
+    from jitmarlin import planner
     from jitmarlin.profiles import live_profile
+
+    monkeypatch.setattr(planner, "HYBRID_PLANS", False)
 
     w = rng.standard_normal((16384, 512)) * 0.05
     for act, group in (("float16", 128), ("bfloat16", -1)):
@@ -610,14 +619,17 @@ def test_whole_tile_plans_match_reference(rng):
 
 
 @pytest.mark.gpu
-def test_whole_tile_plans_with_a_short_last_block(rng):
+def test_whole_tile_plans_with_a_short_last_block(rng, monkeypatch):
     """Whole-tile plans over six and nine row blocks (the last short of 256 tokens) whose last
     block has fewer tiles than the others: every output element written, with the right sums
-    (the poisoned output shows a missed tile)."""
+    (the poisoned output shows a missed tile). Hybrid plans off (these tile counts get them)."""
     if not _hopper():
         pytest.skip("needs an sm_90 GPU without JITMARLIN_EMULATE")
     import jitmarlin
+    from jitmarlin import planner
     from jitmarlin.profiles import live_profile
+
+    monkeypatch.setattr(planner, "HYBRID_PLANS", False)
 
     for m, n, geom in ((1499, 10624, (125, 4 * 8)), (2267, 3712, (131, 2 * 8))):
         w = rng.standard_normal((n, 512)) * 0.05
@@ -630,6 +642,32 @@ def test_whole_tile_plans_with_a_short_last_block(rng):
                 assert (pl.grid, pl.iters) == geom, (pl.grid, pl.iters)
             y, ref = run_forced(qw, m, act, spec, rng)
             assert rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {rel(y, ref):.3e}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,geom", [(520, 5888, (132, 1, 1)),      # 138 tiles: 6 striped, 8 blocks a tile
+                                      (520, 8960, (132, 5, 1)),      # 210 tiles: 1 whole a block + 78
+                                      (1499, 6912, (132, 4, 2))])    # 324 tiles: 2 whole a block + 60
+def test_hybrid_plans_match_reference(m, n, geom, rng):
+    """Hybrid plans (planner._hybrid): whole tiles for the full waves, the last wave's tiles
+    striped over every block, their partial sums added at the end; row blocks short of 256 tokens,
+    both dtypes, grouped and per-channel scales. The poisoned output shows a missed tile, the
+    workspace check a counter left set."""
+    if not _hopper():
+        pytest.skip("needs an sm_90 GPU without JITMARLIN_EMULATE")
+    import jitmarlin
+    from jitmarlin.profiles import live_profile
+
+    w = rng.standard_normal((n, 512)) * 0.05
+    for act, group in (("float16", 128), ("bfloat16", -1)):
+        qw = jitmarlin.quantize(w, "uint4b8", group, scale_dtype=act)
+        p = Problem(m, n, 512, act, "uint4b8", group)
+        spec = KernelSpec("sm90", "uint4b8", act, group_blocks(p), 16, 8, 4, 4)
+        if live_profile(0).sms == 132:
+            pl = plan(live_profile(0), p, spec)
+            assert (pl.grid, pl.iters, pl.whole) == geom, (pl.grid, pl.iters, pl.whole)
+        y, ref = run_forced(qw, m, act, spec, rng)
+        assert rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {rel(y, ref):.3e}"
 
 
 @pytest.mark.gpu

@@ -4,7 +4,7 @@
 #   git archive HEAD jitmarlin templates tools/bench tools/benchlib.py | tar -x -C tools/probe/head_tree
 # (git-ignored: name it in the device run's carry). TESTS=1 runs tests/test_gemv.py's GPU tests
 # first; VS lists the runs: headN = that tree's tools/bench, newN = the working tree's, anything
-# s-NAME[.N] = variant_bench.py with JM_PROBE_SUB=NAME, t-TN_TK_STAGES = with JM_PROBE_TILE, c-LOAD = with JM_PROBE_CLUSTER, w-TN_TK_STAGES[.N] = with JM_PROBE_WHOLE, l-PCT[.N] = with JM_PROBE_WHOLE_LOAD, else = variant_bench.py with JM_PROBE_GEMV set
+# s-NAME[.N] = variant_bench.py with JM_PROBE_SUB=NAME, t-TN_TK_STAGES = with JM_PROBE_TILE, c-LOAD = with JM_PROBE_CLUSTER, w-TN_TK_STAGES[.N] = with JM_PROBE_WHOLE, h-off|split[.N] = with JM_PROBE_HYBRID, l-PCT[.N] = with JM_PROBE_WHOLE_LOAD, else = variant_bench.py with JM_PROBE_GEMV set
 # to it (underscores for commas); MS the M values.
 source tools/probe/env.sh 2>/dev/null
 if [ "${TESTS:-1}" = 1 ]; then
@@ -21,6 +21,7 @@ for v in $VS; do
     s-*) v2=${v#s-}; BENCH="tools/probe/variant_bench.py bench" run $v JM_PROBE_SUB=${v2%.*} ;;
     t-*) v2=${v#t-}; BENCH="tools/probe/variant_bench.py bench" run $v JM_PROBE_TILE=${v2//_/,} ;;
     c-*) BENCH="tools/probe/variant_bench.py bench" run $v JM_PROBE_CLUSTER=${v#c-} ;;
+    h-*) v2=${v#h-}; BENCH="tools/probe/variant_bench.py bench" run $v JM_PROBE_HYBRID=${v2%.*} ;;
     l-*) v2=${v#l-}; v2=${v2%.*}; BENCH="tools/probe/variant_bench.py bench" run $v JM_PROBE_WHOLE_LOAD=$v2 ;;
     w-*) v2=${v#w-}; v2=${v2%.*}; BENCH="tools/probe/variant_bench.py bench" run $v JM_PROBE_WHOLE=${v2//_/,} ;;
     f-*) v2=${v#f-}; v2=${v2%.*}; BENCH="tools/probe/variant_bench.py bench" run $v JM_PROBE_WGMMA=${MS//,/+}:${v2//_/,} ;;

@@ -205,6 +205,24 @@ if os.environ.get("JM_PROBE_WHOLE_LOAD"):
     import jitmarlin.planner as P
 
     P.WHOLE_TILES_MAX_LOAD = float(os.environ["JM_PROBE_WHOLE_LOAD"]) / 100
+# JM_PROBE_HYBRID=off: no hybrid wgmma plans (planner.HYBRID_PLANS); =split: hybrid plans only where
+# the plan would otherwise be Stream-K (no whole-tile plan within WHOLE_TILES_MAX_LOAD).
+if os.environ.get("JM_PROBE_HYBRID"):
+    import jitmarlin.planner as P
+
+    if os.environ["JM_PROBE_HYBRID"] == "off":
+        P.HYBRID_PLANS = False
+    elif os.environ["JM_PROBE_HYBRID"] == "split":
+        _hybrid = P._hybrid
+
+        def _split_only(profile, p, spec):
+            n_tiles = -(-p.n // spec.tile_n)
+            tiles = -(-p.m // spec.tile_m) * n_tiles
+            k_tiles = p.k // spec.tile_k
+            stream = -(-tiles * k_tiles // profile.sms)
+            return None if P._whole_tiles(profile, spec, tiles, n_tiles, k_tiles, stream) else _hybrid(profile, p, spec)
+
+        P._hybrid = _split_only
 # JM_PROBE_NO_ROUTE=1: no dequant + cuBLAS route; the fused kernel (wgmma on sm_90) at every M.
 if os.environ.get("JM_PROBE_NO_ROUTE"):
     import jitmarlin.planner as P
