@@ -159,23 +159,30 @@ def dequant_min_m(profile: DeviceProfile) -> int:
     return DEQUANT_MIN_M.get(profile.arch, DEQUANT_MIN_M_DEFAULT)
 
 
+HYBRID_ROUTE_MIN_STEPS = 128   # see dequant_route
+
+
 def dequant_route(profile: DeviceProfile, p: Problem) -> bool:
     """Whether the planner sends `p` to the dequant + cuBLAS route: from dequant_min_m rows, and
     from DEQUANT_CANDIDATE_MIN_M rows where x (M x K halves) is larger than the L2 cache. The
     fused kernels' Stream-K ranges start their blocks at scattered K offsets of every row block
     at once, so such an x is read from DRAM again and again (H100, 70B down, x 58 MB: wgmma
     972 us vs 902 for the route at M = 1024; 8B down at 2048: 644 vs 361).
-    Not where the wgmma kernel's plan has whole tiles a block (_whole_tiles) or is a hybrid one
-    (_hybrid: whole tiles but for the last wave): its blocks then run their tiles in step and
-    read x and the weights once through L2, and it beats the route at M = 1024 and 2048 on every
-    bench layer and ties at 4096 (tools/PERF.md entry 30), with no N x K workspace."""
+    Not where the wgmma kernel's plan has whole tiles a block (_whole_tiles): its blocks then
+    run their tiles in step and read x and the weights once through L2, and it beats the route
+    at M = 1024 and 2048 on every bench layer and ties at 4096 (tools/PERF.md entry 30), with no
+    N x K workspace. Nor where it is a hybrid one (_hybrid: whole tiles but for the last wave)
+    with tiles of at least HYBRID_ROUTE_MIN_STEPS K-steps (entry 57, H100, N = 2560 and 5120:
+    0.87-0.95x the route's time at K = 8192, 1.03-1.05x at K = 4096, where each tile's pipeline
+    fill and the striped tiles' sums weigh more)."""
     if not (p.m >= dequant_min_m(profile) or (
             p.m >= DEQUANT_CANDIDATE_MIN_M and 2 * p.m * p.k > profile.l2_bytes)):
         return False
     if wgmma_available(profile) and p.m >= WGMMA_MIN_M:
         spec = choose_fused_spec(profile, p)
         _, iters = _geometry(profile, p, spec)
-        if _hybrid(profile, p, spec) or iters % (p.k // spec.tile_k) == 0:
+        k_tiles = p.k // spec.tile_k
+        if iters % k_tiles == 0 or (_hybrid(profile, p, spec) and k_tiles >= HYBRID_ROUTE_MIN_STEPS):
             return False
     return True
 

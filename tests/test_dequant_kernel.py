@@ -249,10 +249,13 @@ def test_inspect_shows_the_large_m_route(capsys):
     r = json.loads(capsys.readouterr().out)
     assert r["route"] == "dequant" and r["kernel"] == "jm_dq_sm80_uint4_bf16_gk"
     assert r["spill_stores"] == 0 and r["shared_bytes"] == 0 and r["grid"] == 896 * 4096 // (16 * 64 * 8)
-    # N = 2560: 320 tiles, two whole a block on 132 blocks and 56 striped (a hybrid plan)
-    assert main(["inspect", "--arch", "sm_90", "--m", "4096", "--n", "2560", "--json"]) == 0
+    # N = 2560, K = 8192: 320 tiles, two whole a block on 132 blocks and 56 striped (a hybrid plan
+    # of 128 K-steps a tile: fused); K = 4096 (64 K-steps a tile): the route
+    assert main(["inspect", "--arch", "sm_90", "--m", "4096", "--n", "2560", "--k", "8192", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["route"] == "fused" and (r["grid"], r["whole_tiles"]) == (132, 2)
+    assert main(["inspect", "--arch", "sm_90", "--m", "4096", "--n", "2560", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["route"] == "dequant"
     # 4096 x 4096: 512 tiles, four a block on 128 blocks: the fused wgmma kernel at any M
     assert main(["inspect", "--arch", "sm_90", "--m", "4096", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)

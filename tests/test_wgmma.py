@@ -179,6 +179,7 @@ def test_planner_takes_the_overlapping_kernel_above_64_rows():
     # where a Stream-K plan would split them all
     assert plan(h, Problem(2048, 8192, 8192, "float16", "uint4b8", 128)).spec.wgmma
     assert plan(h, Problem(2048, 2560, 8192, "float16", "uint4b8", 128)).whole == 1   # 160 tiles
+    assert plan(h, Problem(2048, 2560, 4096, "float16", "uint4b8", 128)).route == "dequant"   # K-steps
     assert plan(h, Problem(2048, 1536, 8192, "float16", "uint4b8", 128)).spec.route == "dequant"   # 96
     assert plan(h, Problem(2048, 4480, 8192, "float16", "uint4b8", 128)).spec.route == "dequant"   # 280:
     # two whole a block would not keep the blocks in step (35 columns)
