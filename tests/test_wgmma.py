@@ -623,26 +623,31 @@ def test_whole_tile_plans_match_reference(rng, monkeypatch):
 def test_whole_tile_plans_with_a_short_last_block(rng, monkeypatch):
     """Whole-tile plans over six and nine row blocks (the last short of 256 tokens) whose last
     block has fewer tiles than the others: every output element written, with the right sums
-    (the poisoned output shows a missed tile). Hybrid plans off (these tile counts get them)."""
+    (the poisoned output shows a missed tile). Hybrid plans off: these stay whole-tile plans."""
     if not _hopper():
         pytest.skip("needs an sm_90 GPU without JITMARLIN_EMULATE")
-    import jitmarlin
     from jitmarlin import planner
-    from jitmarlin.profiles import live_profile
 
     monkeypatch.setattr(planner, "HYBRID_PLANS", False)
-
     for m, n, geom in ((1499, 10624, (125, 4 * 8)), (2267, 3712, (131, 2 * 8))):
-        w = rng.standard_normal((n, 512)) * 0.05
-        for act, group in (("float16", 128), ("bfloat16", -1)):
-            qw = jitmarlin.quantize(w, "uint4b8", group, scale_dtype=act)
-            p = Problem(m, n, 512, act, "uint4b8", group)
-            spec = KernelSpec("sm90", "uint4b8", act, group_blocks(p), 16, 8, 4, 4)
-            if live_profile(0).sms == 132:
-                pl = plan(live_profile(0), p, spec)
-                assert (pl.grid, pl.iters) == geom, (pl.grid, pl.iters)
-            y, ref = run_forced(qw, m, act, spec, rng)
-            assert rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {rel(y, ref):.3e}"
+        _check_256_token_plans(rng, m, n, geom, lambda pl: (pl.grid, pl.iters))
+
+
+def _check_256_token_plans(rng, m, n, geom, geom_of):
+    """The 256 x 128 x 4-stage wgmma kernel on M x N x 512, fp16 with groups of 128 and bf16 with
+    per-channel scales, against the reference; on a 132-SM GPU its plan's geom_of(plan) is geom."""
+    import jitmarlin
+    from jitmarlin.profiles import live_profile
+
+    w = rng.standard_normal((n, 512)) * 0.05
+    for act, group in (("float16", 128), ("bfloat16", -1)):
+        qw = jitmarlin.quantize(w, "uint4b8", group, scale_dtype=act)
+        p = Problem(m, n, 512, act, "uint4b8", group)
+        spec = KernelSpec("sm90", "uint4b8", act, group_blocks(p), 16, 8, 4, 4)
+        if live_profile(0).sms == 132:
+            assert geom_of(plan(live_profile(0), p, spec)) == geom
+        y, ref = run_forced(qw, m, act, spec, rng)
+        assert rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {rel(y, ref):.3e}"
 
 
 @pytest.mark.gpu
@@ -656,19 +661,7 @@ def test_hybrid_plans_match_reference(m, n, geom, rng):
     workspace check a counter left set."""
     if not _hopper():
         pytest.skip("needs an sm_90 GPU without JITMARLIN_EMULATE")
-    import jitmarlin
-    from jitmarlin.profiles import live_profile
-
-    w = rng.standard_normal((n, 512)) * 0.05
-    for act, group in (("float16", 128), ("bfloat16", -1)):
-        qw = jitmarlin.quantize(w, "uint4b8", group, scale_dtype=act)
-        p = Problem(m, n, 512, act, "uint4b8", group)
-        spec = KernelSpec("sm90", "uint4b8", act, group_blocks(p), 16, 8, 4, 4)
-        if live_profile(0).sms == 132:
-            pl = plan(live_profile(0), p, spec)
-            assert (pl.grid, pl.iters, pl.whole) == geom, (pl.grid, pl.iters, pl.whole)
-        y, ref = run_forced(qw, m, act, spec, rng)
-        assert rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {rel(y, ref):.3e}"
+    _check_256_token_plans(rng, m, n, geom, lambda pl: (pl.grid, pl.iters, pl.whole))
 
 
 @pytest.mark.gpu
