@@ -324,7 +324,7 @@ def test_hybrid_plans_deal_every_k_step_once():
             continue
         seen += 1
         assert planner.tiles_in_step(pl.whole, pl.n_tiles)
-        assert pl.iters * h.sms < pl.k_tiles * tiles   # a whole-tile plan would load a block more
+        assert pl.iters * h.sms < pl.k_tiles * tiles   # only the last wave is striped
         kt, sk0 = pl.k_tiles, pl.whole * pl.grid * pl.k_tiles
         assert pl.grid == h.sms and pl.whole == tiles // h.sms
         owner = np.full(pl.total_iters, -1)

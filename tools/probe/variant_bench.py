@@ -206,7 +206,8 @@ if os.environ.get("JM_PROBE_WHOLE_LOAD"):
 
     P.WHOLE_TILES_MAX_LOAD = float(os.environ["JM_PROBE_WHOLE_LOAD"]) / 100
 # JM_PROBE_HYBRID=off: no hybrid wgmma plans (planner.HYBRID_PLANS); =split: hybrid plans only where
-# the plan would otherwise be Stream-K (no whole-tile plan within WHOLE_TILES_MAX_LOAD).
+# the plan would otherwise be Stream-K (no whole-tile plan within WHOLE_TILES_MAX_LOAD; session 28's
+# run 2, before planner._hybrid took that condition itself: now the same as unset).
 if os.environ.get("JM_PROBE_HYBRID"):
     import jitmarlin.planner as P
 
