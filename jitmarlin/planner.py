@@ -673,7 +673,43 @@ def choose_fused_spec(profile: DeviceProfile, p: Problem) -> KernelSpec:
         )
     # Prefer a tile width that divides N (no idle columns); keep preference order otherwise.
     spec = next((s for s in fitting if p.n % s.tile_n == 0), fitting[0])
-    return _cluster_spec(profile, p, spec) or spec
+    return _cluster_spec(profile, p, spec) or _late_spec(profile, p, spec)
+
+
+# Late publish (KernelSpec.late) for decode plans of short runs: a block that shares a split tile
+# and goes on to another one holds its whole block at a device-scope fence at the switch; with
+# `late`, one thread fences after the next step while the warps compute. On H100 at M = 16 (the
+# only GPU measured, tools/PERF.md entries 51 and 58) that took 0.2-0.6 us off the plans of 6-10
+# steps a block (8B and 70B qkv) and cost 0.3-0.6 us on 8B gate_up's 14, so the planner takes it
+# up to LATE_MAX_ITERS steps a block, on sm_90 only (other GPUs are not measured), where some
+# block continues past a split tile.
+LATE_PUBLISH = True
+LATE_MAX_ITERS = 12
+
+
+def late_contributors(p: Problem, spec: KernelSpec, grid: int, iters: int) -> int:
+    """Blocks of a Stream-K plan (`grid` blocks of `iters` K-steps) that share a split tile and go on
+    to another tile afterwards: the ones KernelSpec.late changes."""
+    k_tiles = p.k // spec.tile_k
+    total = -(-p.m // spec.tile_m) * -(-p.n // spec.tile_n) * k_tiles
+    count = 0
+    for b in range(1, grid):
+        first, end = b * iters, min((b + 1) * iters, total)
+        # a split tile's contributor that starts inside it and ends past it
+        if first < end and first % k_tiles and (first // k_tiles + 1) * k_tiles < end:
+            count += 1
+    return count
+
+
+def _late_spec(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> KernelSpec:
+    """`spec` with late publishing where the rule above takes it, else `spec`."""
+    if (not LATE_PUBLISH or profile.cc != (9, 0) or spec.path != "sm80" or spec.tm != 1
+            or spec.cluster > 1 or spec.whole):
+        return spec
+    grid, iters = _geometry(profile, p, spec)
+    if iters > LATE_MAX_ITERS or not late_contributors(p, spec, grid, iters):
+        return spec
+    return replace(spec, late=True)
 
 
 # Whole-tile plans of the mma.sync kernel the autotuner tries (KernelSpec.whole): those whose
@@ -707,6 +743,9 @@ def candidate_specs(profile: DeviceProfile, p: Problem) -> list[AnySpec]:
                     whole = replace(spec, whole=True)
                     if _geometry(profile, p, whole)[1] <= WHOLE_CANDIDATE_MAX_LOAD * _geometry(profile, p, spec)[1]:
                         out.append(whole)
+                    # and with late publishing, where a block goes on past a split tile
+                    if tm == 1 and late_contributors(p, spec, *_geometry(profile, p, spec)):
+                        out.append(replace(spec, late=True))
     out.extend(gemv_specs(profile, p))
     if wgmma_available(profile) and p.m >= WGMMA_MIN_M:
         # 16-token tiles are not offered: at M = 16 they lost on every bench layer (entry 55)

@@ -72,6 +72,9 @@ class KernelSpec(_WeightFormat):
     whole (mma.sync kernel, no clusters): the plan gives every block whole output tiles (no tile
     split over blocks, so no partial sums meet in the workspace), as many blocks as that takes
     instead of one an SM; the autotuner weighs it against Stream-K (the kernel is the same).
+    late (mma.sync kernel, one m16 row block, no clusters): a block that shares a split tile and
+    goes on to another one publishes its partial sums after its next step (one thread's fence,
+    while the other warps compute) instead of holding the whole block at a fence at the switch.
     On 'sm90', M is the wgmma N side (tm in 1, 2, 4, 8, 16: 16..256 tokens), N is split into
     64-feature slabs over two warpgroups (tn 8 or 16) and tk is 4 (one 128-byte swizzled x row
     per stage).
@@ -92,6 +95,7 @@ class KernelSpec(_WeightFormat):
     cluster: int = 1
     pdl: bool = False
     whole: bool = False
+    late: bool = False
 
     def kernel_spec(self) -> "KernelSpec":
         """The spec of the compiled kernel: `whole` chooses a plan, not code, so a whole-tile
@@ -209,6 +213,11 @@ class KernelSpec(_WeightFormat):
         if self.whole and (self.wgmma or self.cluster > 1):
             raise ValueError("whole-tile plans (whole=True) are for the mma.sync kernel without clusters "
                              "(the wgmma planner takes whole tiles by itself)")
+        if self.late not in (False, True):
+            raise ValueError(f"late must be a bool, got {self.late!r}")
+        if self.late and (self.wgmma or self.cluster > 1 or self.tm != 1 or self.whole):
+            raise ValueError("late publishing (late=True) is for the mma.sync kernel's Stream-K plans of one "
+                             "m16 row block (tm=1), without clusters")
         if self.path not in ("sm70", "sm75", "sm80", "sm90"):
             raise ValueError(f"unknown code path {self.path!r}")
         if self.qtype not in QTYPES:
@@ -262,12 +271,12 @@ class KernelSpec(_WeightFormat):
     # ---- identity ----
     def canonical(self) -> str:
         """Stable text form (sorted JSON) used in cache keys. `cluster` appears only when it is
-        not 1, `pdl` and `whole` only when set, so specs (and bundles, tuned choices) from before
-        them keep their text."""
+        not 1, `pdl`, `whole` and `late` only when set, so specs (and bundles, tuned choices) from
+        before them keep their text."""
         d = asdict(self)
         if d["cluster"] == 1:
             del d["cluster"]
-        for flag in ("pdl", "whole"):
+        for flag in ("pdl", "whole", "late"):
             if not d[flag]:
                 del d[flag]
         return json.dumps(d, sort_keys=True, separators=(",", ":"))
@@ -282,6 +291,7 @@ class KernelSpec(_WeightFormat):
             + (f"c{self.cluster}" if self.cluster > 1 else "")
             + ("p" if self.pdl else "")
             + ("w" if self.whole else "")
+            + ("l" if self.late else "")
         )
 
 

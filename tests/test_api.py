@@ -542,3 +542,52 @@ def test_pdl_kernels_wait_for_the_kernel_before_them(m, rng):
             assert rel(out, ref) <= tol, (graph, i, rel(out, ref))
         y1 = f64(torch.from_dlpack((f64(x) @ wa.T).astype(cp.float32)).to(dt))   # the first GEMM, rounded
         assert rel(y2, y1 @ wb.T) <= 2 * tol, (graph, rel(y2, y1 @ wb.T))
+
+
+# ---- late publish (KernelSpec.late): forced on Stream-K decode plans against the reference -----
+# (m, n, k, group, act, (tn, tk, stages)): the planner's own choices for 70B qkv and 8B qkv at
+# M = 16 on H100, then odd M, group 32 and per-channel scales, N not a multiple of the tile, and
+# a plan where the late contributor's next tile is split too.
+LATE_CASES = [
+    (16, 10240, 8192, 128, "float16", (16, 16, 3)),
+    (16, 6144, 4096, 128, "bfloat16", (8, 16, 8)),
+    (11, 6144, 4096, 32, "float16", (8, 16, 6)),
+    (5, 2112, 4096, -1, "bfloat16", (8, 8, 4)),
+    (13, 4160, 2816, 64, "float16", (16, 16, 3)),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", LATE_CASES, ids=lambda c: f"m{c[0]}-n{c[1]}-k{c[2]}-g{c[3]}-{c[4]}")
+def test_late_publish_matches_reference(case, rng, monkeypatch):
+    from jitmarlin import planner, tune
+    from jitmarlin.problem import Problem
+    from jitmarlin.profiles import planning_profile
+    from jitmarlin.spec import KernelSpec
+
+    cp = _cp()
+    m, n, k, group, act, (tn, tk, st) = case
+    prof = planning_profile(0)
+    spec = KernelSpec("sm80", "uint4b8", act, -1 if group < 0 else group // 16, 1, tn, tk, st, late=True)
+    if prof.path != "sm80" or act not in planner.PATH_ACTS[prof.path] or not planner._fits(prof, spec):
+        pytest.skip(f"{prof.name}: not the sm80 path, or {spec.name} does not fit it")
+    p = Problem(m, n, k, act, "uint4b8", group)
+    pl = planner.plan(prof, p, spec)
+    if not planner.late_contributors(p, spec, pl.grid, pl.iters):
+        pytest.skip(f"{prof.name}: this plan of {spec.name} has no late contributor")
+    monkeypatch.setattr(tune, "choose_for", lambda *a, **kw: spec)
+    qw, w = make_weight(n, k, group, act)
+    c = Case(m, n, k, group, act, "torch" if act == "bfloat16" else "cupy", poison_out=True, bias=True)
+    if c.kind == "torch":
+        pytest.importorskip("torch")
+    x, bias, out, x64, b64 = make_input(c, int(rng.integers(1 << 31)))
+    y = jitmarlin.linear(x, qw, bias=bias, out=out)
+    if c.kind == "torch":
+        import torch
+
+        torch.cuda.synchronize()
+    y64 = _to_f64(y)
+    assert not bool(cp.isnan(y64).any()), "output has unwritten (NaN) elements"
+    ref = x64 @ w.T + b64
+    err = float(cp.linalg.norm(y64 - ref) / cp.linalg.norm(ref))
+    assert err <= TOL[act], f"{spec.name}: relative error {err:.3e}"

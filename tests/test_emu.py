@@ -50,7 +50,7 @@ CASES = [
 ]
 
 
-def _run_case(m, n, k, group, act, sms, forced, rng, bias=True, cluster=1, whole=False):
+def _run_case(m, n, k, group, act, sms, forced, rng, bias=True, cluster=1, whole=False, late=False):
     # H100's limits with the mma.sync kernel at every M (the emulator does not model wgmma); a
     # forced cluster kernel plans on sm_90 (no measured cluster counts: SMs / size of them)
     prof = replace(get_profile("h100"), sms=sms, **(dict(clusters=()) if cluster > 1 else dict(cc=(8, 9))))
@@ -58,7 +58,7 @@ def _run_case(m, n, k, group, act, sms, forced, rng, bias=True, cluster=1, whole
     if forced:
         path, tm, tn, tk, st = forced
         spec = KernelSpec(path, "uint4b8", act, -1 if group < 0 else group // 16, tm, tn, tk, st,
-                          cluster=cluster, whole=whole)
+                          cluster=cluster, whole=whole, late=late)
     w = rng.standard_normal((n, k)).astype(np.float32)
     qw = quantize(w, "uint4b8", group, scale_dtype=act)
     x = rng.standard_normal((m, k)).astype(np.float32)
@@ -81,6 +81,22 @@ def test_whole_tile_plans_on_emulator(case, rng):
     pl, out, ref = _run_case(*case, rng, whole=True)
     k_tiles = case[2] // pl.spec.tile_k
     assert pl.spec.whole and pl.iters % k_tiles == 0 and pl.iters > k_tiles
+    assert rel_error(out, ref) <= TOL[case[4]]
+
+
+# KernelSpec.late: blocks that share a split tile and go on to another one count themselves in
+# after their next step (block 1 of 3 in both plans: 16 steps, 6 a block).
+LATE_CASES = [(1, 512, 1024, 128, "float16", 3, ("sm80", 1, 8, 16, 3)),
+              (9, 512, 1024, 128, "bfloat16", 3, ("sm80", 1, 16, 8, 2)),
+              (9, 512, 1024, 128, "float16", 3, ("sm75", 1, 16, 8, 2))]
+
+
+@pytest.mark.parametrize("case", LATE_CASES, ids=lambda c: f"m{c[0]}{c[4][:2]}{c[6][0]}")
+def test_late_publish_on_emulator(case, rng):
+    from jitmarlin.planner import late_contributors
+
+    pl, out, ref = _run_case(*case, rng, late=True)
+    assert pl.spec.late and late_contributors(pl.problem, pl.spec, pl.grid, pl.iters) > 0
     assert rel_error(out, ref) <= TOL[case[4]]
 
 
@@ -156,6 +172,14 @@ def test_emulator_catches_finisher_not_waiting(plant, rng):
     # schedules miss it with probability ~1e-6.
     assert any(_caught(plant, "wait_count(r.locks + b_lo, contributors);", "", rng)
                for _ in range(8))
+
+
+@pytest.mark.parametrize("case", [LATE_CASES[0], LATE_CASES[2]], ids=["sm80", "sm75"])
+def test_emulator_catches_late_publish_never_made(plant, rng, case):
+    # a late contributor that fences but never counts itself in: its finisher waits for ever
+    plant("    fence_gpu();\n    arrive(r.locks + b_lo);\n  }", "    fence_gpu();\n  }")
+    with pytest.raises(emu.EmuError, match="deadlock"):
+        _run_case(*case, rng, late=True)
 
 
 # Not every race is within reach: publishing a block's arrival before all of its partial sums are

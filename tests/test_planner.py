@@ -294,6 +294,88 @@ def test_whole_tile_candidates_only_where_the_load_stays_close():
     assert not choose_fused_spec(h, Problem(16, 6144, 4096, "float16", "uint4b8", 128)).whole
 
 
+# ---- late publish (KernelSpec.late) ------------------------------------------------------------
+
+def test_late_spec_identity_and_checks():
+    s = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 16, 16, 3, late=True)
+    assert s.name == "jm_sm80_uint4b8_f16_g128_m1n16k16s3l"
+    assert spec_from_canonical(s.canonical()) == s and '"late":true' in s.canonical()
+    assert "late" not in replace(s, late=False).canonical()      # older specs keep their text
+    assert s.kernel_spec() is s                                    # code, not a plan choice
+    for bad in (dict(cluster=2), dict(tm=2), dict(whole=True), dict(path="sm90", tn=8, tk=4, stages=4)):
+        with pytest.raises(ValueError, match="late publishing"):
+            replace(s, **bad).check()
+
+
+def _late_blocks_by_simulation(p, spec, grid, iters):
+    """Blocks that share a split tile (not its finisher) and still have steps after it, found by
+    walking each block's range tile by tile as the kernel does."""
+    k_tiles = p.k // spec.tile_k
+    total = -(-p.m // spec.tile_m) * -(-p.n // spec.tile_n) * k_tiles
+    late = 0
+    for b in range(grid):
+        first, n_steps = b * iters, min((b + 1) * iters, total) - b * iters
+        t = 0
+        while t < n_steps:
+            tile = (first + t) // k_tiles
+            n_iter = min(k_tiles - (first + t - tile * k_tiles), n_steps - t)
+            t += n_iter
+            b_lo, b_hi = tile * k_tiles // iters, (tile * k_tiles + k_tiles - 1) // iters
+            if b_hi > b_lo and b != b_lo and t < n_steps:
+                late += 1
+    return late
+
+
+def test_late_publish_where_short_runs_go_on_past_a_split_tile():
+    from jitmarlin import planner
+
+    h = get_profile("h100")
+    layers = {"8B qkv": (4096, 6144), "8B o": (4096, 4096), "8B gate_up": (4096, 28672),
+              "8B down": (14336, 4096), "70B qkv": (8192, 10240), "70B o": (8192, 8192),
+              "70B gate_up": (8192, 57344), "70B down": (28672, 8192)}
+    late = set()
+    for name, (k, n) in layers.items():
+        for m, act in ((16, "float16"), (16, "bfloat16"), (9, "float16")):
+            p = Problem(m, n, k, act, "uint4b8", 128)
+            pl = plan(h, p)
+            s = pl.spec
+            if not isinstance(s, KernelSpec) or s.wgmma:
+                continue
+            stream = replace(s, late=False)
+            n_late = _late_blocks_by_simulation(p, stream, pl.grid, pl.iters)
+            assert planner.late_contributors(p, stream, pl.grid, pl.iters) == n_late
+            assert s.late == (n_late > 0 and pl.iters <= planner.LATE_MAX_ITERS), (name, m, act)
+            assert render_late(s) == s.late
+            if s.late:
+                late.add(name)
+    # the short runs of the qkv layers; not 8B gate_up's 14 steps, not the plans cut at tile ends
+    assert late == {"8B qkv", "70B qkv"}
+    # measured on H100 only: other GPUs keep the fence at the tile switch
+    for prof in ("a100", "rtx-pro-6000", "l4"):
+        s = choose_fused_spec(get_profile(prof), Problem(16, 10240, 8192, "float16", "uint4b8", 128))
+        assert not getattr(s, "late", False), prof
+
+
+def render_late(spec):
+    from jitmarlin.render import render
+
+    return "red_publish_late(red, late)" in render(spec)
+
+
+def test_late_publish_is_a_candidate_beside_its_stream_k_plan(monkeypatch):
+    from jitmarlin import planner
+
+    h = get_profile("h100")
+    p = Problem(16, 28672, 4096, "float16", "uint4b8", 128)      # 8B gate_up: the planner says no
+    assert not choose_fused_spec(h, p).late
+    cands = candidate_specs(h, p)
+    late = [c for c in cands if getattr(c, "late", False)]
+    assert late and all(replace(c, late=False) in cands for c in late)
+    assert all(planner.late_contributors(p, c, *planner._geometry(h, p, c)) for c in late)
+    monkeypatch.setattr(planner, "LATE_PUBLISH", False)
+    assert not choose_fused_spec(h, Problem(16, 10240, 8192, "float16", "uint4b8", 128)).late
+
+
 def test_whole_tile_plans_run_the_stream_k_kernel():
     from jitmarlin.render import render
 

@@ -46,6 +46,16 @@ JM_DEV void red_publish(Red& r, int b_lo, bool /*stored*/) {
   bar_sync();
   if (threadIdx.x == 0) arrive(r.locks + b_lo);
 }
+// Late form (KernelSpec.late), for a contributor with steps left: every thread calls it after a
+// block barrier that follows the puts (the kernel: after its next step's compute); thread 0 alone
+// fences and counts the block in. The barrier makes the other threads' puts visible to thread 0,
+// and its fence (cumulative) releases them all with its own.
+JM_DEV void red_publish_late(Red& r, int b_lo) {
+  if (threadIdx.x == 0) {
+    fence_gpu();
+    arrive(r.locks + b_lo);
+  }
+}
 // Every thread of the finishing block calls this before its gets.
 JM_DEV void red_await(Red& r, int b_lo, int contributors, bool /*reader*/) {
   if (threadIdx.x == 0) {

@@ -20,7 +20,7 @@ for v in $VS; do
     new*) BENCH=tools/bench run $v X=1 ;;
     s-*) v2=${v#s-}; BENCH="tools/probe/variant_bench.py bench" run $v JM_PROBE_SUB=${v2%.*} ;;
     t-*) v2=${v#t-}; BENCH="tools/probe/variant_bench.py bench" run $v JM_PROBE_TILE=${v2//_/,} ;;
-    c-*) BENCH="tools/probe/variant_bench.py bench" run $v JM_PROBE_CLUSTER=${v#c-} ;;
+    c-*) v2=${v#c-}; BENCH="tools/probe/variant_bench.py bench" run $v JM_PROBE_CLUSTER=${v2%%_*} ;;
     h-*) v2=${v#h-}; BENCH="tools/probe/variant_bench.py bench" run $v JM_PROBE_HYBRID=${v2%.*} ;;
     l-*) v2=${v#l-}; v2=${v2%.*}; BENCH="tools/probe/variant_bench.py bench" run $v JM_PROBE_WHOLE_LOAD=$v2 ;;
     w-*) v2=${v#w-}; v2=${v2%.*}; BENCH="tools/probe/variant_bench.py bench" run $v JM_PROBE_WHOLE=${v2//_/,} ;;

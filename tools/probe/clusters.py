@@ -38,7 +38,7 @@ def main():
     print(f"device sm_{major}{minor}, {sms} SMs")
     for smem_kb in (100, 150, 200, 227):
         row = []
-        for size in (1, 2, 4, 8, 16):
+        for size in (1, 2, 3, 4, 5, 6, 7, 8, 16):
             cfg = cu.CUlaunchConfig()
             cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = size * 64, 1, 1
             cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = 256, 1, 1
