@@ -673,7 +673,7 @@ def choose_fused_spec(profile: DeviceProfile, p: Problem) -> KernelSpec:
         )
     # Prefer a tile width that divides N (no idle columns); keep preference order otherwise.
     spec = next((s for s in fitting if p.n % s.tile_n == 0), fitting[0])
-    return _cluster_spec(profile, p, spec) or _late_spec(profile, p, spec)
+    return _cluster_spec(profile, p, spec) or _whole_decode(profile, p, spec) or _late_spec(profile, p, spec)
 
 
 # Late publish (KernelSpec.late) for decode plans of short runs: a block that shares a split tile
@@ -699,6 +699,35 @@ def late_contributors(p: Problem, spec: KernelSpec, grid: int, iters: int) -> in
         if first < end and first % k_tiles and (first // k_tiles + 1) * k_tiles < end:
             count += 1
     return count
+
+
+# Whole tiles at decode: where every block of the mma.sync kernel can take one whole output tile
+# (no tile split over blocks, so no partial sums meet in L2: ~2 us a call at M = 16, tools/PERF.md
+# entry 51) for at most WHOLE_DECODE_MAX_LOAD x the busiest block's weight bytes of Stream-K, and
+# the tile is at most WHOLE_DECODE_MAX_STEPS K-steps deep, the plan is whole tiles
+# (KernelSpec.whole, the same kernel). On H100 at M = 9 and 16 (entry 58), N = 28672 (112 tiles
+# of 256 columns over 132 SMs, 1.14x the bytes): K = 2048 10-12% faster, K = 4096 (Llama-3-8B
+# gate_up) 2-5%; K = 8192 and 14336 mixed in fp16 and 2-4% slower in bf16, whose heavier
+# dequantisation misses the idle SMs once streaming outweighs the sums. sm_90 only (other GPUs
+# are not measured).
+WHOLE_DECODE = True
+WHOLE_DECODE_MAX_LOAD = 1.2
+WHOLE_DECODE_MAX_STEPS = 16
+
+
+def _whole_decode(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> KernelSpec | None:
+    """`spec` on a plan of one whole tile a block where the rule above takes it, else None."""
+    if (not WHOLE_DECODE or profile.cc != (9, 0) or spec.path != "sm80" or spec.tm != 1
+            or spec.cluster > 1 or spec.whole):
+        return None
+    tiles = -(-p.m // spec.tile_m) * -(-p.n // spec.tile_n)
+    if tiles > profile.sms:
+        return None
+    iters = _geometry(profile, p, spec)[1]
+    k_tiles = p.k // spec.tile_k
+    if iters % k_tiles == 0 or k_tiles > WHOLE_DECODE_MAX_LOAD * iters or k_tiles > WHOLE_DECODE_MAX_STEPS:
+        return None      # (Stream-K already deals whole tiles, or one a block is too heavy)
+    return replace(spec, whole=True)
 
 
 def _late_spec(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> KernelSpec:

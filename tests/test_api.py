@@ -591,3 +591,37 @@ def test_late_publish_matches_reference(case, rng, monkeypatch):
     ref = x64 @ w.T + b64
     err = float(cp.linalg.norm(y64 - ref) / cp.linalg.norm(ref))
     assert err <= TOL[act], f"{spec.name}: relative error {err:.3e}"
+
+
+# ---- whole tiles at decode (planner._whole_decode, sm_90): the planner's own plans -------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", [(16, 28672, 2048, 128, "bfloat16"), (9, 28672, 4096, 64, "float16"),
+                                  (13, 28416, 4096, -1, "bfloat16")],
+                         ids=lambda c: f"m{c[0]}-n{c[1]}-k{c[2]}-g{c[3]}-{c[4]}")
+def test_whole_decode_plans_match_reference(case, rng):
+    from jitmarlin import planner
+    from jitmarlin.problem import Problem
+    from jitmarlin.profiles import planning_profile
+
+    cp = _cp()
+    m, n, k, group, act = case
+    prof = planning_profile(0)
+    pl = planner.plan(prof, Problem(m, n, k, act, "uint4b8", group))
+    if not getattr(pl.spec, "whole", False):
+        pytest.skip(f"{prof.name}: the planner takes no whole-tile decode plan here ({pl.spec.name})")
+    assert pl.iters == k // pl.spec.tile_k                     # one whole tile a block
+    qw, w = make_weight(n, k, group, act)
+    c = Case(m, n, k, group, act, "torch" if act == "bfloat16" else "cupy", poison_out=True, bias=True)
+    if c.kind == "torch":
+        pytest.importorskip("torch")
+    x, bias, out, x64, b64 = make_input(c, int(rng.integers(1 << 31)))
+    y = jitmarlin.linear(x, qw, bias=bias, out=out)
+    if c.kind == "torch":
+        import torch
+
+        torch.cuda.synchronize()
+    y64 = _to_f64(y)
+    assert not bool(cp.isnan(y64).any()), "output has unwritten (NaN) elements"
+    ref = x64 @ w.T + b64
+    err = float(cp.linalg.norm(y64 - ref) / cp.linalg.norm(ref))
+    assert err <= TOL[act], f"{pl.spec.name}: relative error {err:.3e}"

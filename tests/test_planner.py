@@ -376,6 +376,34 @@ def test_late_publish_is_a_candidate_beside_its_stream_k_plan(monkeypatch):
     assert not choose_fused_spec(h, Problem(16, 10240, 8192, "float16", "uint4b8", 128)).late
 
 
+def test_whole_tiles_at_decode_where_one_tile_a_block_stays_light(monkeypatch):
+    from jitmarlin import planner
+
+    h = get_profile("h100")
+    for k, n, whole in ((4096, 28672, True),     # 8B gate_up: 112 tiles, 16 steps (1.14x)
+                        (2048, 28672, True),     # 8 steps
+                        (8192, 28672, False),    # 32 steps: streaming outweighs the sums
+                        (4096, 32768, False),    # Stream-K already deals whole tiles
+                        (8192, 57344, False),    # 224 tiles: two a block
+                        (4096, 6144, False),     # 8B qkv: 48 tiles of 128 columns, 2.7x
+                        (14336, 4096, False)):   # 8B down: 16 tiles
+        for m in (9, 16):
+            p = Problem(m, n, k, "bfloat16", "uint4b8", 128)
+            pl = plan(h, p)
+            assert pl.spec.whole == whole, (k, n, m, pl.spec.name)
+            if whole:
+                stream = plan(h, p, replace(pl.spec, whole=False))
+                k_tiles = k // pl.spec.tile_k
+                assert (pl.grid, pl.iters) == (-(-n // pl.spec.tile_n), k_tiles)    # one tile a block
+                assert k_tiles <= planner.WHOLE_DECODE_MAX_STEPS
+                assert pl.iters <= planner.WHOLE_DECODE_MAX_LOAD * stream.iters and stream.iters % k_tiles
+    p = Problem(16, 28672, 4096, "float16", "uint4b8", 128)
+    for prof in ("a100", "rtx-pro-6000"):                  # measured on H100 only
+        assert not getattr(choose_fused_spec(get_profile(prof), p), "whole", False), prof
+    monkeypatch.setattr(planner, "WHOLE_DECODE", False)
+    assert not choose_fused_spec(h, p).whole
+
+
 def test_whole_tile_plans_run_the_stream_k_kernel():
     from jitmarlin.render import render
 
