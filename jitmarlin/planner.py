@@ -703,31 +703,39 @@ def late_contributors(p: Problem, spec: KernelSpec, grid: int, iters: int) -> in
 
 # Whole tiles at decode: where every block of the mma.sync kernel can take one whole output tile
 # (no tile split over blocks, so no partial sums meet in L2: ~2 us a call at M = 16, tools/PERF.md
-# entry 51) for at most WHOLE_DECODE_MAX_LOAD x the busiest block's weight bytes of Stream-K, and
-# the tile is at most WHOLE_DECODE_MAX_STEPS K-steps deep, the plan is whole tiles
-# (KernelSpec.whole, the same kernel). On H100 at M = 9 and 16 (entry 58), N = 28672 (112 tiles
-# of 256 columns over 132 SMs, 1.14x the bytes): K = 2048 10-12% faster, K = 4096 (Llama-3-8B
-# gate_up) 2-5%; K = 8192 and 14336 mixed in fp16 and 2-4% slower in bf16, whose heavier
-# dequantisation misses the idle SMs once streaming outweighs the sums. sm_90 only (other GPUs
-# are not measured).
+# entry 51) of the planner's width or a narrower one, for at most WHOLE_DECODE_MAX_LOAD x the
+# busiest Stream-K block's weight bytes, and the tile is at most WHOLE_DECODE_MAX_STEPS K-steps
+# deep, the plan is whole tiles (KernelSpec.whole: the same kernel as that tile's Stream-K plan).
+# On H100 at M = 9 and 16 (entry 58): N = 28672 (112 tiles of 256 columns over 132 SMs, 1.14x the
+# bytes) K = 2048 10-12% faster, K = 4096 (Llama-3-8B gate_up) 2-5%, but K = 8192 and 14336 mixed
+# in fp16 and 2-4% slower in bf16, whose heavier dequantisation misses the idle SMs once streaming
+# outweighs the sums; Llama-3-8B qkv on 96 tiles of 64 columns (1.33x the bytes) 2-5% faster
+# (entries 51, 53 and 58). sm_90 only (other GPUs are not measured).
 WHOLE_DECODE = True
-WHOLE_DECODE_MAX_LOAD = 1.2
+WHOLE_DECODE_MAX_LOAD = 1.35
 WHOLE_DECODE_MAX_STEPS = 16
 
 
 def _whole_decode(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> KernelSpec | None:
-    """`spec` on a plan of one whole tile a block where the rule above takes it, else None."""
+    """A plan of one whole tile a block where the rule above takes it (the planner's tile, else a
+    narrower one of the same depth that divides N), else None."""
     if (not WHOLE_DECODE or profile.cc != (9, 0) or spec.path != "sm80" or spec.tm != 1
             or spec.cluster > 1 or spec.whole):
         return None
-    tiles = -(-p.m // spec.tile_m) * -(-p.n // spec.tile_n)
-    if tiles > profile.sms:
-        return None
-    iters = _geometry(profile, p, spec)[1]
     k_tiles = p.k // spec.tile_k
-    if iters % k_tiles == 0 or k_tiles > WHOLE_DECODE_MAX_LOAD * iters or k_tiles > WHOLE_DECODE_MAX_STEPS:
-        return None      # (Stream-K already deals whole tiles, or one a block is too heavy)
-    return replace(spec, whole=True)
+    iters = _geometry(profile, p, spec)[1]
+    if iters % k_tiles == 0 or k_tiles > WHOLE_DECODE_MAX_STEPS:
+        return None      # (Stream-K already deals whole tiles, or the tiles are deep)
+    busiest = iters * spec.tile_n              # Stream-K's busiest block, in K-step columns
+    for tn in (spec.tn, 8, 4):
+        if tn > spec.tn or (tn < spec.tn and p.n % (16 * tn)):
+            continue
+        cand = spec if tn == spec.tn else _deepest_fused(profile, p, 1, tn, spec.tk, PATH_MAX_STAGES["sm80"])
+        if cand is None or -(-p.n // cand.tile_n) > profile.sms:
+            continue
+        if k_tiles * cand.tile_n <= WHOLE_DECODE_MAX_LOAD * busiest:
+            return replace(cand, whole=True)
+    return None
 
 
 def _late_spec(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> KernelSpec:

@@ -596,7 +596,8 @@ def test_late_publish_matches_reference(case, rng, monkeypatch):
 # ---- whole tiles at decode (planner._whole_decode, sm_90): the planner's own plans -------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", [(16, 28672, 2048, 128, "bfloat16"), (9, 28672, 4096, 64, "float16"),
-                                  (13, 28416, 4096, -1, "bfloat16")],
+                                  (13, 28416, 4096, -1, "bfloat16"), (11, 6144, 4096, 32, "bfloat16"),
+                                  (16, 6144, 4096, 128, "float16")],
                          ids=lambda c: f"m{c[0]}-n{c[1]}-k{c[2]}-g{c[3]}-{c[4]}")
 def test_whole_decode_plans_match_reference(case, rng):
     from jitmarlin import planner

@@ -79,7 +79,10 @@ def test_every_plan_fits_the_profile(prof):
             assert s.stages == 2
 
 
-def test_decode_tiles_follow_layer_size():
+def test_decode_tiles_follow_layer_size(monkeypatch):
+    from jitmarlin import planner
+
+    monkeypatch.setattr(planner, "WHOLE_DECODE", False)    # (the Stream-K tile choice)
     h100 = get_profile("h100")
     # (M <= 8 takes the gemv kernel on these layers: tests/test_gemv.py)
     small = plan(h100, Problem(16, 6144, 4096, "float16", "uint4b8", 128))
@@ -290,8 +293,10 @@ def test_whole_tile_candidates_only_where_the_load_stays_close():
         for c in whole:
             assert replace(c, whole=False) in cands                  # beside its Stream-K plan
             assert plan(h, p, c).iters <= 1.5 * plan(h, p, replace(c, whole=False)).iters
-    # the planner itself keeps Stream-K
-    assert not choose_fused_spec(h, Problem(16, 6144, 4096, "float16", "uint4b8", 128)).whole
+    # the planner's own whole-tile decode plan (planner._whole_decode) is one of them
+    p = Problem(16, 6144, 4096, "float16", "uint4b8", 128)
+    mine = choose_fused_spec(h, p)
+    assert mine.whole and mine in candidate_specs(h, p)
 
 
 # ---- late publish (KernelSpec.late) ------------------------------------------------------------
@@ -326,9 +331,10 @@ def _late_blocks_by_simulation(p, spec, grid, iters):
     return late
 
 
-def test_late_publish_where_short_runs_go_on_past_a_split_tile():
+def test_late_publish_where_short_runs_go_on_past_a_split_tile(monkeypatch):
     from jitmarlin import planner
 
+    monkeypatch.setattr(planner, "WHOLE_DECODE", False)     # (8B qkv and gate_up take whole tiles)
     h = get_profile("h100")
     layers = {"8B qkv": (4096, 6144), "8B o": (4096, 4096), "8B gate_up": (4096, 28672),
               "8B down": (14336, 4096), "70B qkv": (8192, 10240), "70B o": (8192, 8192),
@@ -380,23 +386,29 @@ def test_whole_tiles_at_decode_where_one_tile_a_block_stays_light(monkeypatch):
     from jitmarlin import planner
 
     h = get_profile("h100")
-    for k, n, whole in ((4096, 28672, True),     # 8B gate_up: 112 tiles, 16 steps (1.14x)
-                        (2048, 28672, True),     # 8 steps
-                        (8192, 28672, False),    # 32 steps: streaming outweighs the sums
-                        (4096, 32768, False),    # Stream-K already deals whole tiles
-                        (8192, 57344, False),    # 224 tiles: two a block
-                        (4096, 6144, False),     # 8B qkv: 48 tiles of 128 columns, 2.7x
-                        (14336, 4096, False)):   # 8B down: 16 tiles
+    for k, n, tn in ((4096, 28672, 16),   # 8B gate_up: 112 tiles of 256 columns, 16 steps (1.14x)
+                     (2048, 28672, 16),   # 8 steps
+                     (4096, 6144, 4),     # 8B qkv: 96 tiles of 64 columns (1.33x)
+                     (4096, 14336, 8),    # 112 tiles of 128 columns
+                     (8192, 28672, None),  # 32 steps: streaming outweighs the sums
+                     (4096, 32768, None),  # Stream-K already deals whole tiles
+                     (8192, 57344, None),  # 224 tiles: two a block
+                     (4096, 4096, None),   # 8B o: 64 tiles of 64 columns, 2x
+                     (14336, 4096, None)):  # 8B down: deep tiles
         for m in (9, 16):
             p = Problem(m, n, k, "bfloat16", "uint4b8", 128)
             pl = plan(h, p)
-            assert pl.spec.whole == whole, (k, n, m, pl.spec.name)
-            if whole:
-                stream = plan(h, p, replace(pl.spec, whole=False))
-                k_tiles = k // pl.spec.tile_k
-                assert (pl.grid, pl.iters) == (-(-n // pl.spec.tile_n), k_tiles)    # one tile a block
-                assert k_tiles <= planner.WHOLE_DECODE_MAX_STEPS
-                assert pl.iters <= planner.WHOLE_DECODE_MAX_LOAD * stream.iters and stream.iters % k_tiles
+            assert pl.spec.whole == (tn is not None), (k, n, m, pl.spec.name)
+            if tn is None:
+                continue
+            with monkeypatch.context() as mp:
+                mp.setattr(planner, "WHOLE_DECODE", False)
+                stream = plan(h, p)
+            k_tiles = k // pl.spec.tile_k
+            assert pl.spec.tn == tn and (pl.grid, pl.iters) == (n // pl.spec.tile_n, k_tiles)   # one tile a block
+            assert k_tiles <= planner.WHOLE_DECODE_MAX_STEPS and stream.iters % k_tiles
+            busiest = lambda q: q.iters * q.spec.tile_n * q.spec.tile_k        # weights, in elements
+            assert busiest(pl) <= planner.WHOLE_DECODE_MAX_LOAD * busiest(stream)
     p = Problem(16, 28672, 4096, "float16", "uint4b8", 128)
     for prof in ("a100", "rtx-pro-6000"):                  # measured on H100 only
         assert not getattr(choose_fused_spec(get_profile(prof), p), "whole", False), prof
