@@ -426,6 +426,28 @@ def test_act_order(kind, rng):
             assert _rel(y, ref) <= TOL["float16"]
 
 
+def _check_decode_plan(case, name, rng):
+    """linear() on case (m, n, k, group, act) against the float64 reference: bf16 through torch,
+    fp16 through CuPy, with a bias and a poisoned output buffer (whatever plan the caller set up)."""
+    cp = _cp()
+    m, n, k, group, act = case
+    qw, w = make_weight(n, k, group, act)
+    c = Case(m, n, k, group, act, "torch" if act == "bfloat16" else "cupy", poison_out=True, bias=True)
+    if c.kind == "torch":
+        pytest.importorskip("torch")
+    x, bias, out, x64, b64 = make_input(c, int(rng.integers(1 << 31)))
+    y = jitmarlin.linear(x, qw, bias=bias, out=out)
+    if c.kind == "torch":
+        import torch
+
+        torch.cuda.synchronize()
+    y64 = _to_f64(y)
+    assert not bool(cp.isnan(y64).any()), "output has unwritten (NaN) elements"
+    ref = x64 @ w.T + b64
+    err = float(cp.linalg.norm(y64 - ref) / cp.linalg.norm(ref))
+    assert err <= TOL[act], f"{name}: relative error {err:.3e}"
+
+
 # ---- thread-block clusters (sm_90): forced cluster kernels against the reference ---------------
 # (m, n, k, group, act, (tn, tk, stages, cluster)): the planner's own choice for 70B o on H100
 # (clusters of 2, each tile over both blocks), then forced sizes whose tiles spread over 4 and 8
@@ -453,30 +475,15 @@ def test_cluster_decode_matches_reference(case, rng, monkeypatch):
     from jitmarlin.problem import Problem
     from jitmarlin.profiles import planning_profile
 
-    cp = _cp()
     m, n, k, group, act, _ = case
     prof = planning_profile(0)
     spec = cluster_case_spec(case)
     if prof.cc < (9, 0) or not planner._fits(prof, spec):
         pytest.skip(f"{prof.name}: no clusters, or {spec.name} does not fit its shared memory")
     monkeypatch.setattr(tune, "choose_for", lambda *a, **kw: spec)
-    qw, w = make_weight(n, k, group, act)
-    c = Case(m, n, k, group, act, "torch" if act == "bfloat16" else "cupy", poison_out=True, bias=True)
-    if c.kind == "torch":
-        pytest.importorskip("torch")
-    x, bias, out, x64, b64 = make_input(c, int(rng.integers(1 << 31)))
-    y = jitmarlin.linear(x, qw, bias=bias, out=out)
-    if c.kind == "torch":
-        import torch
-
-        torch.cuda.synchronize()
     pl = planner.plan(prof, Problem(m, n, k, act, "uint4b8", group), spec)
     assert pl.iters % pl.k_tiles, "the case must split tiles over the blocks of a cluster"
-    y64 = _to_f64(y)
-    assert not bool(cp.isnan(y64).any()), "output has unwritten (NaN) elements"
-    ref = x64 @ w.T + b64
-    err = float(cp.linalg.norm(y64 - ref) / cp.linalg.norm(ref))
-    assert err <= TOL[act], f"{spec.name}: relative error {err:.3e}"
+    _check_decode_plan(case[:5], spec.name, rng)
 
 
 # ---- programmatic dependent launch ------------------------------------------------------------
@@ -565,7 +572,6 @@ def test_late_publish_matches_reference(case, rng, monkeypatch):
     from jitmarlin.profiles import planning_profile
     from jitmarlin.spec import KernelSpec
 
-    cp = _cp()
     m, n, k, group, act, (tn, tk, st) = case
     prof = planning_profile(0)
     spec = KernelSpec("sm80", "uint4b8", act, -1 if group < 0 else group // 16, 1, tn, tk, st, late=True)
@@ -576,21 +582,7 @@ def test_late_publish_matches_reference(case, rng, monkeypatch):
     if not planner.late_contributors(p, spec, pl.grid, pl.iters):
         pytest.skip(f"{prof.name}: this plan of {spec.name} has no late contributor")
     monkeypatch.setattr(tune, "choose_for", lambda *a, **kw: spec)
-    qw, w = make_weight(n, k, group, act)
-    c = Case(m, n, k, group, act, "torch" if act == "bfloat16" else "cupy", poison_out=True, bias=True)
-    if c.kind == "torch":
-        pytest.importorskip("torch")
-    x, bias, out, x64, b64 = make_input(c, int(rng.integers(1 << 31)))
-    y = jitmarlin.linear(x, qw, bias=bias, out=out)
-    if c.kind == "torch":
-        import torch
-
-        torch.cuda.synchronize()
-    y64 = _to_f64(y)
-    assert not bool(cp.isnan(y64).any()), "output has unwritten (NaN) elements"
-    ref = x64 @ w.T + b64
-    err = float(cp.linalg.norm(y64 - ref) / cp.linalg.norm(ref))
-    assert err <= TOL[act], f"{spec.name}: relative error {err:.3e}"
+    _check_decode_plan(case[:5], spec.name, rng)
 
 
 # ---- whole tiles at decode (planner._whole_decode, sm_90): the planner's own plans -------------
@@ -604,25 +596,10 @@ def test_whole_decode_plans_match_reference(case, rng):
     from jitmarlin.problem import Problem
     from jitmarlin.profiles import planning_profile
 
-    cp = _cp()
     m, n, k, group, act = case
     prof = planning_profile(0)
     pl = planner.plan(prof, Problem(m, n, k, act, "uint4b8", group))
     if not getattr(pl.spec, "whole", False):
         pytest.skip(f"{prof.name}: the planner takes no whole-tile decode plan here ({pl.spec.name})")
     assert pl.iters == k // pl.spec.tile_k                     # one whole tile a block
-    qw, w = make_weight(n, k, group, act)
-    c = Case(m, n, k, group, act, "torch" if act == "bfloat16" else "cupy", poison_out=True, bias=True)
-    if c.kind == "torch":
-        pytest.importorskip("torch")
-    x, bias, out, x64, b64 = make_input(c, int(rng.integers(1 << 31)))
-    y = jitmarlin.linear(x, qw, bias=bias, out=out)
-    if c.kind == "torch":
-        import torch
-
-        torch.cuda.synchronize()
-    y64 = _to_f64(y)
-    assert not bool(cp.isnan(y64).any()), "output has unwritten (NaN) elements"
-    ref = x64 @ w.T + b64
-    err = float(cp.linalg.norm(y64 - ref) / cp.linalg.norm(ref))
-    assert err <= TOL[act], f"{pl.spec.name}: relative error {err:.3e}"
+    _check_decode_plan(case, pl.spec.name, rng)
