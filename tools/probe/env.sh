@@ -18,3 +18,15 @@ if [ -n "${MAX_IDLE_C:-}" ] && [ ! -e /tmp/jm-idle-checked ]; then
         awk -F', ' -v m="$MAX_IDLE_C" '$1 > m || ($2 ~ /^[0-9]+$/ && $2 > m) {print "hot"}')
   if [ -n "$hot" ]; then echo "GPU hotter than ${MAX_IDLE_C} C when idle: no measurement"; exit 3; fi
 fi
+# probe_tests_and_ab DEFAULT_FILE: with TESTK set, the GPU tests of tests/${TESTF:-DEFAULT_FILE}
+# matching -k "$TESTK"; with VS set, tools/probe/ab_tree.sh. The kernel cache goes back to $CACHE
+# after each (a warm machine's next command starts from it).
+probe_tests_and_ab() {
+  if [ -n "${TESTK:-}" ]; then
+    local t0=$(date +%s)
+    timeout ${TEST_TIMEOUT:-200} python3 -m pytest tests/${TESTF:-$1} -m gpu -k "$TESTK" -q -p no:cacheprovider -o addopts="" -rfE > "$OUT/pytest.log" 2>&1
+    echo "pytest rc=$? in $(( $(date +%s) - t0 )) s"; tail -2 "$OUT/pytest.log"; grep -E "^FAILED|^ERROR|^E " "$OUT/pytest.log" | head -10
+    cp -r /tmp/jmcache/. "$CACHE"/
+  fi
+  if [ -n "${VS:-}" ]; then TESTS=0 bash tools/probe/ab_tree.sh; cp -r /tmp/jmcache/. "$CACHE"/; fi
+}

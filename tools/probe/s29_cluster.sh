@@ -5,10 +5,4 @@
 export CACHE=/tmp/jmc-s29; mkdir -p $CACHE
 source tools/probe/env.sh
 [ "${CAPS:-1}" = 1 ] && python3 tools/probe/clusters.py
-if [ -n "${TESTK:-}" ]; then
-  t0=$(date +%s)
-  timeout ${TEST_TIMEOUT:-200} python3 -m pytest tests/${TESTF:-test_api.py} -m gpu -k "$TESTK" -q -p no:cacheprovider -o addopts="" -rfE > "$OUT/pytest.log" 2>&1
-  echo "pytest rc=$? in $(( $(date +%s) - t0 )) s"; tail -2 "$OUT/pytest.log"; grep -E "^FAILED|^ERROR|^E " "$OUT/pytest.log" | head -10
-  cp -r /tmp/jmcache/. $CACHE/
-fi
-if [ -n "${VS:-}" ]; then TESTS=0 bash tools/probe/ab_tree.sh; cp -r /tmp/jmcache/. $CACHE/; fi
+probe_tests_and_ab test_api.py
