@@ -100,9 +100,9 @@ def run(plan: Plan, x_bits: np.ndarray, qw: QuantizedWeight, bias_bits: np.ndarr
     z = None if z is None else np.ascontiguousarray(z)
     guard_rows = 2
     c = np.full((m + guard_rows, n_out), poison, dtype=np.uint16)
-    hybrid = isinstance(spec, GemvSpec) and spec.spread == 2
-    if hybrid:   # tagged 64-bit slots, empty (tag 0) between launches
-        partials = np.zeros(plan.grid * HYBRID_SLOT_WORDS, dtype=np.uint64)
+    tagged = isinstance(spec, GemvSpec) and spec.tagged_words(plan.grid) > 0
+    if tagged:   # tagged 64-bit slots (hybrid and pair gemv plans), empty (tag 0) between launches
+        partials = np.zeros(spec.tagged_words(plan.grid), dtype=np.uint64)
     else:
         partials = np.full(plan.grid * spec.tile_m * spec.tile_n, np.nan, dtype=np.float32)
     locks = np.zeros(plan.grid, dtype=np.int32)
@@ -121,7 +121,7 @@ def run(plan: Plan, x_bits: np.ndarray, qw: QuantizedWeight, bias_bits: np.ndarr
         raise EmuError(f"{spec.name}: the kernel wrote past the end of the output")
     if np.any(locks != 0):
         raise EmuError(f"{spec.name}: workspace locks not reset to zero after the launch")
-    if hybrid and np.any(partials >> np.uint64(32)):
+    if tagged and np.any(partials >> np.uint64(32)):
         raise EmuError(f"{spec.name}: tagged workspace slots left after the launch")
     return c[:m]
 

@@ -16,6 +16,9 @@ MAX_SLOT_FLOATS = 128 * 256         # largest output tile (wgmma 256x128 or 128x
 # A block leaves partial sums for at most one split tile (its first): one slot a block, the size
 # of its tile. A finisher counts its contributors in on the counter of its own block index.
 MAX_BLOCKS_PER_SM = 2               # the most blocks of one kernel an SM holds (occupancy 1 or 2)
+# A pair gemv plan's block (one an SM) uses half its column blocks' slots: at most 4 column
+# blocks of 16 rows x 16 pieces, two words a piece, over 2.
+PAIR_SLOT_WORDS = 4 * 16 * 16 * 2 // 2
 
 _modules: dict[tuple[int, str], object] = {}
 _functions: dict[tuple[int, str, str], object] = {}
@@ -75,22 +78,22 @@ def private_stream(device: int):
 
 def workspace_needs(plan: Plan) -> tuple[int, int, int]:
     """(counters, partial-sum floats, tagged 64-bit words) a launch of `plan` uses: Stream-K
-    kernels a counter and a tile-sized partial slot a block, hybrid gemv plans a tagged slot a
-    block, other gemv plans nothing."""
+    kernels a counter and a tile-sized partial slot a block, hybrid and pair gemv plans tagged
+    slots (GemvSpec.tagged_words), other gemv plans nothing."""
     spec = plan.spec
     if plan.route != "fused":
         return 0, 0, 0
     if isinstance(spec, GemvSpec):
-        return (0, 0, plan.grid * HYBRID_SLOT_WORDS) if spec.spread == 2 else (0, 0, 0)
+        return 0, 0, spec.tagged_words(plan.grid)
     return plan.grid, plan.grid * spec.tile_m * spec.tile_n, 0
 
 
 def workspace_capacity(sms: int) -> tuple[int, int, int]:
     """(counters, partial-sum floats, tagged words) of the workspace made for a GPU of `sms` SMs:
     a counter for every block of the largest grid (MAX_BLOCKS_PER_SM a SM), a largest tile's
-    partial slot an SM (blocks two an SM have tiles of at most half that), a tagged slot an SM
-    (hybrid plans are one block an SM)."""
-    return MAX_BLOCKS_PER_SM * sms, sms * MAX_SLOT_FLOATS, sms * HYBRID_SLOT_WORDS
+    partial slot an SM (blocks two an SM have tiles of at most half that), the tagged slots of
+    one hybrid or pair gemv block an SM (both are one block an SM)."""
+    return MAX_BLOCKS_PER_SM * sms, sms * MAX_SLOT_FLOATS, sms * max(HYBRID_SLOT_WORDS, PAIR_SLOT_WORDS)
 
 
 def workspace_misfit(plan: Plan, capacity: tuple[int, int, int]) -> str | None:
@@ -105,8 +108,8 @@ def workspace_misfit(plan: Plan, capacity: tuple[int, int, int]) -> str | None:
 
 class Workspace:
     """Per (device, stream) scratch for cross-block reduction, sized for a GPU of `sms` SMs
-    (workspace_capacity): int32 counters, fp32 partial tiles, and the hybrid gemv plans' tagged
-    64-bit slots (HYBRID_SLOT_WORDS a block). Counters are zero and the tagged slots empty between
+    (workspace_capacity): int32 counters, fp32 partial tiles, and the hybrid and pair gemv plans'
+    tagged 64-bit slots. Counters are zero and the tagged slots empty between
     launches (the kernels reset them), so one allocation serves every call on that stream,
     CUDA-graph replays included. Zeroed on a private stream that is synchronised alone (never on
     the caller's stream, which may be busy)."""
@@ -306,7 +309,7 @@ class Launcher:
         self.iters = np.int32(plan.iters)
         self.whole = np.int32(plan.whole)
         self.x_maps = {} if plan.spec.wgmma else None
-        hybrid = getattr(plan.spec, "spread", 0) == 2
+        tagged = isinstance(plan.spec, GemvSpec) and plan.spec.tagged_words(plan.grid) > 0
         if pdl and not getattr(plan.spec, "pdl", False):   # it would touch x before the grid ahead is done
             raise ValueError(f"{plan.spec.name} is not built for programmatic dependent launch (spec.pdl)")
         misfit = workspace_misfit(plan, ws.capacity)
@@ -314,7 +317,7 @@ class Launcher:
             raise ValueError(misfit)
         self.w_maps = weight_tensor_maps(plan.spec, ptrs, plan.problem.n, plan.problem.k) if plan.spec.wgmma else ()
         self.static = (np.uint64(ptrs["B"]), np.uint64(ptrs["S"]), np.uint64(ptrs["Z"]),
-                       np.float32(gscale), np.uint64(ws.tagged_ptr if hybrid else ws.partials_ptr),
+                       np.float32(gscale), np.uint64(ws.tagged_ptr if tagged else ws.partials_ptr),
                        np.uint64(ws.locks_ptr),
                        np.int32(p.m), np.int32(p.n), np.int32(p.k), np.int32(n_out), np.int32(k_in))
         from cupy.cuda import driver

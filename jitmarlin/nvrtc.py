@@ -128,8 +128,9 @@ def options_for(arch: str) -> tuple[str, ...]:
 def compile_source(source: str, name: str, arch: str, spec=None) -> Artifact:
     """Compile `source` (kernel symbol `name`) for `arch` ('sm_90'). Raises CompileError."""
     check_arch(arch)
-    if getattr(spec, "cluster", 1) > 1 and int(arch[3:].rstrip("af")) < 90:
-        raise UnsupportedError(f"{spec.name} uses thread-block clusters, which need sm_90 or newer (not {arch})")
+    if getattr(spec, "cluster", 1) > 1 and int(arch[3:].rstrip("af")) < 90:   # clusters, or a pair's 128-bit atomics
+        what = "128-bit atomic exchanges (a pair plan)" if getattr(spec, "pair", False) else "thread-block clusters"
+        raise UnsupportedError(f"{spec.name} uses {what}, which need sm_90 or newer (not {arch})")
     if library_version() != version():
         import logging
 

@@ -505,6 +505,14 @@ GEMV_MIN_FILL = 0.7
 # against 20.3 at M = 8, bf16 alike; tools/PERF.md entry 47).
 GEMV_SCALED_MIN_FILL = 0.6
 GEMV_COL_BLOCKS = (1, 2, 4)
+# Pair plans (GemvSpec.pair, sm_90+: 128-bit atomics): two plain blocks a column block that meet
+# in the workspace, where a cluster of two adds its sums through distributed shared memory behind
+# two cluster barriers. The planner takes them instead of the cluster plans on sm_90 up to
+# GEMV_PAIR_MAX_M rows (H100, 8B o / 8B down, tools/PERF.md entry 59: 0.3-0.5 us faster at M = 1
+# and 2, a tie at 4, 0.5-0.6 us slower at 8, where the exchanges of 8 rows' sums queue at L2's
+# atomic units); on sm_120 they are autotuner candidates only (not measured).
+GEMV_PAIR = True
+GEMV_PAIR_MAX_M = 4
 
 
 def _gemv_shape(p: Problem) -> tuple[int, int, int]:
@@ -594,6 +602,10 @@ def gemv_specs(profile: DeviceProfile, p: Problem) -> list[GemvSpec]:
         if (cl == 1 and _gemv_light(p) and cols > 1 and -(-cols // g) <= warps * cl
                 and cols // g * (p.k // (16 * unroll)) >= 2 * warps * cl):
             cands.append(GemvSpec(profile.path, p.qtype, p.act, gb, warps, warps, unroll, cl, max_m, spread=True))
+    # Pairs: two blocks a column block without a cluster, one block an SM (sm_90+).
+    for cb in GEMV_COL_BLOCKS if profile.cc >= (9, 0) else ():
+        if -(-cols // cb) * 2 <= profile.sms:
+            cands.append(GemvSpec(profile.path, p.qtype, p.act, gb, warps, warps // cb, unroll, 2, max_m, pair=True))
     if max_m == 8 and hybrid_fits(profile, p, warps, unroll) is None:
         cands.append(GemvSpec(profile.path, p.qtype, p.act, gb, warps, warps, unroll, 1, max_m, spread=2))
     # More column blocks than SMs (up to two per SM): 8-warp blocks, two resident an SM, one
@@ -603,8 +615,18 @@ def gemv_specs(profile: DeviceProfile, p: Problem) -> list[GemvSpec]:
         cands.append(GemvSpec(profile.path, p.qtype, p.act, gb, warps // 2, warps // 2, unroll, 1, max_m,
                               occupancy=2))
     ranked = [(_gemv_fill(profile, s, cols), s) for s in cands if _fits(profile, s)]
-    ranked.sort(key=lambda t: (-round(t[0], 6), t[1].spread, t[1].occupancy, t[1].col_blocks, t[1].cluster))
+    # at equal fill a pair plan before the cluster plan of the same blocks where the planner takes
+    # pairs (_pair_planned), after every other plan elsewhere
+    pairs_first = _pair_planned(profile, p.m)
+    ranked.sort(key=lambda t: (-round(t[0], 6), t[1].spread, t[1].occupancy, t[1].col_blocks,
+                               t[1].pair != pairs_first, t[1].cluster))
     return [s for _, s in ranked]
+
+
+def _pair_planned(profile: DeviceProfile, m: int) -> bool:
+    """Whether the planner itself takes pair gemv plans for `m` rows on `profile` (GEMV_PAIR, sm_90
+    only, up to GEMV_PAIR_MAX_M rows)."""
+    return GEMV_PAIR and profile.cc == (9, 0) and m <= GEMV_PAIR_MAX_M
 
 
 def _gemv_choice(profile: DeviceProfile, p: Problem) -> GemvSpec | None:
@@ -613,6 +635,8 @@ def _gemv_choice(profile: DeviceProfile, p: Problem) -> GemvSpec | None:
     plan is the alternative and the kernel scales the sums, GEMV_SCALED_MIN_FILL), else the hybrid
     one, else the two-blocks-an-SM one, else the fullest spread plan where it fills GEMV_MIN_FILL."""
     specs = gemv_specs(profile, p) if p.m <= GEMV_PLAN_MAX_M else []
+    if not _pair_planned(profile, p.m):
+        specs = [s for s in specs if not s.pair]
     cols = p.n // 64
     whole = [s for s in specs if not s.spread and s.occupancy == 1]
     if whole and _gemv_fill(profile, whole[0], cols) >= GEMV_MIN_FILL:
@@ -829,7 +853,8 @@ def plan(profile: DeviceProfile, p: Problem, spec: AnySpec | None = None) -> Pla
         if spec.wgmma and not wgmma_available(profile):
             raise UnsupportedError(f"{spec.name} is a wgmma (sm_90a) kernel; {profile.name} is {profile.arch}")
         if getattr(spec, "cluster", 1) > 1 and profile.cc < (9, 0):
-            raise UnsupportedError(f"{spec.name} uses thread-block clusters, which need sm_90 or newer; "
+            what = "128-bit atomic exchanges (a pair plan)" if getattr(spec, "pair", False) else "thread-block clusters"
+            raise UnsupportedError(f"{spec.name} uses {what}, which need sm_90 or newer; "
                                    f"{profile.name} is {profile.arch}")
         if spec.route == "fused":
             if p.k % spec.tile_k:

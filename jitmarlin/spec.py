@@ -390,7 +390,11 @@ class GemvSpec(_WeightFormat):
     b owns column block b whole and takes a share of the K range of one of the column blocks past
     the grid, whose shares are added through the workspace (no fence: each value travels with a
     tag) while the blocks still stream. pdl: as in KernelSpec (the first batch's weights are
-    requested before the wait).
+    requested before the wait). pair: with cluster 2, the two blocks that split a column block's
+    K are launched as plain blocks, not a cluster, and meet in the workspace instead of
+    distributed shared memory: each swaps its sums, 4 at a time, for what the slot holds (a
+    128-bit exchange: sm_90+); whichever comes second finds the other's there, adds them and
+    stores the output (no barrier, no waiting for the other block).
     """
 
     route: ClassVar[str] = "fused"
@@ -407,6 +411,7 @@ class GemvSpec(_WeightFormat):
     occupancy: int = 1
     spread: bool | int = False
     pdl: bool = False
+    pair: bool = False
 
     @property
     def wgmma(self) -> bool:
@@ -448,15 +453,30 @@ class GemvSpec(_WeightFormat):
         0's receive area for the other blocks' sums."""
         if self.spread:
             return 4 * self.warps * 2 * (self.max_m * 64 + 4) + (16 if self.spread == 2 else 0)
-        return 4 * (self.warps * (self.max_m * 64 + 4) + (self.cluster - 1) * self.col_blocks * self.max_m * 64)
+        receive = 0 if self.pair else (self.cluster - 1) * self.col_blocks * self.max_m * 64
+        return 4 * (self.warps * (self.max_m * 64 + 4) + receive)
 
     def smem_per_sm(self) -> int:
         return self.occupancy * (self.smem_bytes() + 1024)
+
+    def tagged_words(self, grid: int) -> int:
+        """64-bit workspace words a launch of `grid` blocks uses: a hybrid plan HYBRID_SLOT_WORDS a
+        block, a pair plan two a piece of 4 sums (max_m x 16 pieces a column block), other plans
+        none."""
+        if self.spread == 2:
+            return grid * HYBRID_SLOT_WORDS
+        if self.pair:
+            return grid // 2 * self.col_blocks * self.max_m * 16 * 2
+        return 0
 
     def check(self) -> None:
         """Raise ValueError when the fields do not describe a buildable kernel."""
         if self.pdl not in (False, True):
             raise ValueError(f"pdl must be a bool, got {self.pdl!r}")
+        if self.pair not in (False, True):
+            raise ValueError(f"pair must be a bool, got {self.pair!r}")
+        if self.pair and (self.cluster != 2 or self.spread):
+            raise ValueError("a pair plan is two blocks a column block (cluster 2) of whole column blocks (no spread)")
         if self.path != "sm80":
             raise ValueError(f"the gemv kernel is built for the sm80 path (sm_80+), not {self.path!r}")
         if self.qtype not in QTYPES:
@@ -488,23 +508,26 @@ class GemvSpec(_WeightFormat):
 
     def canonical(self) -> str:
         """Stable text form (sorted JSON) used in cache keys; carries "family": "gemv" so that
-        spec_from_canonical() can tell it from a KernelSpec's; `pdl` only when set."""
+        spec_from_canonical() can tell it from a KernelSpec's; `pdl` and `pair` only when set."""
         d = asdict(self)
         d["family"] = "gemv"
-        if not d["pdl"]:
-            del d["pdl"]
+        for flag in ("pdl", "pair"):
+            if not d[flag]:
+                del d[flag]
         return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
     @property
     def name(self) -> str:
-        """Kernel symbol: jm_gemv_sm80_uint4b8_f16_g128_m8w16k16u4c2."""
+        """Kernel symbol: jm_gemv_sm80_uint4b8_f16_g128_m8w16k16u4c2 (pair: ...u4c2x)."""
         return (f"jm_gemv_{self.path}_{self.qtype}_{ACT_DTYPES[self.act]}_{self.group_tag}"
                 f"_m{self.max_m}w{self.warps}k{self.kwarps}u{self.unroll}" + (f"c{self.cluster}" if self.cluster > 1 else "")
+                + ("x" if self.pair else "")
                 + (f"o{self.occupancy}" if self.occupancy > 1 else "") + ("", "s", "h")[int(self.spread)]
                 + ("p" if self.pdl else ""))
 
 
 AnySpec = Union[KernelSpec, DequantSpec, GemvSpec]
+
 
 # ---- spec kinds ----------------------------------------------------------------------------------
 # Every kind of spec a plan can carry, by the name stored next to its canonical text (tuned

@@ -27,25 +27,28 @@ def _problem(m=1, n=6144, k=4096, qt="uint4b8", act="float16", group=128):
     return Problem(m, n, k, act, qt, group)
 
 
-def _spec(qt="uint4b8", act="float16", cb=1, cl=1, group=None, m=1, occupancy=1, spread=False, warps=None):
+def _spec(qt="uint4b8", act="float16", cb=1, cl=1, group=None, m=1, occupancy=1, spread=False, warps=None,
+          pair=False):
     g = GROUP_OF.get(qt, 128) if group is None else group
     p = _problem(m, qt=qt, act=act, group=g)
     w, unroll, max_m = _gemv_shape(p)
     w = warps or w // occupancy          # two resident blocks an SM: 8 warps each
-    return GemvSpec("sm80", qt, act, group_blocks(p), w, w // cb, unroll, cl, max_m, occupancy, spread)
+    return GemvSpec("sm80", qt, act, group_blocks(p), w, w // cb, unroll, 2 if pair else cl, max_m, occupancy,
+                    spread, pair=pair)
 
 
 # ---- planning (pure) ---------------------------------------------------------------------------
 
 def test_decode_plans_gemv_where_its_blocks_fill_the_gpu():
-    # 8B qkv: 96 column blocks, one a block (73% of 132 SMs); 8B o: 64, clusters of 2 (97%);
-    # 8B gate_up: 448, four a block (85%)
-    cases = {(6144, 4096): (1, 1), (4096, 4096): (1, 2), (28672, 4096): (4, 1)}
+    # 8B qkv: 96 column blocks, one a block (73% of 132 SMs); 8B o and 8B down: 64, two blocks a
+    # column block (97%): up to 4 rows a pair meeting in the workspace, from 5 a cluster; 8B
+    # gate_up: 448, four a block (85%)
+    cases = {(6144, 4096): (1, 1), (4096, 4096): (1, 2), (4096, 14336): (1, 2), (28672, 4096): (4, 1)}
     for (n, k), (cb, cl) in cases.items():
-        for m in (1, 5, GEMV_PLAN_MAX_M):
+        for m in (1, 4, 5, GEMV_PLAN_MAX_M):
             pl = plan(H100, _problem(m, n, k))
             assert isinstance(pl.spec, GemvSpec), (n, k, m)
-            assert (pl.spec.col_blocks, pl.spec.cluster) == (cb, cl)
+            assert (pl.spec.col_blocks, pl.spec.cluster, pl.spec.pair) == (cb, cl, cl == 2 and m <= 4)
             assert pl.grid == -(-(n // 64) // cb) * cl <= H100.sms
     # 70B qkv: 160 column blocks leave a one-wave plan of 16-warp blocks at most 61% of the SMs.
     # Where that kernel puts the group scale on the sums (symmetric codes, groups of 128), it is
@@ -87,8 +90,47 @@ def test_gemv_only_on_the_sm80_path_and_clusters_only_on_sm90():
             continue
         for s in specs:
             assert plan(prof, p, s).grid <= prof.sms * s.occupancy
-            assert s.cluster == 1 or prof.cc >= (9, 0)
+            assert s.cluster == 1 or prof.cc >= (9, 0)       # clusters, and pairs (128-bit atomics)
             assert s.smem_bytes() <= prof.smem_per_block
+
+
+def test_pair_plans_on_sm90_and_as_candidates_on_sm120():
+    """The planner takes pair plans (two blocks a column block meeting in the workspace through
+    128-bit atomics) where a cluster plan of the same blocks would do on sm_90; on sm_120 it
+    offers them to the autotuner only, before sm_90 not at all (and refuses a forced one)."""
+    from dataclasses import replace
+
+    p = _problem(1, 4096, 4096)
+    h100 = gemv_specs(H100, p)
+    assert h100[0].pair and h100[0].cluster == 2
+    assert any(s.cluster == 2 and not s.pair for s in h100)     # the cluster plan stays a candidate
+    eight = gemv_specs(H100, _problem(8, 4096, 4096))             # 8 rows: the cluster plan first
+    assert eight[0].cluster == 2 and not eight[0].pair and any(s.pair for s in eight)
+    for name, prof in PROFILES.items():
+        if prof.path != "sm80" or prof.cc == (9, 0):
+            continue
+        big = replace(prof, sms=max(prof.sms, 128))              # room for 64 column blocks x 2
+        assert not getattr(plan(big, p).spec, "pair", False), name
+        pairs = [s for s in candidate_specs(big, p) if getattr(s, "pair", False)]
+        assert bool(pairs) == (prof.cc >= (9, 0)), name
+        if prof.cc < (9, 0):
+            with pytest.raises(UnsupportedError, match="128-bit atomic"):
+                plan(big, p, _spec(pair=True))
+    # a pair plan needs two blocks a column block in one wave; no cluster hardware
+    assert not any(s.pair for s in gemv_specs(H100, _problem(1, 300 * 64, 4096)))   # 4 a block: 150 blocks
+    assert any(s.pair for s in gemv_specs(replace(H100, clusters=()), p))
+
+
+def test_pair_spec_checks_and_names():
+    s = _spec(pair=True)
+    assert s.name.endswith("c2x") and s.cluster == 2 and spec_from_canonical(s.canonical()) == s
+    assert '"pair"' not in _spec(cl=2).canonical()           # unset flags stay out of cache keys
+    assert s.smem_bytes() < _spec(cl=2).smem_bytes()         # no receive area for the other block
+    assert s.tagged_words(128) == 64 * 8 * 16 * 2 and _spec(cl=2).tagged_words(128) == 0
+    from dataclasses import replace
+    for bad in (dict(cluster=1), dict(spread=True, kwarps=16)):
+        with pytest.raises(ValueError, match="pair"):
+            replace(s, **bad).check()
 
 
 def test_gemv_candidates_for_the_autotuner():
@@ -246,6 +288,90 @@ def test_hybrid_plans_on_emulator(rng):
             assert rel_error(out, ref) <= TOL[act], f"{spec.name} M={m}"
 
 
+@pytest.mark.slow
+def test_pair_plans_on_emulator(rng):
+    """Pair plans: two plain blocks a column block that swap their sums through the workspace,
+    whichever arrives second finishing each value (the emulator's schedules give either block that
+    role, value by value); a short last column block, K short of its padding, rows in one and in
+    both token blocks, 1, 2 and 4 column blocks a block, zero points; the tagged slots must be
+    empty after each launch (emu.run checks)."""
+    from dataclasses import replace
+
+    from jitmarlin import emu, halves
+    from jitmarlin.quant import quantize
+    from jitmarlin.reference import linear_reference, rel_error
+
+    if emu.compiler() is None:
+        pytest.skip("no C++ compiler for the emulator")
+    prof = replace(H100, sms=12)
+    for qt, g, act, cb, m in (("uint4b8", 128, "float16", 1, 1), ("uint4b8", 64, "bfloat16", 2, 5),
+                              ("uint4b8", 128, "float16", 1, 16), ("uint4", 64, "float16", 4, 8),
+                              ("mxfp4", 32, "bfloat16", 1, 3)):
+        k_in = {128: 512, 64: 448, 32: 480}[g]            # both blocks have rows; 448, 480: K short of its padding
+        w = rng.standard_normal((328, k_in)) * 0.05        # 6 column blocks, the last one short
+        w[[0, 68, 132]] = 0.0                              # sums of exactly 0 at the head of a piece
+        qw = quantize(w, qt, g, scale_dtype=act)
+        spec = _spec(qt, act, cb, group=g, m=m, warps=4, pair=True)
+        pl = plan(prof, Problem(m, qw.n, qw.k, act, qt, g), spec)
+        assert pl.grid == -(-6 // cb) * 2
+        x = rng.standard_normal((m, k_in)).astype(np.float32)
+        b = rng.standard_normal(328).astype(np.float32)
+        ref = linear_reference(halves.round_to(x, act), qw, halves.round_to(b, act))
+        for seed in rng.integers(1, 1 << 30, 3):
+            out = emu.run_values(pl, x, qw, bias=b, seed=int(seed))
+            assert rel_error(out, ref) <= TOL[act], f"{spec.name} M={m}"
+
+
+PAIR_SLIPS = {
+    # the second block stores its own sums without the first's
+    "add": ("f32_of(~(u32)lo) + sum.x, f32_of((u32)(lo >> 32)) + sum.y,\n                                      "
+            "f32_of((u32)hi) + sum.z, f32_of((u32)(hi >> 32)) + sum.w", "sum.x, sum.y, sum.z, sum.w"),
+    # the slot keeps the second block's piece: the next launch would take it for a first block's
+    "clear": ("    st_relaxed_gpu_u64(slot, 0ull);\n    st_relaxed_gpu_u64(slot + 1, 0ull);\n", ""),
+    # only block 1 of a pair finishes: where block 0 comes second nobody stores (the output keeps
+    # its poison) and its piece stays
+    "rank": ("    if ((u32)lo == 0u) return;", "    if ((u32)lo == 0u || !(blockIdx.x & 1)) return;"),
+    # the first value stored as it is: a zero sum reads as an empty slot
+    "encode": ("(u32)~f32_bits(sum.x)", "f32_bits(sum.x)"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", sorted(PAIR_SLIPS))
+def test_emulator_catches_a_pair_protocol_slip(which, rng, monkeypatch):
+    from dataclasses import replace
+
+    from jitmarlin import emu
+    from jitmarlin.quant import quantize
+    from jitmarlin.reference import linear_reference, rel_error
+
+    if emu.compiler() is None:
+        pytest.skip("no C++ compiler for the emulator")
+    real = emu.render
+    cut, keep = PAIR_SLIPS[which]
+
+    def render_without(spec, target="cuda"):
+        src = real(spec, target)
+        assert src.count(cut) == 1
+        return src.replace(cut, keep)
+
+    monkeypatch.setattr(emu, "render", render_without)
+    spec = _spec("uint4b8", "float16", group=64, warps=4, pair=True)
+    w = rng.standard_normal((200, 512)) * 0.05          # 16 k16 rows a block
+    w[[0, 4, 64]] = 0.0                                  # sums of exactly 0 at the head of a piece
+    qw = quantize(w, "uint4b8", 64)
+    pl = plan(replace(H100, sms=8), Problem(1, qw.n, qw.k, "float16", "uint4b8", 64), spec)
+    x = rng.standard_normal((1, 512)).astype(np.float32)
+    ref = linear_reference(x.astype(np.float16).astype(np.float64), qw)
+    caught = 0
+    for seed in range(1, 6):
+        try:
+            caught += not rel_error(emu.run_values(pl, x, qw, seed=seed), ref) <= TOL["float16"]
+        except emu.EmuError:
+            caught += 1
+    assert caught == 5
+
+
 @pytest.mark.parametrize("kind", ["whole", "spread", "hybrid", "two_groups_a_batch"])
 def test_group_scales_on_the_sums_with_runs_off_the_groups(kind, rng):
     """Symmetric group scales are applied to a group's sums at its end: runs of 3 batches of 4 k16
@@ -376,6 +502,8 @@ def test_gemv_source_has_no_shared_memory_pipeline():
     src = render(_spec(cl=2))
     assert "cp_async" not in src.split("namespace jm")[-1]
     assert "ld_stream_v4(" in src and "__cluster_dims__" in src
+    pair = render(_spec(pair=True))              # two blocks, launched without a cluster
+    assert "#define JM_CLUSTER 1\n" in pair and "constexpr bool PAIR = true;" in pair
 
 
 # ---- compilation (NVRTC, no GPU) ---------------------------------------------------------------
@@ -395,20 +523,24 @@ def test_every_type_compiles_without_spills(qt, act):
                                      (2, 1, "sm_120", 1, 1, 0), (1, 2, "sm_90", 16, 1, 0), (2, 1, "sm_120", 9, 1, 0),
                                      (1, 1, "sm_90", 1, 2, 0), (1, 1, "sm_86", 16, 2, 0), (1, 2, "sm_90", 8, 1, 1),
                                      (1, 1, "sm_120", 1, 1, 1), (1, 2, "sm_90", 16, 1, 1),
-                                     (1, 1, "sm_90", 8, 1, 2), (1, 1, "sm_120", 1, 1, 2), (1, 1, "sm_80", 1, 1, 2)):
+                                     (1, 1, "sm_90", 8, 1, 2), (1, 1, "sm_120", 1, 1, 2), (1, 1, "sm_80", 1, 1, 2),
+                                     (1, 2, "sm_90", 1, 1, 3), (4, 2, "sm_90", 16, 1, 3), (2, 2, "sm_120", 8, 1, 3)):
         if sp == 1 and qt not in LIGHT:
             continue                      # spread plans: light types only (see planner)
-        spec = _spec(qt, act, cb, cl, m=m, occupancy=occ, spread=(False, True, 2)[sp])
+        pair = sp == 3                    # sp 3: a pair plan (two blocks a column block, no cluster)
+        spec = _spec(qt, act, cb, cl, m=m, occupancy=occ, spread=(False, True, 2, False)[sp], pair=pair)
         art = _compile(spec, arch)
         assert f"mma.sync.aligned.m16n8k16.row.col.f32.{'bf16' if act == 'bfloat16' else 'f16'}" in art.ptx
         assert "ld.global.nc.L1::no_allocate.v4" in art.ptx
         # no pipeline, no counters in global memory (hybrid: one in shared memory)
-        atoms = [ln.split()[0] for ln in art.ptx.splitlines() if "atom" in ln]
-        assert "cp.async" not in art.ptx and atoms == (["atom.shared.cta.add.u32"] if sp == 2 else [])
-        assert ((".shared::cluster" in art.ptx) == (cl > 1)   # DSMEM: stores to rank 0, or spread reads
+        atoms = sorted({ln.split()[0] for ln in art.ptx.splitlines() if "atom" in ln})
+        assert "cp.async" not in art.ptx and atoms == {2: ["atom.shared.cta.add.u32"],
+                                                        3: ["atom.relaxed.gpu.global.exch.b128"]}.get(sp, [])
+        assert ((".shared::cluster" in art.ptx) == (cl > 1 and not pair)   # DSMEM: stores to rank 0, or spread reads
                 and ("ld.shared::cluster" in art.ptx) == (cl > 1 and sp == 1))
-        # hybrid: tagged 64-bit slots in the workspace, no device-scope fence
-        assert ("st.global.relaxed.gpu.b64" in art.ptx) == (sp == 2)
+        assert ("barrier.cluster" in art.ptx) == (cl > 1 and not pair)
+        # hybrid and pair: tagged 64-bit slots in the workspace, no device-scope fence
+        assert ("st.global.relaxed.gpu.b64" in art.ptx) == (sp in (2, 3))
         assert not any(f in art.ptx for f in ("membar.gl", "fence.sc.gpu", "fence.acq_rel.gpu"))
         r = art.resources
         assert r["spill_stores"] == 0 and r["stack_bytes"] == 0, (spec.name, arch, r)
@@ -635,6 +767,67 @@ def test_hybrid_plans_match_reference(qt, rng):
                 assert rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {rel(y, ref):.3e}"
     for ws in launch._workspaces.values():
         assert not bool(((ws.tagged >> 32) != 0).any()), "tagged workspace slots left after the launches"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("qt", ALL_QTYPES)
+def test_pair_plans_match_reference(qt, rng):
+    """Pair plans (two plain blocks a column block meeting in the workspace) on any sm_80+ GPU:
+    6 column blocks (the last one short), 1, 2 and 4 a block, K short of its padding where the
+    group allows, one and two token blocks; each call twice (the second finds the slots emptied by
+    the first; run_forced checks that no tag is left)."""
+    sm80, _ = _gpu_sm80_native()
+    if not sm80:
+        pytest.skip("needs an sm_80+ GPU without JITMARLIN_EMULATE")
+    import jitmarlin
+
+    g = GROUP_OF.get(qt, 128)
+    k_in = {-1: 2000, 16: 2032, 32: 2016, 64: 1984}.get(g, 2048)
+    w = rng.standard_normal((328, k_in)) * 0.05
+    for act in ("float16", "bfloat16"):
+        qw = jitmarlin.quantize(w, qt, g, scale_dtype=act)
+        for cb in (1, 2, 4):
+            for m in (1, 3, 8, 9, 16):
+                spec = _spec(qt, act, cb, group=g, m=m, pair=True)
+                for _ in range(2):
+                    y, ref = _run(qw, m, act, spec, rng, bias=(m != 3), lda=qw.in_features + 8)
+                    assert rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {rel(y, ref):.3e}"
+
+
+@pytest.mark.gpu
+def test_pair_plan_through_linear_and_a_cuda_graph(rng):
+    """linear() on Llama-3-8B's o projection (64 column blocks: a pair plan on H100), then the
+    same captured in a CUDA graph and replayed with new x: every replay finds the slots emptied."""
+    sm80, sm90 = _gpu_sm80_native()
+    if not sm80:
+        pytest.skip("needs an sm_80+ GPU without JITMARLIN_EMULATE")
+    import torch
+
+    import jitmarlin
+    from jitmarlin.api import plan_for
+    from jitmarlin.profiles import live_profile
+
+    prof = live_profile(0)
+    qw = jitmarlin.quantize(rng.standard_normal((4096, 4096)) * 0.02, "uint4b8", 128)
+    if prof.cc == (9, 0) and prof.sms >= 128:
+        assert plan_for(prof, 3, qw.n, qw.k).spec.pair
+    w = jitmarlin.dequantize(qw).astype(np.float64)
+    for m in (1, 8):
+        x = torch.randn(m, 4096, device="cuda", dtype=torch.float16)
+        y = jitmarlin.linear(x, qw)
+        assert rel(y.double().cpu().numpy(), x.double().cpu().numpy() @ w.T) <= TOL["float16"]
+    x = torch.randn(3, 4096, device="cuda", dtype=torch.float16)
+    jitmarlin.linear(x, qw)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = jitmarlin.linear(x, qw)
+    for _ in range(3):
+        x.copy_(torch.randn_like(x))
+        y.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        assert rel(y.double().cpu().numpy(), x.double().cpu().numpy() @ w.T) <= TOL["float16"]
 
 
 @pytest.mark.gpu

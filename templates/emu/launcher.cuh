@@ -6,7 +6,7 @@
 extern "C" int jm_emu_launch(int grid, int smem_bytes, void* const* bufs, const long long* bytes,
                              const int* dims, float gscale, unsigned seed, char* err, int errlen) {
   emu::Runtime rt;
-  rt.cluster = {{ spec.cluster }};
+  rt.cluster = {{ 1 if (spec.pair is defined and spec.pair) else spec.cluster }};   // pair plans: plain blocks
   static const char* names[8] = {"A", "B", "S", "Z", "bias", "C", "partials", "locks"};
   for (int i = 0; i < 8; ++i)
     if (bufs[i])

@@ -209,6 +209,13 @@ JM_DEV u64 ld_relaxed_gpu_u64(const u64* p) {
   asm volatile("ld.global.relaxed.gpu.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
   return v;
 }
+// 128-bit atomic exchange (gpu scope, relaxed; sm_90+): {lo, hi} go to [p], the old contents
+// come back in them (the pair gemv plans' workspace slots: a piece of 4 sums in one access).
+JM_DEV void atom_exch_gpu_b128(u64* p, u64& lo, u64& hi) {
+  asm volatile("{\n .reg .b128 d, v;\n mov.b128 v, {%0, %1};\n"
+               " atom.relaxed.gpu.global.exch.b128 d, [%2], v;\n mov.b128 {%0, %1}, d;\n}"
+               : "+l"(lo), "+l"(hi) : "l"(p) : "memory");
+}
 JM_DEV u32 f32_bits(float v) { return __float_as_uint(v); }
 JM_DEV float f32_of(u32 v) { return __uint_as_float(v); }
 JM_DEV void syncwarp() { __syncwarp(); }

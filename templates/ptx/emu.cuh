@@ -231,6 +231,17 @@ JM_DEV u64 ld_relaxed_gpu_u64(const u64* p) {
   emu::check_global(p, 8, "ld.relaxed.gpu.b64");
   return *reinterpret_cast<const volatile u64*>(p);
 }
+JM_DEV void atom_exch_gpu_b128(u64* p, u64& lo, u64& hi) {
+  emu::check_global(p, 16, "atom.exch.gpu.b128");
+  if (reinterpret_cast<uintptr_t>(p) % 16) emu::fail("atom.exch.b128 address not 16-byte aligned");
+  volatile u64* q = reinterpret_cast<volatile u64*>(p);
+  const u64 o0 = q[0], o1 = q[1];
+  q[0] = lo;
+  q[1] = hi;
+  lo = o0;
+  hi = o1;
+  emu::g_rt->progress++;
+}
 JM_DEV u32 f32_bits(float v) {
   u32 u;
   std::memcpy(&u, &v, 4);

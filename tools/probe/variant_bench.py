@@ -53,6 +53,12 @@ SUBS = {
     "sp_all": [("  if constexpr (SPREAD) {\n    // The loads run on across", "  if constexpr (false) {\n    // The loads run on across"),
                ("      if (piece < pieces) {\n        const int first = pc * bpc;", "      if (false) {\n        const int first = pc * bpc;"),
                ("const int q = (int)((unsigned)n_cols / (unsigned)G);", "const int q = 1;")],
+    # Session 30 (timing only: wrong sums): gemv kernels in clusters without the cross-block sum;
+    # each block stores its own part (what the DSMEM gather and the cluster barriers cost).
+    "gv_nocl": [("  if constexpr (CL > 1 && !SPREAD) cluster_arrive_relaxed();", ""),
+                ("  if constexpr (CL > 1) cluster_wait();                  // every block of the cluster has started", ""),
+                ("    if constexpr (CL == 1) {\n      store(cb0 + c, rem, sum);", "    if constexpr (true) {\n      store(cb0 + c, rem, sum);"),
+                ("  if constexpr (CL > 1) {\n    // The other blocks' stores are visible", "  if constexpr (false) {\n    // The other blocks' stores are visible")],
     "l2_256": [("cp.async.cg.shared.global [%0]", "cp.async.cg.shared.global.L2::256B [%0]")],
     "l2_128": [("cp.async.cg.shared.global [%0]", "cp.async.cg.shared.global.L2::128B [%0]")],
     "rb1": [("constexpr int RED_BATCH = TM >= 4 ? 1 : 4 / TM;", "constexpr int RED_BATCH = 1;"),
