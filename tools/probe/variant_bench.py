@@ -59,6 +59,16 @@ SUBS = {
                 ("  if constexpr (CL > 1) cluster_wait();                  // every block of the cluster has started", ""),
                 ("    if constexpr (CL == 1) {\n      store(cb0 + c, rem, sum);", "    if constexpr (true) {\n      store(cb0 + c, rem, sum);"),
                 ("  if constexpr (CL > 1) {\n    // The other blocks' stores are visible", "  if constexpr (false) {\n    // The other blocks' stores are visible")],
+    # Session 30 (timing only: wrong sums): pair gemv kernels store their own part, no exchange.
+    "gv_noexch": [("      exchange(cb0 + c, c, rem, sum);", "      store(cb0 + c, rem, sum);")],
+    # Session 30 (timing only: wrong sums): the gemv kernel skips the arithmetic of each warp's
+    # last batch (its loads are still consumed): what the compute after the last bytes costs.
+    "gv_notail": [("      compute(B0, row, i + 1 >= i1);",
+                   "      if (i + 1 >= i1) { u32 k = 0; JM_UNROLL for (int u = 0; u < U; ++u) k ^= (u32)fb[B0][u][0].x ^ fx[B0][u][0][0];"
+                   " acc[0][0].r[0] += (float)(k & 1u); } else compute(B0, row, false);"),
+                  ("      compute(B1, row + U, i + 2 >= i1);",
+                   "      if (i + 2 >= i1) { u32 k = 0; JM_UNROLL for (int u = 0; u < U; ++u) k ^= (u32)fb[B1][u][0].x ^ fx[B1][u][0][0];"
+                   " acc[0][0].r[0] += (float)(k & 1u); } else compute(B1, row + U, false);")],
     "l2_256": [("cp.async.cg.shared.global [%0]", "cp.async.cg.shared.global.L2::256B [%0]")],
     "l2_128": [("cp.async.cg.shared.global [%0]", "cp.async.cg.shared.global.L2::128B [%0]")],
     "rb1": [("constexpr int RED_BATCH = TM >= 4 ? 1 : 4 / TM;", "constexpr int RED_BATCH = 1;"),
@@ -271,7 +281,8 @@ if force:
 # comma-separated overrides of the planner's gemv choice: cb=C (column blocks a block), cl=L
 # (cluster size), w=W (warps a block), u=U (k16 rows a batch), o=O (blocks an SM; plans of up to
 # O x SMs blocks too), pm=P (planner.GEMV_PLAN_MAX_M: gemv planned up to P rows), sp=0/1 (no spread
-# plans / spread plans only); with cb, cl, o or sp=1, gemv is taken wherever such a plan fits.
+# plans / spread plans only), pa=0/1 (no pair plans / pair plans only); with cb, cl, o or sp=1, gemv
+# is taken wherever such a plan fits.
 gemv = os.environ.get("JM_PROBE_GEMV")
 if gemv:
     import dataclasses
@@ -292,7 +303,7 @@ if gemv:
             for s in real_specs(profile, p):
                 if want.get("cb", s.col_blocks) != s.col_blocks or want.get("cl", s.cluster) != s.cluster:
                     continue
-                if want.get("sp", int(s.spread)) != int(s.spread):
+                if want.get("sp", int(s.spread)) != int(s.spread) or want.get("pa", int(s.pair)) != int(s.pair):
                     continue
                 w = want.get("w", s.warps)
                 out.append(dataclasses.replace(s, warps=w, kwarps=w // s.col_blocks, unroll=want.get("u", s.unroll),
