@@ -21,7 +21,7 @@ from . import halves
 from .planner import Plan
 from .quant import QuantizedWeight
 from .render import render
-from .spec import HYBRID_SLOT_WORDS, AnySpec, DequantSpec, GemvSpec
+from .spec import AnySpec, DequantSpec, GemvSpec
 
 _libs: dict[str, ctypes.CDLL] = {}
 

@@ -141,6 +141,19 @@ class KernelSpec(_WeightFormat):
                 and not self.affine)
 
     @property
+    def raw_codes(self) -> bool:
+        """Whether the mma.sync kernel multiplies the codes with their magic offsets left in (128 + q
+        in bf16: exact) and takes the offsets out of each run's sums with one more MMA a k16 step,
+        of x with a constant fragment, instead of an fma a weight pair: scale_sums kernels of
+        uint4b8 with bf16 activations on the sm80 path whose warps' runs under one scale row are
+        at least 8 k16 steps (256-wide tiles, groups of 128 or more). H100, M = 9 / 16
+        (tools/PERF.md entry 60): 1-3% faster there; with runs of 2 or 4 steps (64- and 128-wide
+        tiles) the correction a run costs more than it saves (2-5% slower), and in fp16 no gain."""
+        run = min(self.group_blocks, self.tk * self.tn // 32)      # SCALE_RUN of gemm.cu.j2
+        return (self.path == "sm80" and self.scale_sums and self.qtype == "uint4b8" and self.act == "bfloat16"
+                and run >= 8)
+
+    @property
     def tile_m(self) -> int:
         return 16 * self.tm
 

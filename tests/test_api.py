@@ -585,6 +585,30 @@ def test_late_publish_matches_reference(case, rng, monkeypatch):
     _check_decode_plan(case[:5], spec.name, rng)
 
 
+# ---- raw codes (KernelSpec.raw_codes: bf16, 256-wide tiles, groups of 128) ---------------------
+# (m, n, k, (tn, tk, stages, whole)): Llama-3-8B down at M = 16 (each tile over ~8 blocks), an N
+# tail with tiles over 2-3 blocks at odd M, one row, a plan of whole tiles (8B gate_up's at M = 9).
+RAW_CASES = [(16, 4096, 14336, (16, 16, 3, False)), (11, 4160, 4096, (16, 16, 3, False)),
+             (1, 1984, 8192, (16, 16, 3, False)), (9, 28672, 4096, (16, 16, 3, True))]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", RAW_CASES, ids=lambda c: f"m{c[0]}-n{c[1]}-k{c[2]}")
+def test_raw_codes_match_reference(case, rng, monkeypatch):
+    from jitmarlin import planner, tune
+    from jitmarlin.profiles import planning_profile
+    from jitmarlin.spec import KernelSpec
+
+    m, n, k, (tn, tk, st, whole) = case
+    prof = planning_profile(0)
+    spec = KernelSpec("sm80", "uint4b8", "bfloat16", 8, 1, tn, tk, st, whole=whole)
+    if prof.path != "sm80" or "bfloat16" not in planner.PATH_ACTS[prof.path] or not planner._fits(prof, spec):
+        pytest.skip(f"{prof.name}: not the sm80 path, or {spec.name} does not fit it")
+    assert spec.raw_codes and not KernelSpec("sm80", "uint4b8", "float16", 8, 1, tn, tk, st).raw_codes
+    monkeypatch.setattr(tune, "choose_for", lambda *a, **kw: spec)
+    _check_decode_plan((m, n, k, 128, "bfloat16"), spec.name, rng)
+
+
 # ---- whole tiles at decode (planner._whole_decode, sm_90): the planner's own plans -------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", [(16, 28672, 2048, 128, "bfloat16"), (9, 28672, 4096, 64, "float16"),

@@ -111,19 +111,23 @@ def test_kernel_on_emulator(case, rng):
 # KernelSpec.scale_sums (one m16 row block, groups of 64 or 128): a warp's run of k16 steps under
 # one scale row sums unscaled codes, then takes the scale. Runs of a whole stage's steps (group
 # >= the K tile), two runs a warp and stage (group 64 < SUB = 8), runs of 2 steps on 8 K-warps,
-# sm75's k8 MMAs, a short last tile.
+# sm75's k8 MMAs, a short last tile. Runs of 8 steps in bf16 (256-wide tiles, groups of 128) take
+# the codes raw, their offsets out of each run's sums (KernelSpec.raw_codes): split tiles with an
+# N tail, one tile over 5 blocks.
 SCALE_SUM_CASES = [
     (12, 256, 1024, 64, "float16", 3, ("sm80", 1, 16, 16, 2)),
     (16, 320, 768, 128, "bfloat16", 4, ("sm80", 1, 4, 16, 3)),
     (2, 192, 1024, 64, "float16", 3, ("sm75", 1, 8, 16, 2)),
     (11, 128, 512, 128, "bfloat16", 2, ("sm80", 1, 8, 8, 2)),
+    (13, 448, 1536, 128, "bfloat16", 3, ("sm80", 1, 16, 16, 2)),
+    (9, 256, 2048, 128, "bfloat16", 5, ("sm80", 1, 16, 16, 3)),
 ]
 
 
 @pytest.mark.parametrize("case", SCALE_SUM_CASES, ids=lambda c: f"m{c[0]}g{c[3]}{c[4][:2]}{c[6][0]}tn{c[6][2]}tk{c[6][3]}")
 def test_group_scales_on_the_sums_on_emulator(case, rng):
     pl, out, ref = _run_case(*case, rng)
-    assert pl.spec.scale_sums
+    assert pl.spec.scale_sums and pl.spec.raw_codes == (case[4] == "bfloat16" and case[6][2:4] == (16, 16))
     err = rel_error(out, ref)
     assert err <= TOL[case[4]], f"{pl.spec.name}: relative error {err:.3e}"
 
@@ -131,15 +135,19 @@ def test_group_scales_on_the_sums_on_emulator(case, rng):
 @pytest.mark.parametrize("old,new", [
     # the run's sums never enter the totals, or enter them without being cleared
     ("if ((sub + 1) % SCALE_RUN == 0) end_run(sub);", "if ((sub + 1) % SCALE_RUN == 0) {}"),
-    ("          grp[s].r[e] = 0.f;\n        }\n      }\n    };", "        }\n      }\n    };"),
+    ("          grp[s].r[e] = 0.f;\n        }\n      }\n      JM_UNROLL", "        }\n      }\n      JM_UNROLL"),
     # every run takes the first scale row of the stage (two groups a stage)
     ("const int srow = GROUP_BLOCKS >= TK ? 0 : kk / GROUP_BLOCKS;\n      const int4* row",
      "const int srow = 0;\n      const int4* row"),
-], ids=["no-flush", "no-clear", "one-scale-row"])
+    # raw codes: the offsets' sums never taken out, or taken out of every run since the first
+    ("const float g = RAW_CODES ? grp[s].r[e] - xoff.r[e] : grp[s].r[e];", "const float g = grp[s].r[e];"),
+    ("      for (int e = 0; e < 4; ++e) xoff.r[e] = 0.f;\n    };", "    };"),
+], ids=["no-flush", "no-clear", "one-scale-row", "raw-no-offsets", "raw-no-clear"])
 def test_emulator_catches_planted_scale_sum_slips(plant, rng, old, new):
     plant(old, new)
-    _, out, ref = _run_case(*SCALE_SUM_CASES[0], rng)
-    assert rel_error(out, ref) > TOL["float16"]
+    case = SCALE_SUM_CASES[4 if "xoff" in old or "RAW_CODES" in old else 0]
+    pl, out, ref = _run_case(*case, rng)
+    assert rel_error(out, ref) > TOL[case[4]]
 
 
 def _mutated_run(plant, old, new, rng):

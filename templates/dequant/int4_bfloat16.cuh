@@ -15,3 +15,19 @@ JM_DEV void dequant_word(u32 q, FragB (&b)[2]) {
   b1.r[0] = fma_bf16x2(lop3<0xea>(q, LO, MAGIC), ONE, NEG);
   b1.r[1] = fma_bf16x2(lop3<0xea>(q >> 4, LO, MAGIC), ONE, NEG);
 }
+// The codes with their offsets left in (KernelSpec.raw_codes): 128 + v, exact; raw_offsets() is
+// the FragB of what a weight then carries beyond v - 8 (136 everywhere).
+JM_DEV void dequant_word_raw(u32 q, FragB (&b)[2]) {
+  const u32 LO = 0x000f000fu, MAGIC = 0x43004300u;
+  b[0].r[0] = lop3<0xea>(q, LO, MAGIC);
+  b[0].r[1] = lop3<0xea>(q >> 4, LO, MAGIC);
+  q >>= 8;
+  b[1].r[0] = lop3<0xea>(q, LO, MAGIC);
+  b[1].r[1] = lop3<0xea>(q >> 4, LO, MAGIC);
+}
+JM_DEV FragB raw_offsets() {
+  FragB f;
+  f.r[0] = 0x43084308u;   // 136.0 x2
+  f.r[1] = 0x43084308u;
+  return f;
+}

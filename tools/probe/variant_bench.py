@@ -59,6 +59,17 @@ SUBS = {
                 ("  if constexpr (CL > 1) cluster_wait();                  // every block of the cluster has started", ""),
                 ("    if constexpr (CL == 1) {\n      store(cb0 + c, rem, sum);", "    if constexpr (true) {\n      store(cb0 + c, rem, sum);"),
                 ("  if constexpr (CL > 1) {\n    // The other blocks' stores are visible", "  if constexpr (false) {\n    // The other blocks' stores are visible")],
+    # Session 30 (timing only: wrong sums): the 4-bit dequantisation without its offsets (the
+    # codes OR-ed into 1024 / 64 / 128 and left there): what taking the offsets out of the sums
+    # (one correction MMA of x a step) could save at most.
+    "nooff": [("  b0.r[0] = sub_f16x2(lop3<0xea>(q, LO, MAGIC), SUB);\n  b0.r[1] = fma_f16x2(lop3<0xea>(q, HI, MAGIC), MUL, ADD);",
+               "  b0.r[0] = lop3<0xea>(q, LO, MAGIC);\n  b0.r[1] = lop3<0xea>(q, HI, 0x54005400u); (void)SUB; (void)MUL; (void)ADD;"),
+              ("  b1.r[0] = sub_f16x2(lop3<0xea>(q, LO, MAGIC), SUB);\n  b1.r[1] = fma_f16x2(lop3<0xea>(q, HI, MAGIC), MUL, ADD);",
+               "  b1.r[0] = lop3<0xea>(q, LO, MAGIC);\n  b1.r[1] = lop3<0xea>(q, HI, 0x54005400u);"),
+              ("  b0.r[0] = fma_bf16x2(lop3<0xea>(q, LO, MAGIC), ONE, NEG);\n  b0.r[1] = fma_bf16x2(lop3<0xea>(q >> 4, LO, MAGIC), ONE, NEG);",
+               "  b0.r[0] = lop3<0xea>(q, LO, MAGIC);\n  b0.r[1] = lop3<0xea>(q >> 4, LO, MAGIC); (void)ONE; (void)NEG;"),
+              ("  b1.r[0] = fma_bf16x2(lop3<0xea>(q, LO, MAGIC), ONE, NEG);\n  b1.r[1] = fma_bf16x2(lop3<0xea>(q >> 4, LO, MAGIC), ONE, NEG);",
+               "  b1.r[0] = lop3<0xea>(q, LO, MAGIC);\n  b1.r[1] = lop3<0xea>(q >> 4, LO, MAGIC);")],
     # Session 30 (timing only: wrong sums): pair gemv kernels store their own part, no exchange.
     "gv_noexch": [("      exchange(cb0 + c, c, rem, sum);", "      store(cb0 + c, rem, sum);")],
     # Session 30 (timing only: wrong sums): the gemv kernel skips the arithmetic of each warp's
