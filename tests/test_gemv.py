@@ -338,7 +338,7 @@ PAIR_SLIPS = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("which", sorted(PAIR_SLIPS))
-def test_emulator_catches_a_pair_protocol_slip(which, rng, monkeypatch):
+def test_emulator_catches_a_pair_protocol_slip(which, rng, plant):
     from dataclasses import replace
 
     from jitmarlin import emu
@@ -347,15 +347,7 @@ def test_emulator_catches_a_pair_protocol_slip(which, rng, monkeypatch):
 
     if emu.compiler() is None:
         pytest.skip("no C++ compiler for the emulator")
-    real = emu.render
-    cut, keep = PAIR_SLIPS[which]
-
-    def render_without(spec, target="cuda"):
-        src = real(spec, target)
-        assert src.count(cut) == 1
-        return src.replace(cut, keep)
-
-    monkeypatch.setattr(emu, "render", render_without)
+    plant(*PAIR_SLIPS[which])
     spec = _spec("uint4b8", "float16", group=64, warps=4, pair=True)
     w = rng.standard_normal((200, 512)) * 0.05          # 16 k16 rows a block
     w[[0, 4, 64]] = 0.0                                  # sums of exactly 0 at the head of a piece
