@@ -504,7 +504,11 @@ GEMV_MIN_FILL = 0.7
 # column blocks as 80 blocks of two, fill 0.61: 17.5 us at M = 1 against 18.7 hybrid, 18.75
 # against 20.3 at M = 8, bf16 alike; tools/PERF.md entry 47).
 GEMV_SCALED_MIN_FILL = 0.6
-GEMV_COL_BLOCKS = (1, 2, 4)
+# Column blocks a block of a whole-column-block plan. Eight (two K-warps each) give 70B gate_up's
+# 896 a one-wave plan of 112 blocks, whose weight stream reads 5% faster than the round-robin
+# spread over all 132 SMs (H100, bare reads 78.2 against 82.1 us; M = 1: 82.0 -> 80.2 us, M = 8:
+# 86.3 -> 81.1; tools/PERF.md entry 61).
+GEMV_COL_BLOCKS = (1, 2, 4, 8)
 # Pair plans (GemvSpec.pair, sm_90+: 128-bit atomics): two plain blocks a column block that meet
 # in the workspace, where a cluster of two adds its sums through distributed shared memory behind
 # two cluster barriers. The planner takes them instead of the cluster plans on sm_90 up to
