@@ -101,7 +101,7 @@ def run(plan: Plan, x_bits: np.ndarray, qw: QuantizedWeight, bias_bits: np.ndarr
     guard_rows = 2
     c = np.full((m + guard_rows, n_out), poison, dtype=np.uint16)
     tagged = isinstance(spec, GemvSpec) and spec.tagged_words(plan.grid) > 0
-    if tagged:   # tagged 64-bit slots (hybrid and pair gemv plans), empty (tag 0) between launches
+    if tagged:   # tagged 64-bit slots (hybrid and pair gemv plans), empty (zero) between launches
         partials = np.zeros(spec.tagged_words(plan.grid), dtype=np.uint64)
     else:
         partials = np.full(plan.grid * spec.tile_m * spec.tile_n, np.nan, dtype=np.float32)
@@ -121,7 +121,7 @@ def run(plan: Plan, x_bits: np.ndarray, qw: QuantizedWeight, bias_bits: np.ndarr
         raise EmuError(f"{spec.name}: the kernel wrote past the end of the output")
     if np.any(locks != 0):
         raise EmuError(f"{spec.name}: workspace locks not reset to zero after the launch")
-    if tagged and np.any(partials >> np.uint64(32)):
+    if tagged and np.any(partials):   # hybrid tags, pair plans' swapped-in sums
         raise EmuError(f"{spec.name}: tagged workspace slots left after the launch")
     return c[:m]
 

@@ -80,6 +80,15 @@ SUBS = {
                   ("      compute(B1, row + U, i + 2 >= i1);",
                    "      if (i + 2 >= i1) { u32 k = 0; JM_UNROLL for (int u = 0; u < U; ++u) k ^= (u32)fb[B1][u][0].x ^ fx[B1][u][0][0];"
                    " acc[0][0].r[0] += (float)(k & 1u); } else compute(B1, row + U, false);")],
+    # Session 31 (timing only: wrong sums): the gemv kernel without any arithmetic a batch (its
+    # weights, x and scales still loaded and consumed): the stream with the kernel's own loads,
+    # sums and stores, what the per-batch work costs on top.
+    "gv_nocomp": [("      compute(B0, row, i + 1 >= i1);",
+                   "      { u32 k = 0; JM_UNROLL for (int u = 0; u < U; ++u) k ^= (u32)fb[B0][u][0].x ^ fx[B0][u][0][0] ^ fx[B0][u][0][1];"
+                   " k ^= (u32)fs[B0][0].x; acc[0][0].r[0] += (float)(k & 1u); (void)row; }"),
+                  ("      compute(B1, row + U, i + 2 >= i1);",
+                   "      { u32 k = 0; JM_UNROLL for (int u = 0; u < U; ++u) k ^= (u32)fb[B1][u][0].x ^ fx[B1][u][0][0] ^ fx[B1][u][0][1];"
+                   " k ^= (u32)fs[B1][0].x; acc[0][0].r[0] += (float)(k & 1u); }")],
     "l2_256": [("cp.async.cg.shared.global [%0]", "cp.async.cg.shared.global.L2::256B [%0]")],
     "l2_128": [("cp.async.cg.shared.global [%0]", "cp.async.cg.shared.global.L2::128B [%0]")],
     "rb1": [("constexpr int RED_BATCH = TM >= 4 ? 1 : 4 / TM;", "constexpr int RED_BATCH = 1;"),
