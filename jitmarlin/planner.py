@@ -607,7 +607,9 @@ def gemv_specs(profile: DeviceProfile, p: Problem) -> list[GemvSpec]:
                 and cols // g * (p.k // (16 * unroll)) >= 2 * warps * cl):
             cands.append(GemvSpec(profile.path, p.qtype, p.act, gb, warps, warps, unroll, cl, max_m, spread=True))
     # Pairs: two blocks a column block without a cluster, one block an SM (sm_90+).
-    for cb in GEMV_COL_BLOCKS if profile.cc >= (9, 0) else ():
+    # (at most four column blocks a block: the workspace's pair slots, launch.PAIR_SLOT_WORDS, are
+    # sized for that)
+    for cb in [c for c in GEMV_COL_BLOCKS if c <= 4] if profile.cc >= (9, 0) else ():
         if -(-cols // cb) * 2 <= profile.sms:
             cands.append(GemvSpec(profile.path, p.qtype, p.act, gb, warps, warps // cb, unroll, 2, max_m, pair=True))
     if max_m == 8 and hybrid_fits(profile, p, warps, unroll) is None:

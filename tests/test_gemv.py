@@ -121,7 +121,9 @@ def test_pair_plans_on_sm90_and_as_candidates_on_sm120():
             with pytest.raises(UnsupportedError, match="128-bit atomic"):
                 plan(big, p, _spec(pair=True))
     # a pair plan needs two blocks a column block in one wave; no cluster hardware
-    assert not any(s.pair for s in gemv_specs(H100, _problem(1, 600 * 64, 4096)))   # 8 a block: 150 blocks
+    assert not any(s.pair for s in gemv_specs(H100, _problem(1, 300 * 64, 4096)))   # 4 a block: 150 blocks
+    # (and no pair plan of eight column blocks a block: the workspace's slots hold four)
+    assert not any(s.pair and s.col_blocks > 4 for s in gemv_specs(H100, _problem(1, 128 * 64, 4096)))
     assert any(s.pair for s in gemv_specs(replace(H100, clusters=()), p))
 
 
