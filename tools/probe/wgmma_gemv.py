@@ -166,8 +166,8 @@ __device__ void probe(const int4* __restrict__ B, const int4* __restrict__ S, co
   const int g = lane >> 2, t = lane & 3;
   const int NG = N / 256, cg = blockIdx.x % NG, sp = blockIdx.x / NG;
   const int nch = K / 64, P = splits * G;
-  int cmax = (nch + P - 1) / P;
-  // the block's four warpgroups' chunk ranges (64 k each)
+  const int cmax = (nch + P - 1) / P;   // chunks (64 k) of the longest warpgroup range
+  // this warpgroup's chunk range
   const int pw = sp * G + wgi;
   const int c0 = pw * nch / P, c1 = (pw + 1) * nch / P, n = c1 - c0;
   const int cb = cg * 4 + lw;
