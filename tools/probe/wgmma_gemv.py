@@ -38,78 +38,24 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 from read_floor import graph_us  # noqa: E402
 
-SRC = r'''
-typedef unsigned int u32;
-typedef unsigned long long u64;
+# The project's own partials (rendered as the kernels render them): the PTX layer, the fragments,
+# the int4 -> fp16 dequantisation and the Hopper MMA step (wgmma_k16 at 16 tokens).
+PARTIALS = ('//% include "ptx/cuda.cuh"\n//% include "common.cuh"\n'
+            '//% include "dequant/int4_float16.cuh"\n//% include "mma/sm90.cuh"\n')
 
-__device__ __forceinline__ u32 lop3_or_and(u32 a, u32 b, u32 c) {   // (a & b) | c
-  u32 d;
-  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
+BODY = r'''
+// Word j of a lane's 16 bytes (jitmarlin/packing.py) as the m16 x k16 A fragment of features
+// 16j..16j+15 of the column block: codes q - 8 scaled by s_lo (feature 16j + g) and s_hi (16j + 8 + g).
+JM_DEV void dequant_a(u32 q, u32 s_lo, u32 s_hi, u32 (&a)[4]) {
+  FragB b[2];
+  dequant_word(q, b);
+  a[0] = mul_f16x2(b[0].r[0], s_lo);
+  a[1] = mul_f16x2(b[1].r[0], s_hi);
+  a[2] = mul_f16x2(b[0].r[1], s_lo);
+  a[3] = mul_f16x2(b[1].r[1], s_hi);
 }
-__device__ __forceinline__ u32 hsub2(u32 a, u32 b) {
-  u32 d;
-  asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
-__device__ __forceinline__ u32 hmul2(u32 a, u32 b) {
-  u32 d;
-  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
-__device__ __forceinline__ u32 hfma2(u32 a, u32 b, u32 c) {
-  u32 d;
-  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
-__device__ __forceinline__ u32 dup_lo(u32 a) { return __byte_perm(a, 0, 0x1010); }
-__device__ __forceinline__ u32 dup_hi(u32 a) { return __byte_perm(a, 0, 0x3232); }
-__device__ __forceinline__ u32 smem_u32(const void* p) { return (u32)__cvta_generic_to_shared(p); }
-
-// Word j of a lane's 16 bytes (jitmarlin/packing.py): the m16n16 A fragment of features
-// 16j..16j+15 of the column block, codes q - 8 scaled by s_lo (feature 16j + g) and s_hi (16j + 8 + g).
-__device__ __forceinline__ void dequant_a(u32 q, u32 s_lo, u32 s_hi, u32 (&a)[4]) {
-  const u32 LO = 0x000f000fu, HI = 0x00f000f0u, MAGIC = 0x64006400u;
-  const u32 SUB = 0x64086408u, MUL = 0x2c002c00u, ADD = 0xd480d480u;
-  const u32 r00 = hsub2(lop3_or_and(q, LO, MAGIC), SUB);          // feature g, k 2t..2t+1
-  const u32 r01 = hfma2(lop3_or_and(q, HI, MAGIC), MUL, ADD);     // feature g, k 2t+8..
-  q >>= 8;
-  const u32 r10 = hsub2(lop3_or_and(q, LO, MAGIC), SUB);          // feature g + 8, k 2t..
-  const u32 r11 = hfma2(lop3_or_and(q, HI, MAGIC), MUL, ADD);
-  a[0] = hmul2(r00, s_lo);
-  a[1] = hmul2(r10, s_hi);
-  a[2] = hmul2(r01, s_lo);
-  a[3] = hmul2(r11, s_hi);
-}
-
-__device__ __forceinline__ u64 desc_sw128(u32 addr) {
-  return (u64)((addr & 0x3ffffu) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
-}
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void wg_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-__device__ __forceinline__ void hold(float& r) { asm volatile("" : "+f"(r) :: "memory"); }
-__device__ __forceinline__ u32 keep(u32 sink, u32 r) {
-  u32 o;
-  asm volatile("xor.b32 %0, %1, %2;" : "=r"(o) : "r"(sink), "r"(r) : "memory");
-  return o;
-}
-// D[64 x 16] += A[64 x 16] * B[16 x 16]: A from registers, B = x (16 token rows of 64 k) in
-// shared memory, 128-byte swizzle.
-__device__ __forceinline__ void wgmma16(float (&d)[8], const u32 (&a)[4], u64 desc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7}, "
-      "{%8,%9,%10,%11}, %12, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
-}
-__device__ __forceinline__ void ld16(int4& v, const int4* p) {
-  asm volatile("ld.global.nc.L1::no_allocate.v4.s32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-}
+JM_DEV u32 dup_lo(u32 a) { return prmt(a, 0, 0x1010); }
+JM_DEV u32 dup_hi(u32 a) { return prmt(a, 0, 0x3232); }
 
 constexpr int U = 4;          // k16 rows a batch (one 64-wide x tile)
 constexpr int XT = 2048;      // bytes of one x tile: 16 token rows x 128 bytes
@@ -138,21 +84,21 @@ __device__ __forceinline__ void row_step(const int4& w, const int4& sc, float (&
       for (int e = 0; e < 4; ++e) sink ^= a[j][e];
     return;
   }
-  wg_fence();
-  const u64 desc = desc_sw128(xaddr);
+  wgmma_fence();
+  const u64 desc = wgmma_desc_sw128(xaddr);
 #pragma unroll
-  for (int j = 0; j < 4; ++j) wgmma16(acc[j], a[j], desc);
-  wg_commit();
+  for (int j = 0; j < 4; ++j) wgmma_k16(acc[j], a[j], desc);
+  wgmma_commit();
   if (V == 3) {
-    if (last) wg_wait<0>();
+    if (last) wgmma_wait<0>();
   } else if (V == 1) {
-    wg_wait<1>();
+    wgmma_wait<1>();
 #pragma unroll
     for (int j = 0; j < 4; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) sink = keep(sink, prev[j][e]);
+      for (int e = 0; e < 4; ++e) sink = wgmma_keep(sink, prev[j][e]);
   } else {
-    wg_wait<0>();
+    wgmma_wait<0>();
   }
 }
 
@@ -179,9 +125,9 @@ __device__ void probe(const int4* __restrict__ B, const int4* __restrict__ S, co
   // the first two batches' weights leave before x is fetched
   int4 v[2][U];
 #pragma unroll
-  for (int u = 0; u < U; ++u) if (0 < n) ld16(v[0][u], wp + u * rs);
+  for (int u = 0; u < U; ++u) if (0 < n) v[0][u] = ld_stream_v4(wp + u * rs);
 #pragma unroll
-  for (int u = 0; u < U; ++u) if (1 < n) ld16(v[1][u], wp + (U + u) * rs);
+  for (int u = 0; u < U; ++u) if (1 < n) v[1][u] = ld_stream_v4(wp + (U + u) * rs);
   // mode & 8: x arrives chunk by chunk, two chunks ahead of its use (a warpgroup's 128 threads
   // one 16-byte cp.async each a chunk, zero-filled past M), instead of all of it up front
   const bool xpipe = (mode & 8) != 0;
@@ -189,11 +135,10 @@ __device__ void probe(const int4* __restrict__ B, const int4* __restrict__ S, co
   auto x_issue = [&](int c) {
     if (c < n) {
       const int r = wt >> 3, q = wt & 7;
-      const u32 dst = smem_u32(xs + c * XT + r * 128 + ((q ^ (r & 7)) * 16));
       const int4* src = X + ((long)(r < M ? r : 0) * K + (long)(c0 + c) * 64) / 8 + q;
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(dst), "l"(src), "r"(r < M ? 16 : 0) : "memory");
+      cp_async16(xs + c * XT + r * 128 + ((q ^ (r & 7)) * 16), src, r < M ? 16 : 0);
     }
-    asm volatile("cp.async.commit_group;" ::: "memory");
+    cp_async_commit();
   };
   if (xpipe) {
     x_issue(0);
@@ -211,7 +156,7 @@ __device__ void probe(const int4* __restrict__ B, const int4* __restrict__ S, co
       *reinterpret_cast<int4*>(xq + c * XT + r * 128 + ((q ^ (r & 7)) * 16)) = val;
     }
   }
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  fence_proxy_async();
   __syncthreads();
   float acc[4][8];
 #pragma unroll
@@ -224,8 +169,8 @@ __device__ void probe(const int4* __restrict__ B, const int4* __restrict__ S, co
   auto batch = [&](int i, int4 (&w)[U]) {
     if (xpipe) {
       x_issue(i + 2);
-      asm volatile("cp.async.wait_group 2;" ::: "memory");
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      cp_async_wait<2>();
+      fence_proxy_async();
       asm volatile("bar.sync %0, 128;" :: "r"(1 + wgi) : "memory");
     }
     const int4 sc = spp[(long)((c0 + i) / 2) * srs];     // groups of 128: two chunks a scale row
@@ -235,18 +180,18 @@ __device__ void probe(const int4* __restrict__ B, const int4* __restrict__ S, co
                   sink, u == U - 1);
     if (i + 2 < n) {
 #pragma unroll
-      for (int u = 0; u < U; ++u) ld16(w[u], wp + ((long)(i + 2) * U + u) * rs);
+      for (int u = 0; u < U; ++u) w[u] = ld_stream_v4(wp + ((long)(i + 2) * U + u) * rs);
     }
   };
   for (int i = 0; i < n; i += 2) {
     batch(i, v[0]);
     if (i + 1 < n) batch(i + 1, v[1]);
   }
-  wg_wait<0>();
+  wgmma_wait<0>();
 #pragma unroll
   for (int j = 0; j < 4; ++j)
 #pragma unroll
-    for (int e = 0; e < 8; ++e) hold(acc[j][e]);
+    for (int e = 0; e < 8; ++e) wgmma_hold(acc[j][e]);
   // the warpgroups' sums meet in shared memory (x is no longer read)
   __syncthreads();
   float* red = reinterpret_cast<float*>(smem);
@@ -294,6 +239,17 @@ PROBE(3, 3, wg16_w3_g3)
 PROBE(2, 3, wg16_w2_g3)
 '''
 
+
+def source() -> str:
+    """The probe's CUDA source: the project's partials, then BODY."""
+    from types import SimpleNamespace
+
+    from jitmarlin import render
+
+    prelude = render._env().from_string(PARTIALS).render(spec=SimpleNamespace(tile_m=16), act_ptx="f16")
+    return prelude + BODY
+
+
 # name -> (K, N, splits): N / 256 column groups x splits blocks, about one wave on 132 SMs
 LAYERS = {
     "8B_qkv": (4096, 6144, 5),
@@ -316,7 +272,7 @@ def smem_bytes(k, n, splits, g=4):
 def compile_probe(arch="sm_90a"):
     from jitmarlin import nvrtc
 
-    return nvrtc.compile_source(SRC, "wg16_w0", arch)
+    return nvrtc.compile_source(source(), "wg16_w0", arch)
 
 
 # (label, kernel, warpgroups a block, mode): mode 0 x up front, 4 no x (timing only), 8 x pipelined
