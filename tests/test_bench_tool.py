@@ -387,7 +387,8 @@ def test_shared_data_gives_fp16_and_bf16_rows_the_same_bf16_exact_x(tmp_path, mo
     res = json.loads(out.read_text())
     assert res["data"].startswith("shared")
     seeds = [e[1] for e in log if e[0] == "seed"][1:]          # the first is the run's own seed
-    assert len(seeds) == 4 and seeds[:2] == seeds[2:] and seeds[0] != seeds[1]   # per M, same per dtype
+    # per shape and M, the same for both dtypes (measured side by side: M = 1's rows, then M = 16's)
+    assert len(seeds) == 4 and seeds[0] == seeds[1] and seeds[2] == seeds[3] and seeds[0] != seeds[2]
     assert ("weights", "float16", True) in log and ("weights", "bfloat16", True) in log
     # every draw is fp32 (no dtype), rounded to bf16 before it becomes the row's dtype
     draws = [i for i, e in enumerate(log) if e[0] == "randn"]
@@ -457,6 +458,54 @@ def test_repeats_alternate_jitmarlin_and_cublas_and_keep_medians(tmp_path, monke
     assert r["jitmarlin_us"] == 20.0 and r["cublas_fp16_us"] == 31.0
     with pytest.raises(SystemExit):
         b.parse_args(["--repeats", "0"])
+
+
+def _ordering_timer(monkeypatch, b, order):
+    """A Timer that records what it timed (kind, M, dtype of x) and prices it from a drifting clock."""
+    clock = iter(range(100, 10_000))
+
+    class Timer:
+        def __init__(self, torch, target_ms):
+            pass
+
+        def __call__(self, fns, use_graph=True):
+            kind, _ = fns[0]()
+            order.append(kind)
+            return float(next(clock)) if kind in ("jitmarlin", "cublas") else 1.0
+
+    monkeypatch.setattr(b, "Timer", Timer)
+
+
+def test_both_dtypes_and_cublas_are_timed_in_turn_at_each_m(tmp_path, monkeypatch):
+    """Target f compares jitmarlin's bf16 row with its fp16 row: they are timed side by side (and
+    share cuBLAS's column with shared data), not one whole dtype after the other."""
+    b, _ = _fake_gpu(monkeypatch)
+    order = []
+    _ordering_timer(monkeypatch, b, order)
+    out = tmp_path / "run.json"
+    assert b.main(["--shapes", "L3-8B o", "--m", "1,64", "--act", "float16,bfloat16", "--peers", "cublas",
+                   "--repeats", "3", "--json", str(out)]) == 0
+    assert order == ["jitmarlin", "cublas", "jitmarlin"] * 6      # 3 turns at M = 1, then 3 at M = 64
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["M"], r["act"]) for r in rows] == [(1, "float16"), (1, "bfloat16"), (64, "float16"), (64, "bfloat16")]
+    f16, bf16 = rows[0], rows[1]
+    assert f16["samples_us"]["jitmarlin"] == [100.0, 103.0, 106.0]
+    assert bf16["samples_us"]["jitmarlin"] == [102.0, 105.0, 108.0]
+    assert f16["samples_us"]["cublas_fp16"] == bf16["samples_us"]["cublas_fp16"] == [101.0, 104.0, 107.0]
+    assert f16["cublas_fp16_us"] == bf16["cublas_fp16_us"] == 104.0
+
+
+def test_own_data_times_each_rows_cublas_in_the_turn(tmp_path, monkeypatch):
+    b, _ = _fake_gpu(monkeypatch)
+    order = []
+    _ordering_timer(monkeypatch, b, order)
+    out = tmp_path / "run.json"
+    assert b.main(["--shapes", "L3-8B o", "--m", "16", "--act", "float16,bfloat16", "--peers", "cublas",
+                   "--repeats", "2", "--data", "own", "--json", str(out)]) == 0
+    assert order == ["jitmarlin", "cublas"] * 4
+    f16, bf16 = json.loads(out.read_text())["rows"]
+    assert f16["samples_us"] == {"jitmarlin": [100.0, 104.0], "cublas_fp16": [101.0, 105.0]}
+    assert bf16["samples_us"] == {"jitmarlin": [102.0, 106.0], "cublas_fp16": [103.0, 107.0]}
 
 
 # --- the GPU's thermal state (nvidia-smi) -----------------------------------------------------
