@@ -155,6 +155,27 @@ SUBS = {
                 "          tma_load_2d(sA, &xmap, kt * TILE_K, mc * TILE_M, stage_full + stage);",
                 "          mbar_expect_tx(stage_full + stage, TX_BYTES - ((kt & 1) ? 16u * A_STAGE : 0u));\n"
                 "          if (!(kt & 1)) tma_load_2d(sA, &xmap, kt * TILE_K, mc * TILE_M, stage_full + stage);")],
+    # Session 34 (timing only: wrong sums): raw-code Stream-K kernels (bf16, 256-wide tiles) with
+    # the offset MMA of x on a quarter of the k16 steps (each of the four warps that share a K
+    # range taking its own quarter, as a shared x-sum would), or on none.
+    "off4": [("        mma_16816(fa[buf][0], m, xoff);\n      }",
+              "        if (sub / (SUB / WARPS_N) == wn) mma_16816(fa[buf][0], m, xoff);\n      }")],
+    "offnone": [("        mma_16816(fa[buf][0], m, xoff);\n      }", "        (void)m;\n      }")],
+    # Session 34 (timing only: wrong sums): the wgmma kernel without its split-tile reduction:
+    # contributors go on to their next tile without storing, finishers neither wait nor load.
+    "wg_nored": [("      if (b_hi > b_lo) {\n        if ((int)blockIdx.x != b_lo) {",
+                  "      if (b_hi > b_lo && (int)blockIdx.x != b_lo) { pos += n_iter; continue; }\n"
+                  "      if (false) {\n        if ((int)blockIdx.x != b_lo) {")],
+    # ... and its parts (timing only): contributors without the fence after their stores
+    # (wg_nofence), without the stores (wg_nostore); finishers that wait but load nothing
+    # (wg_noload), that load without waiting (wg_nowait).
+    "wg_nofence": [("          fence_gpu();\n          bar_sync();\n          if (tid == 0) arrive(locks + b_lo);\n          pos += n_iter;",
+                    "          bar_sync();\n          if (tid == 0) arrive(locks + b_lo);\n          pos += n_iter;")],
+    "wg_nostore": [("              if (tok_left > 2 * e)\n                partial_store<false>(",
+                    "              if (tok_left > 2 * e && iters < 0)\n                partial_store<false>(")],
+    "wg_noload": [("                v[j][s][e / 4] = (b0 + j <= b_hi && tok_left > 2 * e)",
+                   "                v[j][s][e / 4] = (b0 + j <= b_hi && tok_left > 2 * e && iters < 0)")],
+    "wg_nowait": [("          wait_count(locks + b_lo, b_hi - b_lo);\n", "")],
 }
 for _n in ("probe_no_red", "sk_nowait", "sk_nofence", "red1"):
     SUBS[_n + "_b"] = SUBS[_n]
