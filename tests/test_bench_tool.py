@@ -433,10 +433,10 @@ def test_bf16_rounded_values_are_exact_in_fp16():
         assert not np.array_equal(halves.round_to(v, "float16"), halves.round_to(v, "bfloat16"))
 
 
-def test_repeats_alternate_jitmarlin_and_cublas_and_keep_medians(tmp_path, monkeypatch):
-    b, _ = _fake_gpu(monkeypatch)
-    order = []
-    drift = iter([30.0, 10.0, 20.0, 31.0, 9.0, 40.0, 33.0, 11.0, 12.0, 50.0])
+def _sequence_timer(monkeypatch, b, order, times):
+    """A Timer that records the kind of each call it times and prices jitmarlin's and cuBLAS's
+    from `times` in the order they come (a drifting clock), peers at 1 us."""
+    times = iter(times)
 
     class Timer:
         def __init__(self, torch, target_ms):
@@ -445,9 +445,15 @@ def test_repeats_alternate_jitmarlin_and_cublas_and_keep_medians(tmp_path, monke
         def __call__(self, fns, use_graph=True):
             kind, _ = fns[0]()
             order.append(kind)
-            return next(drift) if kind in ("jitmarlin", "cublas") else 1.0
+            return float(next(times)) if kind in ("jitmarlin", "cublas") else 1.0
 
     monkeypatch.setattr(b, "Timer", Timer)
+
+
+def test_repeats_alternate_jitmarlin_and_cublas_and_keep_medians(tmp_path, monkeypatch):
+    b, _ = _fake_gpu(monkeypatch)
+    order = []
+    _sequence_timer(monkeypatch, b, order, [30.0, 10.0, 20.0, 31.0, 9.0, 40.0, 33.0, 11.0, 12.0, 50.0])
     out = tmp_path / "run.json"
     assert b.main(["--shapes", "L3-8B o", "--m", "16", "--peers", "cublas", "--repeats", "5",
                    "--json", str(out)]) == 0
@@ -460,28 +466,12 @@ def test_repeats_alternate_jitmarlin_and_cublas_and_keep_medians(tmp_path, monke
         b.parse_args(["--repeats", "0"])
 
 
-def _ordering_timer(monkeypatch, b, order):
-    """A Timer that records what it timed (kind, M, dtype of x) and prices it from a drifting clock."""
-    clock = iter(range(100, 10_000))
-
-    class Timer:
-        def __init__(self, torch, target_ms):
-            pass
-
-        def __call__(self, fns, use_graph=True):
-            kind, _ = fns[0]()
-            order.append(kind)
-            return float(next(clock)) if kind in ("jitmarlin", "cublas") else 1.0
-
-    monkeypatch.setattr(b, "Timer", Timer)
-
-
 def test_both_dtypes_and_cublas_are_timed_in_turn_at_each_m(tmp_path, monkeypatch):
     """Target f compares jitmarlin's bf16 row with its fp16 row: they are timed side by side (and
     share cuBLAS's column with shared data), not one whole dtype after the other."""
     b, _ = _fake_gpu(monkeypatch)
     order = []
-    _ordering_timer(monkeypatch, b, order)
+    _sequence_timer(monkeypatch, b, order, range(100, 10_000))
     out = tmp_path / "run.json"
     assert b.main(["--shapes", "L3-8B o", "--m", "1,64", "--act", "float16,bfloat16", "--peers", "cublas",
                    "--repeats", "3", "--json", str(out)]) == 0
@@ -498,7 +488,7 @@ def test_both_dtypes_and_cublas_are_timed_in_turn_at_each_m(tmp_path, monkeypatc
 def test_own_data_times_each_rows_cublas_in_the_turn(tmp_path, monkeypatch):
     b, _ = _fake_gpu(monkeypatch)
     order = []
-    _ordering_timer(monkeypatch, b, order)
+    _sequence_timer(monkeypatch, b, order, range(100, 10_000))
     out = tmp_path / "run.json"
     assert b.main(["--shapes", "L3-8B o", "--m", "16", "--act", "float16,bfloat16", "--peers", "cublas",
                    "--repeats", "2", "--data", "own", "--json", str(out)]) == 0
