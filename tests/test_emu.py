@@ -185,7 +185,7 @@ def test_emulator_catches_finisher_not_waiting(plant, rng):
 @pytest.mark.parametrize("case", [LATE_CASES[0], LATE_CASES[2]], ids=["sm80", "sm75"])
 def test_emulator_catches_late_publish_never_made(plant, rng, case):
     # a late contributor that fences but never counts itself in: its finisher waits for ever
-    plant("    fence_gpu();\n    arrive(r.locks + b_lo);\n  }", "    fence_gpu();\n  }")
+    plant("    fence_release_gpu();\n    arrive(r.locks + b_lo);\n  }", "    fence_release_gpu();\n  }")
     with pytest.raises(emu.EmuError, match="deadlock"):
         _run_case(*case, rng, late=True)
 
@@ -210,8 +210,8 @@ def test_emulator_catches_scratch_in_a_stage_still_loading(plant, rng):
 
 def test_emulator_catches_divergent_barrier(plant, rng):
     with pytest.raises(emu.EmuError, match="deadlock"):
-        _mutated_run(plant, "  fence_gpu();\n  bar_sync();",
-                     "  fence_gpu();\n  if (threadIdx.x < 64) bar_sync();", rng)
+        _mutated_run(plant, "  bar_sync();\n  if (threadIdx.x == 0) {\n    fence_release_gpu();",
+                     "  if (threadIdx.x < 64) bar_sync();\n  if (threadIdx.x == 0) {\n    fence_release_gpu();", rng)
 
 
 # Thread-block clusters (sm_90): split tiles reduce through another block's shared memory.

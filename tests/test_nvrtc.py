@@ -190,3 +190,24 @@ def test_cluster_decode_compiles_for_sm90(act, k, n):
     # the same spec cannot be built for a GPU without clusters
     with pytest.raises(UnsupportedError, match="need sm_90 or newer"):
         default_cache().get(p.spec, "sm_80")
+
+
+@pytest.mark.parametrize("path,arch,m", [("sm80", "sm_80", 16), ("sm90", "sm_90", 256)])
+def test_stream_k_contributors_count_in_with_one_release(path, arch, m):
+    """A block that leaves partial sums for a split tile counts itself in after a block barrier
+    with one thread's release fence (fence.acq_rel.gpu, then the atomic add), not with every
+    thread's sequentially consistent fence (membar.gl / fence.sc.gpu): PERF.md entry 72. The
+    finisher acquires the counter."""
+    from jitmarlin.spec import KernelSpec
+
+    if arch not in nvrtc.supported_archs():
+        pytest.skip(f"NVRTC {nvrtc.version()} cannot target {arch}")
+    if path == "sm90":
+        spec = KernelSpec("sm90", "uint4b8", "float16", 8, 8, 8, 4, 6)          # 128 x 128, Stream-K
+    else:
+        spec = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 16, 16, 3)        # decode Stream-K
+    p = plan(get_profile(arch), Problem(m, 6144, 4096, "float16", "uint4b8", 128), spec)
+    assert any(p.block_ranges(b)[-1][1] % p.k_tiles for b in range(p.grid)), "no split tile"
+    ptx = default_cache().get(p.spec, arch)[0].ptx
+    assert "fence.acq_rel.gpu" in ptx and "ld.acquire.gpu" in ptx.replace("ld.global.acquire.gpu", "ld.acquire.gpu")
+    assert "membar.gl" not in ptx and "fence.sc.gpu" not in ptx

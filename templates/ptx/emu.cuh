@@ -264,7 +264,7 @@ JM_DEV int atomic_add_cta(int* p, int v) {
   return old;
 }
 JM_DEV void fence_cta() {}
-JM_DEV void fence_gpu() {}
+JM_DEV void fence_release_gpu() {}
 JM_DEV void spin_pause() { emu::yield(); }
 // Programmatic dependent launch: the emulator runs one grid at a time, so there is nothing to
 // wait for; the wait still records that global memory was not touched before it (emu::pdl_wait).

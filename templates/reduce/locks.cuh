@@ -3,7 +3,8 @@
 // themselves in on the tile's counter; the tile's finishing block waits for the count, then adds
 // them up. The library owns the workspace; counters are back at zero after every launch (the
 // finishing block resets its own). Partial sums go through L2 only (.cg): L1 is not coherent
-// between blocks; the counter is read with acquire and bumped after a device-scope fence.
+// between blocks; the counter is read with acquire and bumped after a block barrier and one
+// thread's device-scope release fence.
 JM_DEV void arrive(int* counter) { atomic_add_gpu(counter, 1); }
 JM_DEV void wait_count(const int* counter, int n) {
   while (ld_acquire_gpu(counter) < n) spin_pause();
@@ -40,11 +41,14 @@ JM_DEV Red red_setup(float4* partials, int* locks, int4* /*smem_end*/, int slot_
   return Red{partials, locks, slot_f4};
 }
 JM_DEV RedSlot red_slot(Red& r, int b, int /*b_lo*/) { return RedSlot{r.partials + (size_t)b * r.slot_f4}; }
-// Every thread of the contributing block calls this after its puts.
+// Every thread of the contributing block calls this after its puts: the block's barrier, then
+// thread 0's release and count (as CUTLASS's barrier; every thread's fence.sc cost more).
 JM_DEV void red_publish(Red& r, int b_lo, bool /*stored*/) {
-  fence_gpu();
   bar_sync();
-  if (threadIdx.x == 0) arrive(r.locks + b_lo);
+  if (threadIdx.x == 0) {
+    fence_release_gpu();
+    arrive(r.locks + b_lo);
+  }
 }
 // Late form (KernelSpec.late), for a contributor with steps left: every thread calls it after a
 // block barrier that follows the puts (the kernel: after its next step's compute); thread 0 alone
@@ -52,7 +56,7 @@ JM_DEV void red_publish(Red& r, int b_lo, bool /*stored*/) {
 // and its fence (cumulative) releases them all with its own.
 JM_DEV void red_publish_late(Red& r, int b_lo) {
   if (threadIdx.x == 0) {
-    fence_gpu();
+    fence_release_gpu();
     arrive(r.locks + b_lo);
   }
 }

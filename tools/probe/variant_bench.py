@@ -176,6 +176,43 @@ SUBS = {
     "wg_noload": [("                v[j][s][e / 4] = (b0 + j <= b_hi && tok_left > 2 * e)",
                    "                v[j][s][e / 4] = (b0 + j <= b_hi && tok_left > 2 * e && iters < 0)")],
     "wg_nowait": [("          wait_count(locks + b_lo, b_hi - b_lo);\n", "")],
+    # Session 35: contributors count themselves in as CUTLASS's barrier does: a block barrier
+    # after the stores, then thread 0 alone fences (acq_rel, GPU scope) and adds, where every
+    # thread fenced (fence.sc) before the barrier.
+    "wg_relfence": [("          fence_gpu();\n          bar_sync();\n          if (tid == 0) arrive(locks + b_lo);\n",
+                     "          bar_sync();\n          if (tid == 0) {\n            asm volatile(\"fence.acq_rel.gpu;\" ::: \"memory\");\n"
+                     "            arrive(locks + b_lo);\n          }\n")],
+    # Session 35 (timing only, tools/probe/timeline.py): thread 0 of each block writes
+    # %globaltimer at its start and at five points of each tile piece into the workspace past the
+    # plan's partial-sum slots (128 x 128 tiles only); slot 15: an async publish's count-in.
+    "wg_timeline": [
+        ("  Pipe<CHUNKS> pipe;\n",
+         "  Pipe<CHUNKS> pipe;\n"
+         "  u64* jm_tl = reinterpret_cast<u64*>(partials + (size_t)gridDim.x * SLOT_F4) + (size_t)blockIdx.x * 16;\n"
+         "  int jm_p = 0;\n"
+         "  auto jm_mark = [&](int k) {\n"
+         "    if (tid == 0 && k < 16) { u64 t; asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t) :: \"memory\"); jm_tl[k] = t; }\n"
+         "  };\n"
+         "  jm_mark(0);\n"),
+        ("      if constexpr (!W_TMA) pipe.template land<0>();\n      bar_sync();\n",
+         "      if constexpr (!W_TMA) pipe.template land<0>();\n      bar_sync();\n      jm_mark(1 + 5 * jm_p);\n"),
+        # a contributor: stores issued (slot 2), its fence done (3: where each thread fences),
+        # counted in (4); after wg_relfence where both apply
+        ("make_float4(acc[s][e], acc[s][e + 1], acc[s][e + 2], acc[s][e + 3]));\n",
+         "make_float4(acc[s][e], acc[s][e + 1], acc[s][e + 2], acc[s][e + 3]));\n          jm_mark(2 + 5 * jm_p);\n"),
+        ("          fence_gpu();\n          bar_sync();\n",
+         "          fence_gpu();\n          jm_mark(3 + 5 * jm_p);\n          bar_sync();\n"),
+        ("          pos += n_iter;\n          continue;\n",
+         "          jm_mark(4 + 5 * jm_p); ++jm_p;\n          pos += n_iter;\n          continue;\n"),
+        # the bulk copy of KernelSpec.async_publish: issued (slot 2), waited for and counted in (15)
+        ("            if (tid == 0) bulk_store(mine, pub, SLOT_F4 * 16);\n",
+         "            if (tid == 0) bulk_store(mine, pub, SLOT_F4 * 16);\n            jm_mark(2 + 5 * jm_p);\n"),
+        ("      arrive(locks + pub_lock);\n", "      arrive(locks + pub_lock);\n      jm_mark(15);\n"),
+        ("        bar_sync();\n        for (int b0 = b_lo + 1;",
+         "        bar_sync();\n        jm_mark(3 + 5 * jm_p);\n        for (int b0 = b_lo + 1;"),
+        ("      // Epilogue: per-channel", "      jm_mark(4 + 5 * jm_p);\n      // Epilogue: per-channel"),
+        ("      bar_sync();\n      pos += n_iter;\n    }\n  }\n  if (iters < 0)",
+         "      bar_sync();\n      jm_mark(5 + 5 * jm_p); ++jm_p;\n      pos += n_iter;\n    }\n  }\n  if (iters < 0)")],
 }
 for _n in ("probe_no_red", "sk_nowait", "sk_nofence", "red1"):
     SUBS[_n + "_b"] = SUBS[_n]
