@@ -178,13 +178,16 @@ SUBS = {
     "wg_nowait": [("          wait_count(locks + b_lo, b_hi - b_lo);\n", "")],
     # Session 35: contributors count themselves in as CUTLASS's barrier does: a block barrier
     # after the stores, then thread 0 alone fences (acq_rel, GPU scope) and adds, where every
-    # thread fenced (fence.sc) before the barrier.
+    # thread fenced (fence.sc) before the barrier. Against session 34's source; main does this
+    # since entry 72 (the wg_nosplit / async-publish anchors are those of the wip/ branches).
     "wg_relfence": [("          fence_gpu();\n          bar_sync();\n          if (tid == 0) arrive(locks + b_lo);\n",
                      "          bar_sync();\n          if (tid == 0) {\n            asm volatile(\"fence.acq_rel.gpu;\" ::: \"memory\");\n"
                      "            arrive(locks + b_lo);\n          }\n")],
     # Session 35 (timing only, tools/probe/timeline.py): thread 0 of each block writes
     # %globaltimer at its start and at five points of each tile piece into the workspace past the
-    # plan's partial-sum slots (128 x 128 tiles only); slot 15: an async publish's count-in.
+    # plan's partial-sum slots (128 x 128 tiles only); slot 15: an async publish's count-in
+    # (branch wip/wgmma-async-publish). A link a source lacks (the per-thread fence since entry
+    # 72) leaves its slot empty.
     "wg_timeline": [
         ("  Pipe<CHUNKS> pipe;\n",
          "  Pipe<CHUNKS> pipe;\n"
