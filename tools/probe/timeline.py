@@ -18,8 +18,10 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", ".."))
 
-LAYERS = {"8B qkv": (4096, 6144), "8B o": (4096, 4096), "8B gate_up": (4096, 28672), "8B down": (14336, 4096),
-          "70B qkv": (8192, 10240), "70B o": (8192, 8192), "70B gate_up": (8192, 57344), "70B down": (28672, 8192)}
+sys.path.insert(0, os.path.join(HERE, ".."))
+from benchlib import SHAPES  # noqa: E402
+
+LAYERS = {name[3:]: kn for name, kn in SHAPES.items()}   # "8B qkv": (K, N)
 EV = 16   # stamps a block: start, then 5 a piece (loop end, counted in, waited, loaded, tile out)
 
 
@@ -53,13 +55,10 @@ def analyse(st: np.ndarray, pl, quiet: bool) -> dict:
     cb = int(np.nanargmax(end))
     out = dict(span=span, start_skew=np.nanmax(rel[:, 0]), compute_done=last_loop.max(),
                loop_end_med=np.median(last_loop), loop_end_min=last_loop.min(),
-               tail=span - last_loop.max(),
-               wait_med=np.median(wait) if wait else 0, wait_max=max(wait) if wait else 0,
-               load_med=np.median(load) if load else 0, load_max=max(load) if load else 0,
-               contrib_med=np.median(contrib) if contrib else 0, contrib_max=max(contrib) if contrib else 0,
-               stores_med=np.median(stores) if stores else 0, fence_med=np.median(fence) if fence else 0,
-               pub_med=np.median(pub) if pub else 0, pub_max=max(pub) if pub else 0,
-               epi_med=np.median(epi) if epi else 0, epi_max=max(epi) if epi else 0)
+               tail=span - last_loop.max())
+    for name, xs in (("wait", wait), ("load", load), ("contrib", contrib), ("stores", stores),
+                     ("fence", fence), ("pub", pub), ("epi", epi)):
+        out[name + "_med"], out[name + "_max"] = (np.median(xs), max(xs)) if xs else (0, 0)
     if not quiet:
         print(f"  critical block {cb}: " + ", ".join(
             f"{i}:{v:.2f}" for i, v in enumerate(rel[cb]) if not np.isnan(v)))
