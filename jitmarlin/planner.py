@@ -388,6 +388,9 @@ def _geometry(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> tuple[int
     whole = _whole_tiles(profile, spec, m_chunks * n_tiles, n_tiles, k_tiles, iters)
     if whole:
         return whole
+    halves = _half_tiles(profile, spec, m_chunks * n_tiles, n_tiles, k_tiles, iters)
+    if halves and not halves[2]:    # (with whole tiles first it is a hybrid plan: _hybrid)
+        return halves[0], halves[1]
     return -(-total // iters), iters
 
 
@@ -425,6 +428,49 @@ def _whole_tiles(profile: DeviceProfile, spec: KernelSpec, tiles: int, n_tiles: 
     return -(-tiles // per), per * k_tiles
 
 
+# Half tiles a block for the wgmma kernel: where the tiles cannot be dealt whole, every tile of
+# the last wave (or every tile, with no whole wave) goes to two blocks, the first and the second
+# half of its K-steps (iters = k_tiles / 2), on a grid of G <= SMs blocks such that the tiles are
+# G x (whole + 1/2). Both halves of a tile then start and end together, so one partial-sum
+# exchange a split tile is all that is left of the reduction: no block lies inside a tile with
+# partners on both sides, no chain of contributors, and the whole tiles run in step. The price is
+# the busiest block's extra K-steps over the even Stream-K share (and SMs left idle). H100, fp16,
+# us, Stream-K or hybrid plan -> half tiles (tools/PERF.md entry 73, two passes):
+#   8B qkv M = 1024 (+2 steps)    83.6, 85.5 -> 79.4, 78.6     8B down M = 256 (+3)  53.4, 53.3 -> 49.7, 50.4
+#   70B down M = 256 (+6)        173.1, 173.9 -> 165.4, 172.7   70B qkv M = 1024 (+9) 242.3, 242.5 -> 247.2, 247.2
+# so the planner takes them up to HALF_TILES_MAX_EXTRA K-steps over the Stream-K share (and at
+# most HALF_TILES_MAX_LOAD x it).
+HALF_TILES = True
+HALF_TILES_MAX_EXTRA = 6
+HALF_TILES_MAX_LOAD = 1.035
+HALF_TILES_MIN_FILL = 0.9   # blocks against SMs: below this the idle SMs cost more than the split
+
+
+def _half_tiles(profile: DeviceProfile, spec: KernelSpec, tiles: int, n_tiles: int, k_tiles: int,
+                stream_iters: int) -> tuple[int, int, int] | None:
+    """(grid, iters, whole) of a half-tile plan of `spec` (above), or None: not the wgmma kernel at
+    one block an SM, an odd K-tile count, no grid between HALF_TILES_MIN_FILL x SMs and SMs that
+    makes the tiles a whole number of waves and a half, whole tiles that would not run in step
+    (tiles_in_step) or need a kernel without the hybrid loop, or a busiest block over
+    `stream_iters` (the Stream-K share) by more than HALF_TILES_MAX_EXTRA steps or
+    HALF_TILES_MAX_LOAD x."""
+    if (not HALF_TILES or not spec.wgmma or spec.occupancy != 1 or spec.cluster > 1
+            or k_tiles % 2):
+        return None
+    for grid in range(profile.sms, int(HALF_TILES_MIN_FILL * profile.sms) - 1, -1):
+        waves, odd = divmod(2 * tiles, grid)
+        if odd or waves % 2 == 0:
+            continue
+        whole = waves // 2
+        if whole and not (spec.hybrid_loop and tiles_in_step(whole, n_tiles)):
+            continue
+        load = whole * k_tiles + k_tiles // 2
+        if load - stream_iters > HALF_TILES_MAX_EXTRA or load > HALF_TILES_MAX_LOAD * stream_iters:
+            return None     # (smaller grids only load the blocks more)
+        return grid, k_tiles // 2, whole
+    return None
+
+
 # Hybrid plans for the wgmma kernel (one block an SM) where the plan would otherwise be Stream-K:
 # more than one wave of tiles, too far from a whole number of tiles a block for _whole_tiles.
 # Stream-K splits nearly every tile over two blocks whose ranges start at scattered K offsets
@@ -450,9 +496,13 @@ def _hybrid(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> tuple[int, 
     tiles = -(-p.m // spec.tile_m) * n_tiles
     k_tiles = p.k // spec.tile_k
     whole, rest = divmod(tiles, profile.sms)
+    stream = -(-tiles * k_tiles // profile.sms)
     if (whole == 0 or rest == 0 or not tiles_in_step(whole, n_tiles)
-            or _whole_tiles(profile, spec, tiles, n_tiles, k_tiles, -(-tiles * k_tiles // profile.sms))):
+            or _whole_tiles(profile, spec, tiles, n_tiles, k_tiles, stream)):
         return None
+    halves = _half_tiles(profile, spec, tiles, n_tiles, k_tiles, stream)
+    if halves and halves[2]:
+        return halves
     return profile.sms, -(-rest * k_tiles // profile.sms), whole
 
 

@@ -448,7 +448,10 @@ def test_hybrid_plans_deal_every_k_step_once():
         assert planner.tiles_in_step(pl.whole, pl.n_tiles)
         assert pl.iters * h.sms < pl.k_tiles * tiles   # only the last wave is striped
         kt, sk0 = pl.k_tiles, pl.whole * pl.grid * pl.k_tiles
-        assert pl.grid == h.sms and pl.whole == tiles // h.sms
+        if pl.grid < h.sms:     # a half-tile plan (test_half_tile_plans)
+            assert 2 * pl.iters == kt and 2 * tiles == pl.grid * (2 * pl.whole + 1)
+        else:
+            assert pl.whole == tiles // h.sms
         owner = np.full(pl.total_iters, -1)
         for b in range(pl.grid):
             runs = pl.block_ranges(b)
@@ -458,7 +461,8 @@ def test_hybrid_plans_deal_every_k_step_once():
                 owner[s:e] = b
         assert (owner >= 0).all()
         busiest = max(sum(e - s for s, e in pl.block_ranges(b)) for b in range(pl.grid))
-        assert busiest == -(-pl.total_iters // h.sms)                    # the even share
+        stream = -(-pl.total_iters // h.sms)
+        assert busiest == stream or (pl.grid < h.sms and busiest <= stream + planner.HALF_TILES_MAX_EXTRA)
         for tile in range(sk0 // kt, tiles):                              # the striped tiles
             first, last = owner[tile * kt], owner[tile * kt + kt - 1]
             b_lo = (tile * kt - sk0) // pl.iters                          # as the kernel
@@ -474,6 +478,67 @@ def test_hybrid_plans_deal_every_k_step_once():
         assert (plan(h, p).grid, plan(h, p).iters, plan(h, p).whole) == (132, 311, 0)
     # 8B gate_up at 512 rows: 448 tiles of 224 columns; 3 whole a block would not keep them in step
     assert plan(h, Problem(512, 28672, 4096, "float16", "uint4b8", 128)).whole == 0
+
+
+def test_half_tile_plans():
+    """Half-tile plans (planner._half_tiles): where a grid of G blocks, HALF_TILES_MIN_FILL x SMs
+    <= G <= SMs, makes the tiles G x (whole + 1/2), block b takes `whole` tiles whole and then one
+    half of a tile: blocks 2j and 2j + 1 take the first and second half of striped tile j, so
+    both start it together and it has exactly one contributor. Simulated as the kernel deals
+    (Plan.block_ranges); never more than HALF_TILES_MAX_EXTRA K-steps (or HALF_TILES_MAX_LOAD x)
+    over the even Stream-K share; never where a whole-tile plan is at hand."""
+    from jitmarlin import planner
+
+    h = get_profile("h100")
+    # the bench rows it takes on a 132-SM H100 (tools/PERF.md entry 73)
+    for m, n, k, geom in [(1024, 6144, 4096, (128, 32, 1)),     # 8B qkv: 192 tiles = 128 x 1.5
+                          (256, 4096, 14336, (128, 112, 0)),    # 8B down: 64 tiles of 128 x 128
+                          (256, 8192, 28672, (128, 224, 0))]:   # 70B down: 64 tiles of 256 x 128
+        pl = plan(h, Problem(m, n, k, "bfloat16", "uint4b8", 128))
+        assert (pl.grid, pl.iters, pl.whole) == geom, (m, n, k, pl.grid, pl.iters, pl.whole)
+    # 70B qkv at 1024 rows: 128 x 2.5 tiles would cost 9 K-steps over Stream-K's share: hybrid
+    assert plan(h, Problem(1024, 10240, 8192, "float16", "uint4b8", 128)).grid == 132
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(planner, "HALF_TILES", False)
+        assert plan(h, Problem(1024, 6144, 4096, "float16", "uint4b8", 128)).grid == 132
+    rng = np.random.default_rng(36)
+    seen = [0, 0]
+    for _ in range(3000):
+        p = Problem(int(rng.integers(65, 4096)), 64 * int(rng.integers(1, 300)),
+                    128 * int(rng.integers(1, 100)), "float16", "uint4b8", -1)
+        spec = choose_fused_spec(h, p)
+        if not spec.wgmma:
+            continue
+        pl = plan(h, p, spec)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(planner, "HALF_TILES", False)
+            if (plan(h, p, spec).grid, plan(h, p, spec).iters) == (pl.grid, pl.iters):
+                continue      # (Stream-K's own plan, which may also halve every tile)
+        tiles, kt = pl.m_chunks * pl.n_tiles, pl.k_tiles
+        assert 2 * pl.iters == kt and 2 * tiles == pl.grid * (2 * pl.whole + 1)
+        seen[pl.whole > 0] += 1
+        assert planner.HALF_TILES_MIN_FILL * h.sms <= pl.grid <= h.sms and pl.spec.occupancy == 1
+        stream = -(-pl.total_iters // h.sms)
+        busiest = pl.whole * kt + kt // 2
+        assert busiest - stream <= planner.HALF_TILES_MAX_EXTRA
+        assert busiest <= planner.HALF_TILES_MAX_LOAD * stream
+        assert pl.whole == 0 or (pl.spec.hybrid_loop and planner.tiles_in_step(pl.whole, pl.n_tiles))
+        owner = np.full(pl.total_iters, -1)
+        for b in range(pl.grid):
+            runs = pl.block_ranges(b)
+            assert sum(e - s for s, e in runs) == busiest
+            for s, e in runs:
+                assert (owner[s:e] == -1).all()
+                owner[s:e] = b
+        assert (owner >= 0).all()
+        sk0 = pl.whole * pl.grid * kt
+        for j, tile in enumerate(range(sk0 // kt, tiles)):
+            halves = owner[tile * kt:(tile + 1) * kt]
+            assert (halves[:kt // 2] == 2 * j).all() and (halves[kt // 2:] == 2 * j + 1).all()
+            b_lo = (tile * kt - sk0) // pl.iters                          # as the kernel
+            b_hi = (tile * kt - sk0 + kt - 1) // pl.iters
+            assert (b_lo, b_hi) == (2 * j, 2 * j + 1)
+    assert seen[0] > 5 and seen[1] > 5, seen
 
 
 def test_whole_tile_plans_keep_the_blocks_in_step():

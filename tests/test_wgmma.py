@@ -665,6 +665,18 @@ def test_hybrid_plans_match_reference(m, n, geom, rng):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("m,n,geom", [(300, 4096, (128, 4, 0)),      # 64 tiles: each in two halves
+                                      (1000, 6144, (128, 4, 1))])    # 192 tiles: 1 whole a block + 64 halved
+def test_half_tile_plans_match_reference(m, n, geom, rng):
+    """Half-tile plans (planner._half_tiles): blocks 2j and 2j + 1 take the two halves of tile j's
+    K-steps (after their whole tiles, if any) and add them at the end; row blocks short of 256
+    tokens, both dtypes, grouped and per-channel scales, against the reference."""
+    if not _hopper():
+        pytest.skip("needs an sm_90 GPU without JITMARLIN_EMULATE")
+    _check_256_token_plans(rng, m, n, geom, lambda pl: (pl.grid, pl.iters, pl.whole))
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("n,k,name_end", [(4096, 4096, "m4n8k4s8"), (8192, 8192, "m4n8k4s4o2")])
 def test_planners_m64_plans_match_reference(n, k, name_end, rng):
     """The planner's M = 64 kernels on the bench's 8B o shape (one block of 8 stages) and 70B o

@@ -321,6 +321,40 @@ if os.environ.get("JM_PROBE_HYBRID"):
             return None if P._whole_tiles(profile, spec, tiles, n_tiles, k_tiles, stream) else _hybrid(profile, p, spec)
 
         P._hybrid = _split_only
+# JM_PROBE_HYBRID_GRID=G (session 36): hybrid wgmma plans on G blocks instead of one an SM, so that
+# the last wave's tiles split into equal halves where G divides twice the leftover tiles (8B qkv
+# and 70B qkv at M = 1024 on 128 blocks: every split tile shared by two blocks that start and end
+# it together). Planner geometry only: the kernel takes any grid.
+if os.environ.get("JM_PROBE_HYBRID_GRID"):
+    import jitmarlin.planner as P
+
+    _g = int(os.environ["JM_PROBE_HYBRID_GRID"])
+    _hybrid0 = P._hybrid
+
+    def _hybrid_grid(profile, p, spec):
+        h = _hybrid0(profile, p, spec)
+        if h is None:
+            return None
+        tiles = -(-p.m // spec.tile_m) * -(-p.n // spec.tile_n)
+        whole, rest = divmod(tiles, _g)
+        return (_g, -(-rest * (p.k // spec.tile_k) // _g), whole) if whole and rest else h
+
+    P._hybrid = _hybrid_grid
+# JM_PROBE_HALVES=off | LOAD[:MIN_M] (session 36): no half-tile plans (planner.HALF_TILES), or
+# half-tile plans up to LOAD x the Stream-K steps (HALF_TILES_MAX_LOAD, with no cap on the extra
+# steps), with hybrid ones from MIN_M rows (HYBRID_MIN_M) where given.
+if os.environ.get("JM_PROBE_HALVES"):
+    import jitmarlin.planner as P
+
+    _v = os.environ["JM_PROBE_HALVES"]
+    if _v == "off":
+        P.HALF_TILES = False
+    else:
+        _load, _, _min_m = _v.partition(":")
+        P.HALF_TILES_MAX_LOAD = float(_load)
+        P.HALF_TILES_MAX_EXTRA = 1 << 30
+        if _min_m:
+            P.HYBRID_MIN_M = int(_min_m)
 # JM_PROBE_NO_ROUTE=1: no dequant + cuBLAS route; the fused kernel (wgmma on sm_90) at every M.
 if os.environ.get("JM_PROBE_NO_ROUTE"):
     import jitmarlin.planner as P
