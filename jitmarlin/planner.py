@@ -373,7 +373,7 @@ def _geometry(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> tuple[int
     n_tiles = -(-p.n // spec.tile_n)
     k_tiles = p.k // spec.tile_k
     total = m_chunks * n_tiles * k_tiles
-    if spec.cluster > 1:
+    if spec.cluster > 1 and not spec.wgmma:
         t = cluster_tiles(profile, p, spec)
         return -(-(m_chunks * n_tiles) // t) * spec.cluster, t * k_tiles // spec.cluster
     if getattr(spec, "whole", False):   # whole tiles a block, as few a block as the GPU allows
@@ -449,14 +449,13 @@ HALF_TILES_MIN_FILL = 0.9   # blocks against SMs: below this the idle SMs cost m
 def _half_tiles(profile: DeviceProfile, spec: KernelSpec, tiles: int, n_tiles: int, k_tiles: int,
                 stream_iters: int) -> tuple[int, int, int] | None:
     """(grid, iters, whole) of a half-tile plan of `spec` (above), or None: not the wgmma kernel at
-    one block an SM, an odd K-tile count, no grid between HALF_TILES_MIN_FILL x SMs and SMs that
+    one block an SM on tiles of 128 or 256 tokens, an odd K-tile count, no grid between HALF_TILES_MIN_FILL x SMs and SMs that
     makes the tiles a whole number of waves and a half, whole tiles that would not run in step
     (tiles_in_step) or need a kernel without the hybrid loop, or a busiest block over
     `stream_iters` (the Stream-K share) by more than HALF_TILES_MAX_EXTRA steps or
     HALF_TILES_MAX_LOAD x."""
-    if (not HALF_TILES or not spec.wgmma or spec.occupancy != 1 or spec.cluster > 1
-            or k_tiles % 2):
-        return None
+    if not HALF_TILES or not spec.wgmma or spec.occupancy != 1 or spec.tm < 8 or k_tiles % 2:
+        return None     # (measured on 128- and 256-token tiles only)
     for grid in range(profile.sms, int(HALF_TILES_MIN_FILL * profile.sms) - 1, -1):
         waves, odd = divmod(2 * tiles, grid)
         if odd or waves % 2 == 0:
@@ -469,6 +468,36 @@ def _half_tiles(profile: DeviceProfile, spec: KernelSpec, tiles: int, n_tiles: i
             return None     # (smaller grids only load the blocks more)
         return grid, k_tiles // 2, whole
     return None
+
+
+# A half-tile plan's two blocks of a split tile are 2j and 2j + 1: launched as clusters of two,
+# they trade the sums each writes out through distributed shared memory instead of L2
+# (KernelSpec.cluster = 2, wgmma.cu.j2). tools/probe/dsmem.py on H100 (66 clusters at once):
+# half of a 256 x 128 tile each way in 2.9 us against 5.4 for the whole tile through L2 (store,
+# fence, count, wait, load); 1.9 against 3.4 for 128 x 128 (PERF.md entry 73).
+HALF_TILES_CLUSTER = True
+
+
+def is_half_plan(p: Problem, spec: KernelSpec, grid: int, iters: int, whole: int) -> bool:
+    """Whether (grid, iters, whole) deals the tiles past the whole ones as two halves each, to the
+    blocks 2j and 2j + 1 (whether a half-tile plan or a Stream-K plan that happens to)."""
+    tiles = -(-p.m // spec.tile_m) * -(-p.n // spec.tile_n)
+    k_tiles = p.k // spec.tile_k
+    return 2 * iters == k_tiles and 2 * tiles == grid * (2 * whole + 1)
+
+
+def _half_cluster_spec(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> KernelSpec:
+    """`spec` in clusters of two where its plan is a half-tile plan whose clusters the GPU holds
+    at once, else `spec`."""
+    if (not HALF_TILES_CLUSTER or not spec.wgmma or spec.cluster > 1 or spec.occupancy != 1
+            or spec.tm < 8 or not profile.cluster_capacity(2)):
+        return spec
+    pl = plan(profile, p, spec)
+    two = replace(spec, cluster=2)
+    if (is_half_plan(p, spec, pl.grid, pl.iters, pl.whole) and pl.grid // 2 <= profile.cluster_capacity(2)
+            and _fits(profile, two)):
+        return two
+    return spec
 
 
 # Hybrid plans for the wgmma kernel (one block an SM) where the plan would otherwise be Stream-K:
@@ -739,7 +768,7 @@ def choose_fused_spec(profile: DeviceProfile, p: Problem) -> KernelSpec:
     if wgmma_available(profile) and p.m >= WGMMA_MIN_M:
         wg = _wgmma_specs(profile, p)
         if wg:
-            return wg[0]
+            return _half_cluster_spec(profile, p, wg[0])
     gemv = _gemv_choice(profile, p)
     if gemv:
         return gemv
@@ -921,8 +950,9 @@ def plan(profile: DeviceProfile, p: Problem, spec: AnySpec | None = None) -> Pla
     if spec.route == "dequant":
         return Plan(spec=spec, problem=p, grid=spec.grid(p.n, p.k), iters=1, smem_bytes=0)
     hybrid = _hybrid(profile, p, spec)
-    if hybrid:
-        grid, iters, whole = hybrid
-        return Plan(spec=spec, problem=p, grid=grid, iters=iters, smem_bytes=spec.smem_bytes(), whole=whole)
-    grid, iters = _geometry(profile, p, spec)
-    return Plan(spec=spec, problem=p, grid=grid, iters=iters, smem_bytes=spec.smem_bytes())
+    grid, iters, whole = hybrid or (*_geometry(profile, p, spec), 0)
+    if spec.wgmma and spec.cluster > 1 and not (
+            is_half_plan(p, spec, grid, iters, whole) and grid // 2 <= profile.cluster_capacity(2)):
+        raise UnsupportedError(f"{spec.name} runs half-tile plans only (two blocks a split tile, in clusters "
+                               f"of two); M={p.m} N={p.n} K={p.k} on {profile.name} has none")
+    return Plan(spec=spec, problem=p, grid=grid, iters=iters, smem_bytes=spec.smem_bytes(), whole=whole)

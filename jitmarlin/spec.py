@@ -64,9 +64,11 @@ class KernelSpec(_WeightFormat):
     tm, tn, tk: tile size in 16-element blocks along M, N and K; stages: shared-memory pipeline depth;
     occupancy: blocks resident per SM (1 or 2; with 2, registers are capped at 128 a thread and
     the grid has two blocks per SM, so one block's dequantisation overlaps the other's MMAs);
-    cluster: blocks per thread-block cluster (1, 2, 4 or 8; sm_90+, mma.sync kernel only): the
-    blocks that share an output tile are in one cluster and add their partial sums through
-    distributed shared memory instead of the global workspace.
+    cluster: blocks per thread-block cluster (1, 2, 4 or 8; sm_90+): the blocks that share an
+    output tile are in one cluster and add their partial sums through distributed shared memory
+    instead of the global workspace. The wgmma kernel takes 2 only, for half-tile plans
+    (planner._half_tiles): the two blocks of a cluster hold the two halves of a split tile and
+    each writes out one warpgroup's features.
     pdl: built for programmatic dependent launch (griddepcontrol on sm_90+): the kernel waits for
     the grid ahead of it before touching x, the output or the workspace (launch.PdlLaunch).
     whole (mma.sync kernel, no clusters): the plan gives every block whole output tiles (no tile
@@ -174,7 +176,7 @@ class KernelSpec(_WeightFormat):
     def hybrid_loop(self) -> bool:
         """Whether the kernel is built to take hybrid plans (whole tiles, then a Stream-K range:
         planner._hybrid): the wgmma kernel of 256-token tiles at one block an SM."""
-        return self.wgmma and self.tm == 16 and self.occupancy == 1 and self.cluster == 1
+        return self.wgmma and self.tm == 16 and self.occupancy == 1
 
     def stage_bytes(self) -> int:
         bits = self.bits
@@ -202,8 +204,14 @@ class KernelSpec(_WeightFormat):
 
     def cluster_bytes(self) -> int:
         """Shared memory where a cluster's finishing block receives the other blocks' partial
-        sums (cluster - 1 slots) plus its 8-byte mbarrier; 0 without clusters."""
-        return (self.cluster - 1) * self.slot_bytes() + 16 if self.cluster > 1 else 0
+        sums (cluster - 1 slots) plus its 8-byte mbarrier; the wgmma kernel: the other block's
+        fp32 sums for one warpgroup's features (half a tile) plus 16 bytes of alignment; 0
+        without clusters."""
+        if self.cluster == 1:
+            return 0
+        if self.wgmma:
+            return self.tile_m * self.tile_n * 2 + 16
+        return (self.cluster - 1) * self.slot_bytes() + 16
 
     def smem_bytes(self) -> int:
         """Dynamic shared memory the kernel needs, bytes (the largest of its three uses, plus
@@ -243,8 +251,10 @@ class KernelSpec(_WeightFormat):
             raise ValueError(f"occupancy (blocks per SM) must be 1 or 2, got {self.occupancy}")
         if self.cluster not in (1, 2, 4, 8):
             raise ValueError(f"cluster (blocks per thread-block cluster) must be 1, 2, 4 or 8, got {self.cluster}")
-        if self.cluster > 1 and self.path != "sm80":
-            raise ValueError("thread-block clusters are built into the sm80-path (mma.sync) kernel only")
+        if self.cluster > 1 and self.path not in ("sm80", "sm90"):
+            raise ValueError("thread-block clusters are built into the sm80-path (mma.sync) and sm90 (wgmma) kernels only")
+        if self.cluster > 1 and self.wgmma and (self.cluster != 2 or self.occupancy != 1):
+            raise ValueError("the wgmma kernel takes clusters of 2 (half-tile plans), one block an SM")
         if self.wgmma:
             self._check_wgmma()
             return

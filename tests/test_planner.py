@@ -63,7 +63,11 @@ def test_every_plan_fits_the_profile(prof):
         assert k % s.tile_k == 0
         assert 1 <= p.grid <= prof.sms * s.occupancy
         assert s.occupancy == 1 or (wgmma and m <= 64)
-        if s.cluster > 1:   # whole tiles per cluster, no idle cluster
+        if s.cluster > 1 and wgmma:   # a half-tile plan: blocks 2j, 2j + 1 halve the striped tiles
+            assert prof.clusters and s.cluster == 2 and s.tm >= 8 and p.grid % 2 == 0
+            assert 2 * p.iters == p.k_tiles and p.grid // 2 <= prof.cluster_capacity(2)
+            assert (p.whole * p.grid + p.grid // 2) * p.k_tiles == p.total_iters
+        elif s.cluster > 1:   # whole tiles per cluster, no idle cluster
             assert prof.clusters and m <= 16 and s.path == "sm80"
             assert p.grid % s.cluster == 0 and (s.cluster * p.iters) % p.k_tiles == 0
             assert p.grid // s.cluster <= prof.cluster_capacity(s.cluster)
@@ -141,7 +145,8 @@ def test_cluster_specs_are_checked():
     plain = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 8, 16, 8)
     assert "cluster" not in plain.canonical()   # pre-cluster cache keys and bundles stay valid
     assert s.smem_bytes() == plain.smem_bytes() + s.slot_bytes() + 16
-    for bad, msg in [(dict(cluster=3), "cluster"), (dict(path="sm90", tk=4, tm=4, cluster=2), "mma.sync"),
+    for bad, msg in [(dict(cluster=3), "cluster"), (dict(path="sm90", tk=4, tm=4, cluster=4), "clusters of 2"),
+                     (dict(path="sm90", tk=4, tm=4, stages=4, cluster=2, occupancy=2), "clusters of 2"),
                      (dict(path="sm75", stages=2, cluster=2), "mma.sync"), (dict(tk=32), "tk")]:
         with pytest.raises(ValueError, match=msg):
             replace(s, **bad).check()
@@ -512,7 +517,8 @@ def test_half_tile_plans():
         pl = plan(h, p, spec)
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(planner, "HALF_TILES", False)
-            if (plan(h, p, spec).grid, plan(h, p, spec).iters) == (pl.grid, pl.iters):
+            plain = plan(h, p, replace(spec, cluster=1))
+            if (plain.grid, plain.iters) == (pl.grid, pl.iters):
                 continue      # (Stream-K's own plan, which may also halve every tile)
         tiles, kt = pl.m_chunks * pl.n_tiles, pl.k_tiles
         assert 2 * pl.iters == kt and 2 * tiles == pl.grid * (2 * pl.whole + 1)

@@ -211,6 +211,42 @@ def test_wgmma_spec_checks(bad, msg):
         replace(_spec(), **bad).check()
 
 
+def test_half_tile_plans_run_in_clusters_of_two(monkeypatch):
+    """Where the wgmma plan is a half-tile plan (planner.is_half_plan) whose clusters the GPU
+    holds, the planner takes the kernel in clusters of two (the halves trade their sums through
+    distributed shared memory, KernelSpec.cluster_bytes more shared memory); the same plan. A
+    cluster kernel on a problem without a half-tile plan, or on a GPU without clusters: a clear
+    error before anything launches."""
+    from jitmarlin import planner
+
+    h = get_profile("h100")
+    rows = [((1024, 6144, 4096), (128, 32, 1)),   # 8B qkv: 1 whole tile a block + a half
+            ((256, 4096, 14336), (128, 112, 0)),  # 8B down: 64 tiles of 128 x 128, halved
+            ((256, 4096, 4096), (128, 32, 0)),    # 8B o: Stream-K's own plan halves every tile
+            ((256, 8192, 28672), (128, 224, 0))]  # 70B down
+    for (m, n, k), geom in rows:
+        for act in ("float16", "bfloat16"):
+            p = Problem(m, n, k, act, "uint4b8", 128)
+            pl = plan(h, p)
+            assert pl.spec.wgmma and pl.spec.cluster == 2 and (pl.grid, pl.iters, pl.whole) == geom
+            plain = replace(pl.spec, cluster=1)
+            assert pl.spec.smem_bytes() == plain.smem_bytes() + pl.spec.tile_m * pl.spec.tile_n * 2 + 16
+            assert pl.spec.name == plain.name + "c2"
+            assert (plan(h, p, plain).grid, plan(h, p, plain).iters) == (pl.grid, pl.iters)
+    monkeypatch.setattr(planner, "HALF_TILES_CLUSTER", False)
+    assert plan(h, Problem(1024, 6144, 4096, "float16", "uint4b8", 128)).spec.cluster == 1
+    monkeypatch.undo()
+    two = replace(_spec(tm=16, tn=8), cluster=2)
+    with pytest.raises(UnsupportedError, match="half-tile plans only"):
+        plan(h, Problem(1024, 10240, 8192, "float16", "uint4b8", 128), two)   # 70B qkv: hybrid
+    with pytest.raises(UnsupportedError, match="sm_90"):
+        plan(get_profile("a100"), Problem(1024, 6144, 4096, "float16", "uint4b8", 128), two)
+    # at most as many clusters as the GPU holds at once
+    p = Problem(256, 4096, 14336, "float16", "uint4b8", 128)   # 64 clusters
+    small = replace(h, clusters=((2, 60),))
+    assert plan(small, p).spec.cluster == 1 and plan(h, p).spec.cluster == 2
+
+
 def test_emulator_refuses_wgmma():
     with pytest.raises(ValueError, match="does not model wgmma"):
         render(_spec(), target="emu")
@@ -247,6 +283,25 @@ def test_every_tile_compiles_without_spills(tm, tn, group):
     art = _compile(_spec("uint4b8", "float16", group, tm, tn, 3))
     assert f"m64n{16 * tm}k16" in art.ptx
     assert art.resources["spill_stores"] == 0 and art.resources["stack_bytes"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tm,tn,stages", [(16, 8, 4), (8, 8, 6), (8, 16, 4)])
+def test_cluster_kernels_trade_sums_in_shared_memory(tm, tn, stages):
+    """The wgmma kernel in clusters of two: the halves of a split tile go straight into the other
+    block's shared memory (mapa, st.shared::cluster) behind cluster barriers, with no workspace
+    protocol left (no GPU-scope fence, no counter); no spills, and it fits the H100."""
+    plain = _compile(_spec(tm=tm, tn=tn, stages=stages))
+    spec = replace(_spec(tm=tm, tn=tn, stages=stages), cluster=2)
+    art = _compile(spec)
+    for text in ("barrier.cluster.arrive.relaxed", "barrier.cluster.arrive.release",
+                 "barrier.cluster.wait.acquire", "mapa.shared::cluster", "st.shared::cluster.v4.f32"):
+        assert text in art.ptx and text not in plain.ptx, text
+    assert "fence.acq_rel.gpu" in plain.ptx and "fence.acq_rel.gpu" not in art.ptx
+    assert ".explicitcluster" in art.ptx or ".reqnctapercluster 2" in art.ptx
+    r = art.resources
+    assert r["spill_stores"] == 0 and r["stack_bytes"] == 0 and r["registers"] <= 255
+    assert spec.smem_bytes() <= get_profile("h100").smem_per_block
 
 
 @pytest.mark.slow
@@ -633,9 +688,10 @@ def test_whole_tile_plans_with_a_short_last_block(rng, monkeypatch):
         _check_256_token_plans(rng, m, n, geom, lambda pl: (pl.grid, pl.iters))
 
 
-def _check_256_token_plans(rng, m, n, geom, geom_of):
-    """The 256 x 128 x 4-stage wgmma kernel on M x N x 512, fp16 with groups of 128 and bf16 with
-    per-channel scales, against the reference; on a 132-SM GPU its plan's geom_of(plan) is geom."""
+def _check_256_token_plans(rng, m, n, geom, geom_of, tm=16, stages=4, cluster=1):
+    """The 256 x 128 x 4-stage wgmma kernel (or tm x 8 with `stages`, in clusters of `cluster`)
+    on M x N x 512, fp16 with groups of 128 and bf16 with per-channel scales, against the
+    reference; on a 132-SM GPU its plan's geom_of(plan) is geom."""
     import jitmarlin
     from jitmarlin.profiles import live_profile
 
@@ -643,7 +699,7 @@ def _check_256_token_plans(rng, m, n, geom, geom_of):
     for act, group in (("float16", 128), ("bfloat16", -1)):
         qw = jitmarlin.quantize(w, "uint4b8", group, scale_dtype=act)
         p = Problem(m, n, 512, act, "uint4b8", group)
-        spec = KernelSpec("sm90", "uint4b8", act, group_blocks(p), 16, 8, 4, 4)
+        spec = KernelSpec("sm90", "uint4b8", act, group_blocks(p), tm, 8, 4, stages, cluster=cluster)
         if live_profile(0).sms == 132:
             assert geom_of(plan(live_profile(0), p, spec)) == geom
         y, ref = run_forced(qw, m, act, spec, rng)
@@ -665,15 +721,20 @@ def test_hybrid_plans_match_reference(m, n, geom, rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m,n,geom", [(300, 4096, (128, 4, 0)),      # 64 tiles: each in two halves
-                                      (1000, 6144, (128, 4, 1))])    # 192 tiles: 1 whole a block + 64 halved
-def test_half_tile_plans_match_reference(m, n, geom, rng):
+@pytest.mark.parametrize("cluster", [1, 2])
+@pytest.mark.parametrize("m,n,tm,geom", [(300, 4096, 16, (128, 4, 0)),    # 64 tiles: each in two halves
+                                         (1000, 6144, 16, (128, 4, 1)),   # 192 tiles: 1 whole a block + 64 halved
+                                         (200, 4096, 8, (128, 4, 0))])    # 128 x 128 tiles
+def test_half_tile_plans_match_reference(m, n, tm, geom, cluster, rng):
     """Half-tile plans (planner._half_tiles): blocks 2j and 2j + 1 take the two halves of tile j's
-    K-steps (after their whole tiles, if any) and add them at the end; row blocks short of 256
-    tokens, both dtypes, grouped and per-channel scales, against the reference."""
+    K-steps (after their whole tiles, if any) and add them at the end, through the workspace
+    (cluster 1) or each other's shared memory (cluster 2, each writing out one warpgroup's
+    features); row blocks short of the tile, both dtypes, grouped and per-channel scales, against
+    the reference (the poisoned output shows a half left unwritten)."""
     if not _hopper():
         pytest.skip("needs an sm_90 GPU without JITMARLIN_EMULATE")
-    _check_256_token_plans(rng, m, n, geom, lambda pl: (pl.grid, pl.iters, pl.whole))
+    _check_256_token_plans(rng, m, n, geom, lambda pl: (pl.grid, pl.iters, pl.whole),
+                           tm=tm, stages=4 if tm == 16 else 6, cluster=cluster)
 
 
 @pytest.mark.gpu

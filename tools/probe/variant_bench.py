@@ -340,7 +340,8 @@ if os.environ.get("JM_PROBE_HYBRID_GRID"):
         return (_g, -(-rest * (p.k // spec.tile_k) // _g), whole) if whole and rest else h
 
     P._hybrid = _hybrid_grid
-# JM_PROBE_HALVES=off | LOAD[:MIN_M] (session 36): no half-tile plans (planner.HALF_TILES), or
+# JM_PROBE_HALVES=off | l2 | LOAD[:MIN_M] (session 36): no half-tile plans (planner.HALF_TILES),
+# half-tile plans without clusters (HALF_TILES_CLUSTER), or
 # half-tile plans up to LOAD x the Stream-K steps (HALF_TILES_MAX_LOAD, with no cap on the extra
 # steps), with hybrid ones from MIN_M rows (HYBRID_MIN_M) where given.
 if os.environ.get("JM_PROBE_HALVES"):
@@ -349,6 +350,8 @@ if os.environ.get("JM_PROBE_HALVES"):
     _v = os.environ["JM_PROBE_HALVES"]
     if _v == "off":
         P.HALF_TILES = False
+    elif _v == "l2":      # half-tile plans, their sums through the workspace (no clusters)
+        P.HALF_TILES_CLUSTER = False
     else:
         _load, _, _min_m = _v.partition(":")
         P.HALF_TILES_MAX_LOAD = float(_load)
