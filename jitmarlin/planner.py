@@ -903,6 +903,10 @@ def candidate_specs(profile: DeviceProfile, p: Problem) -> list[AnySpec]:
                         spec = KernelSpec("sm90", p.qtype, p.act, gb, tm, tn, 4, st, occupancy=occ)
                         if _fits(profile, spec):
                             out.append(spec)
+                            # and in clusters of two where its plan halves the split tiles
+                            two = _half_cluster_spec(profile, p, spec)
+                            if two is not spec:
+                                out.append(two)
     if p.m >= DEQUANT_CANDIDATE_MIN_M:
         out.append(dequant_spec(profile, p))
     return out

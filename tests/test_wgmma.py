@@ -241,6 +241,10 @@ def test_half_tile_plans_run_in_clusters_of_two(monkeypatch):
         plan(h, Problem(1024, 10240, 8192, "float16", "uint4b8", 128), two)   # 70B qkv: hybrid
     with pytest.raises(UnsupportedError, match="sm_90"):
         plan(get_profile("a100"), Problem(1024, 6144, 4096, "float16", "uint4b8", 128), two)
+    # the autotuner weighs the cluster kernels too
+    cands = candidate_specs(h, Problem(1024, 6144, 4096, "float16", "uint4b8", 128))
+    assert plan(h, Problem(1024, 6144, 4096, "float16", "uint4b8", 128)).spec in cands
+    assert all(replace(c, cluster=1) in cands for c in cands if c.wgmma and c.cluster == 2)
     # at most as many clusters as the GPU holds at once
     p = Problem(256, 4096, 14336, "float16", "uint4b8", 128)   # 64 clusters
     small = replace(h, clusters=((2, 60),))
