@@ -444,6 +444,7 @@ HALF_TILES = True
 HALF_TILES_MAX_EXTRA = 6
 HALF_TILES_MAX_LOAD = 1.035
 HALF_TILES_MIN_FILL = 0.9   # blocks against SMs: below this the idle SMs cost more than the split
+HALF_TILES_MIN_TM = 8       # tiles of at least 128 tokens (the ones measured)
 
 
 def _half_tiles(profile: DeviceProfile, spec: KernelSpec, tiles: int, n_tiles: int, k_tiles: int,
@@ -454,7 +455,7 @@ def _half_tiles(profile: DeviceProfile, spec: KernelSpec, tiles: int, n_tiles: i
     (tiles_in_step) or need a kernel without the hybrid loop, or a busiest block over
     `stream_iters` (the Stream-K share) by more than HALF_TILES_MAX_EXTRA steps or
     HALF_TILES_MAX_LOAD x."""
-    if not HALF_TILES or not spec.wgmma or spec.occupancy != 1 or spec.tm < 8 or k_tiles % 2:
+    if not HALF_TILES or not spec.wgmma or spec.occupancy != 1 or spec.tm < HALF_TILES_MIN_TM or k_tiles % 2:
         return None     # (measured on 128- and 256-token tiles only)
     for grid in range(profile.sms, int(HALF_TILES_MIN_FILL * profile.sms) - 1, -1):
         waves, odd = divmod(2 * tiles, grid)
@@ -490,7 +491,7 @@ def _half_cluster_spec(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> 
     """`spec` in clusters of two where its plan is a half-tile plan whose clusters the GPU holds
     at once, else `spec`."""
     if (not HALF_TILES_CLUSTER or not spec.wgmma or spec.cluster > 1 or spec.occupancy != 1
-            or spec.tm < 8 or not profile.cluster_capacity(2)):
+            or spec.tm < HALF_TILES_MIN_TM or not profile.cluster_capacity(2)):
         return spec
     pl = plan(profile, p, spec)
     two = replace(spec, cluster=2)

@@ -358,6 +358,17 @@ if os.environ.get("JM_PROBE_HALVES"):
         P.HALF_TILES_MAX_EXTRA = 1 << 30
         if _min_m:
             P.HYBRID_MIN_M = int(_min_m)
+# JM_PROBE_HALF_TM=4 (session 37): half-tile plans also for 64-token wgmma tiles
+# (planner.HALF_TILES_MIN_TM), whose kernel then carries the hybrid loop (whole tiles, then half
+# a tile: 8B qkv at M = 256 as 192 tiles of 64 x 128 on 128 blocks, 1.5 a block). With
+# JM_PROBE_HALVES=LOAD:256 the hybrid ones apply from 256 rows.
+if os.environ.get("JM_PROBE_HALF_TM"):
+    import jitmarlin.planner as P
+    from jitmarlin.spec import KernelSpec
+
+    P.HALF_TILES_MIN_TM = int(os.environ["JM_PROBE_HALF_TM"])
+    KernelSpec.hybrid_loop = property(
+        lambda s: s.wgmma and s.tm in (P.HALF_TILES_MIN_TM, 16) and s.occupancy == 1)
 # JM_PROBE_NO_ROUTE=1: no dequant + cuBLAS route; the fused kernel (wgmma on sm_90) at every M.
 if os.environ.get("JM_PROBE_NO_ROUTE"):
     import jitmarlin.planner as P
@@ -391,7 +402,8 @@ if force:
         s = real_fused(profile, p)
         if p.m not in [int(v) for v in fm.split("+")]:
             return s
-        return KernelSpec("sm90", p.qtype, p.act, P.group_blocks(p), ftm, ftn, 4, fst, occupancy=focc)
+        spec = KernelSpec("sm90", p.qtype, p.act, P.group_blocks(p), ftm, ftn, 4, fst, occupancy=focc)
+        return P._half_cluster_spec(profile, p, spec)   # (since session 37: clusters where the planner's would be)
 
     P.choose_fused_spec = fused
 # JM_PROBE_GEMV: decode (M <= 8) plans and the gemv kernel (planner.GEMV_MIN_FILL). "off": the
