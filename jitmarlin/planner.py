@@ -70,7 +70,7 @@ def _wgmma_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
         tiles = [(8, 8, 4, 1), (8, 16, 4, 1), (4, 16, 4, 1)]
     else:
         bar = WGMMA_TALL_MIN_STEPS_256 if p.m <= 256 else WGMMA_TALL_MIN_STEPS
-        tall = _wgmma_steps_per_block(profile, p, 256, 128) >= bar
+        tall = _wgmma_steps_per_block(profile, p, 256, 128) >= bar or _tall_unsplit(profile, p)
         tiles = [(16, 8, 4, 1), (8, 16, 4, 1), (8, 8, 4, 1)] if tall else [(8, 8, 6, 1), (16, 8, 4, 1)]
     out = []
     for tm, tn, depth, occ in tiles:
@@ -121,6 +121,31 @@ WGMMA_SMALL_DEPTH = 8
 # (8B qkv 1.02x, 8B o 1.13x).
 WGMMA_TALL_MIN_STEPS = 20
 WGMMA_TALL_MIN_STEPS_256 = 70
+
+
+# Up to 256 rows, 256 x 128 tiles below that bar too where their plan leaves no tile split over
+# a chain of blocks: whole tiles a block, or a half-tile plan in clusters of two (_half_tiles,
+# _half_cluster_spec: two blocks a tile, each half its K-steps, the sums traded through
+# distributed shared memory), with at least TALL_UNSPLIT_MIN_STEPS K-steps a block. The bar above
+# was measured against Stream-K plans of those tiles. H100, M = 256, 70B o (64 tiles of 256 x 128
+# in halves on 128 blocks, 64 steps each, against 128 whole tiles of 128 x 128): fp16 50.5 / 51.8
+# against 55.3 / 55.4 us, bf16 52.5 / 53.7 against 58.8 / 58.9 (tools/PERF.md entry 74).
+TALL_UNSPLIT = True
+TALL_UNSPLIT_MIN_STEPS = 32
+
+
+def _tall_unsplit(profile: DeviceProfile, p: Problem) -> bool:
+    """Whether 256 x 128 wgmma tiles on `p` (at most 256 rows) run whole tiles a block or a
+    half-tile plan in clusters of two, with at least TALL_UNSPLIT_MIN_STEPS K-steps a block."""
+    if not TALL_UNSPLIT or p.m > 256:
+        return False
+    spec = _deepest_wgmma(profile, p, 16, 8, 4, 1)
+    if spec is None:
+        return False
+    spec = _half_cluster_spec(profile, p, spec)
+    pl = plan(profile, p, spec)
+    whole = not pl.whole and pl.iters % pl.k_tiles == 0
+    return (spec.cluster == 2 or whole) and pl.iters >= TALL_UNSPLIT_MIN_STEPS
 
 
 def _wgmma_steps_per_block(profile: DeviceProfile, p: Problem, tokens: int, features: int,

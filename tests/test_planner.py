@@ -547,6 +547,30 @@ def test_half_tile_plans():
     assert seen[0] > 5 and seen[1] > 5, seen
 
 
+def test_tall_tiles_where_no_tile_is_chained():
+    """Up to 256 rows, below the tall-tile bar, the planner takes 256 x 128 tiles where their plan
+    is whole tiles a block or halves in clusters of two (planner._tall_unsplit), with at least
+    TALL_UNSPLIT_MIN_STEPS K-steps a block; elsewhere 128 x 128 tiles as before."""
+    from jitmarlin import planner
+
+    h = get_profile("h100")
+    for m, n, k, geom in [(256, 8192, 8192, ("m16n8k4s4c2", 128, 64)),   # 70B o: 64 tiles in halves
+                          (160, 8192, 4096, ("m16n8k4s4c2", 128, 32)),
+                          (256, 16384, 4096, ("m16n8k4s4", 128, 64)),    # 128 whole tiles
+                          (256, 6144, 4096, ("m8n8k4s6", 131, 47)),      # 8B qkv: 48 tiles, no halves
+                          (256, 8192, 2048, ("m8n8k4s6", 128, 32))]:     # 16 steps a half: too few
+        pl = plan(h, Problem(m, n, k, "float16", "uint4b8", 128))
+        assert (pl.spec.name.split("g128_")[1], pl.grid, pl.iters) == geom, (m, n, k)
+        if pl.spec.tm == 16:
+            assert pl.iters >= planner.TALL_UNSPLIT_MIN_STEPS
+            assert pl.spec.cluster == 2 or pl.iters % pl.k_tiles == 0
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(planner, "TALL_UNSPLIT", False)
+                assert plan(h, Problem(m, n, k, "float16", "uint4b8", 128)).spec.tm == 8
+    # from 257 rows the bar alone decides (70B o at 512 rows: 256 x 128, 2 whole tiles a block)
+    assert plan(h, Problem(512, 8192, 8192, "float16", "uint4b8", 128)).spec.tm == 16
+
+
 def test_whole_tile_plans_keep_the_blocks_in_step():
     """Of the whole-tile counts a block within WHOLE_TILES_MAX_LOAD, the planner takes the fewest
     that keep the blocks on the same weight columns (planner.tiles_in_step): 70B gate_up at 4096

@@ -369,6 +369,16 @@ if os.environ.get("JM_PROBE_HALF_TM"):
     P.HALF_TILES_MIN_TM = int(os.environ["JM_PROBE_HALF_TM"])
     KernelSpec.hybrid_loop = property(
         lambda s: s.wgmma and s.tm in (P.HALF_TILES_MIN_TM, 16) and s.occupancy == 1)
+# JM_PROBE_TALL=off | N (session 37): no 256 x 128 tiles below the tall-tile bar at M <= 256 where
+# their plan is whole tiles or halves in clusters (planner.TALL_UNSPLIT), or from N K-steps a
+# block (TALL_UNSPLIT_MIN_STEPS).
+if os.environ.get("JM_PROBE_TALL"):
+    import jitmarlin.planner as P
+
+    if os.environ["JM_PROBE_TALL"] == "off":
+        P.TALL_UNSPLIT = False
+    else:
+        P.TALL_UNSPLIT_MIN_STEPS = int(os.environ["JM_PROBE_TALL"])
 # JM_PROBE_NO_ROUTE=1: no dequant + cuBLAS route; the fused kernel (wgmma on sm_90) at every M.
 if os.environ.get("JM_PROBE_NO_ROUTE"):
     import jitmarlin.planner as P
