@@ -127,11 +127,15 @@ WGMMA_TALL_MIN_STEPS_256 = 70
 # a chain of blocks: whole tiles a block, or a half-tile plan in clusters of two (_half_tiles,
 # _half_cluster_spec: two blocks a tile, each half its K-steps, the sums traded through
 # distributed shared memory), with at least TALL_UNSPLIT_MIN_STEPS K-steps a block. The bar above
-# was measured against Stream-K plans of those tiles. H100, M = 256, 70B o (64 tiles of 256 x 128
-# in halves on 128 blocks, 64 steps each, against 128 whole tiles of 128 x 128): fp16 50.5 / 51.8
-# against 55.3 / 55.4 us, bf16 52.5 / 53.7 against 58.8 / 58.9 (tools/PERF.md entry 74).
+# was measured against Stream-K plans of those tiles. H100, us, fp16 / bf16, 128 x 128 tiles ->
+# 256 x 128 (tools/PERF.md entry 74, two passes each):
+#   70B o (8192 x 8192), M = 256, halves, 64 steps   55.3, 55.4 -> 50.5, 51.8 / 58.8, 58.9 -> 52.5, 53.7
+#   the same, M = 160                               69.3, 63.7 -> 47.3, 48.3 / 70.7, 64.2 -> 44.6, 46.4
+#   K x N = 4096 x 16384, M = 256, whole, 64 steps  55.5, 58.9 -> 49.7, 50.4 / 59.3, 58.6 -> 48.3, 49.1
+#   6144 x 8192, M = 256, halves, 48 steps          37.7, 40.6 -> 39.8, 40.3 / 42.6, 43.0 -> 39.6, 41.3
+#   4096 x 8192, M = 160, halves, 32 steps          33.5, 33.2 -> 34.2, 34.2 / 33.8, 33.1 -> 34.1, 34.2
 TALL_UNSPLIT = True
-TALL_UNSPLIT_MIN_STEPS = 32
+TALL_UNSPLIT_MIN_STEPS = 48
 
 
 def _tall_unsplit(profile: DeviceProfile, p: Problem) -> bool:

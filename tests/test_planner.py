@@ -555,10 +555,10 @@ def test_tall_tiles_where_no_tile_is_chained():
 
     h = get_profile("h100")
     for m, n, k, geom in [(256, 8192, 8192, ("m16n8k4s4c2", 128, 64)),   # 70B o: 64 tiles in halves
-                          (160, 8192, 4096, ("m16n8k4s4c2", 128, 32)),
+                          (160, 8192, 6144, ("m16n8k4s4c2", 128, 48)),
                           (256, 16384, 4096, ("m16n8k4s4", 128, 64)),    # 128 whole tiles
                           (256, 6144, 4096, ("m8n8k4s6", 131, 47)),      # 8B qkv: 48 tiles, no halves
-                          (256, 8192, 2048, ("m8n8k4s6", 128, 32))]:     # 16 steps a half: too few
+                          (256, 8192, 4096, ("m8n8k4s6", 128, 64))]:     # 32 steps a half: too few
         pl = plan(h, Problem(m, n, k, "float16", "uint4b8", 128))
         assert (pl.spec.name.split("g128_")[1], pl.grid, pl.iters) == geom, (m, n, k)
         if pl.spec.tm == 16:

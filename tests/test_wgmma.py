@@ -742,9 +742,9 @@ def test_half_tile_plans_match_reference(m, n, tm, geom, cluster, rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m,n,k,name_end", [(256, 8192, 4096, "m16n8k4s4c2"),   # 64 tiles in halves
-                                            (200, 8192, 4096, "m16n8k4s4c2"),   # one short row block
-                                            (256, 16384, 2048, "m16n8k4s4")])   # 128 whole tiles
+@pytest.mark.parametrize("m,n,k,name_end", [(256, 8192, 6144, "m16n8k4s4c2"),   # 64 tiles in halves
+                                            (200, 8192, 6144, "m16n8k4s4c2"),   # one short row block
+                                            (256, 16384, 3072, "m16n8k4s4")])   # 128 whole tiles
 def test_tall_unsplit_plans_match_reference(m, n, k, name_end, rng):
     """Up to 256 rows, the planner's 256 x 128 tiles below the tall-tile bar (planner._tall_unsplit):
     halves in clusters of two and whole tiles a block, both dtypes, against the reference (the

@@ -379,6 +379,27 @@ if os.environ.get("JM_PROBE_TALL"):
         P.TALL_UNSPLIT = False
     else:
         P.TALL_UNSPLIT_MIN_STEPS = int(os.environ["JM_PROBE_TALL"])
+# JM_PROBE_XPAD=1 (session 37): tools/bench's x drawn with its rows rounded up to 256 and passed
+# as the first M rows, and the wgmma kernel's x tensor map given whole row blocks, so no TMA box of
+# x reaches past the map (rows past M are read, their outputs discarded): what the out-of-bounds
+# rows of a short last row block cost. Timing only.
+if os.environ.get("JM_PROBE_XPAD"):
+    sys.path.insert(0, os.path.join(HERE, ".."))
+    import benchlib
+    import jitmarlin.launch as L
+
+    _dv = benchlib.draw_values
+
+    def _padded_x(torch, shape, dtype, scale=1.0, shared_values=False):
+        if len(shape) == 2 and scale == 1.0:
+            m, k = shape
+            return _dv(torch, (-(-m // 256) * 256, k), dtype, scale, shared_values)[:m]
+        return _dv(torch, shape, dtype, scale, shared_values)
+
+    benchlib.draw_values = _padded_x
+    _xmap = L.x_tensor_map
+    L.x_tensor_map = lambda ptr, rows, cols, lda, box_rows: _xmap(ptr, -(-rows // box_rows) * box_rows,
+                                                                  cols, lda, box_rows)
 # JM_PROBE_NO_ROUTE=1: no dequant + cuBLAS route; the fused kernel (wgmma on sm_90) at every M.
 if os.environ.get("JM_PROBE_NO_ROUTE"):
     import jitmarlin.planner as P
