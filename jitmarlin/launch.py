@@ -293,7 +293,7 @@ class Launcher:
     buffer). pdl: launch with programmatic dependent launch (the caller has checked the GPU)."""
 
     __slots__ = ("func", "grid", "block", "smem", "stream", "static", "plan", "device", "keep",
-                 "iters", "whole", "x_maps", "w_maps", "pdl")
+                 "iters", "whole", "x_tail", "x_maps", "w_maps", "pdl")
 
     def __init__(self, plan: Plan, func, device: int, stream_ptr: int, ptrs: dict, ws: Workspace,
                  n_out: int, k_in: int, gscale: float, pdl: bool = False):
@@ -309,6 +309,7 @@ class Launcher:
         self.iters = np.int32(plan.iters)
         self.whole = np.int32(plan.whole)
         self.x_maps = {} if plan.spec.wgmma else None
+        self.x_tail = np.int32(p.m % plan.spec.tile_m if plan.spec.wgmma else 0)
         tagged = isinstance(plan.spec, GemvSpec) and plan.spec.tagged_words(plan.grid) > 0
         if pdl and not getattr(plan.spec, "pdl", False):   # it would touch x before the grid ahead is done
             raise ValueError(f"{plan.spec.name} is not built for programmatic dependent launch (spec.pdl)")
@@ -331,13 +332,18 @@ class Launcher:
         args = (np.uint64(x_ptr), b, s, z, np.uint64(bias_ptr), np.uint64(out_ptr), gscale, part,
                 locks, m, n, k, n_out, k_in, np.int32(lda), self.iters)
         if self.x_maps is not None:
-            xmap = self.x_maps.get((x_ptr, lda))
-            if xmap is None:
+            maps = self.x_maps.get((x_ptr, lda))
+            if maps is None:
                 if len(self.x_maps) >= MAX_X_MAPS:
                     del self.x_maps[next(iter(self.x_maps))]
-                xmap = self.x_maps[(x_ptr, lda)] = x_tensor_map(
-                    x_ptr, int(m), int(k_in), lda, self.plan.spec.tile_m)
-            args += (self.whole, xmap, *self.w_maps)
+                full = x_tensor_map(x_ptr, int(m), int(k_in), lda, self.plan.spec.tile_m)
+                if not self.plan.spec.tail:
+                    maps = (full,)
+                else:   # the short last row block's boxes of its own rows (wgmma.cu.j2, x_tail)
+                    tail = x_tensor_map(x_ptr, int(m), int(k_in), lda, int(self.x_tail)) if self.x_tail else full
+                    maps = (self.x_tail, tail, full)
+                self.x_maps[(x_ptr, lda)] = maps
+            args += (self.whole, *maps, *self.w_maps)
         if self.pdl is not None:
             self.pdl(args)
         else:

@@ -516,6 +516,23 @@ def is_half_plan(p: Problem, spec: KernelSpec, grid: int, iters: int, whole: int
     return 2 * iters == k_tiles and 2 * tiles == grid * (2 * whole + 1)
 
 
+# The wgmma kernel reads a last row block short of its tile in x boxes of just its rows
+# (KernelSpec.tail): H100, fp16, us, boxes past x's last row -> within x (tools/PERF.md entry 75):
+#   K x N = 4096 x 8192 (128 x 128 tiles)  M = 136 39.1 -> 28.9, 144 37.9 -> 29.2, 168 35.2 -> 28.3
+#   4096 x 16384 (256 x 128)               M = 136 60.4 -> 48.4, 144 58.3 -> 51.8, 152 56.7 -> 49.6
+# (the probe read real rows past M, which costs power the kernel's zeroed rows do not). Kernels
+# for M a multiple of the tile are built without it, so theirs stay what was measured.
+TAIL_BOXES = True
+
+
+def tail_spec(p: Problem, spec: AnySpec) -> AnySpec:
+    """`spec` built for p's short last row block (KernelSpec.tail) where it is a wgmma kernel and
+    M is not a multiple of its tile, else `spec`."""
+    if TAIL_BOXES and getattr(spec, "wgmma", False) and p.m % spec.tile_m and not spec.tail:
+        return replace(spec, tail=True)
+    return spec
+
+
 def _half_cluster_spec(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> KernelSpec:
     """`spec` in clusters of two where its plan is a half-tile plan whose clusters the GPU holds
     at once, else `spec`."""
@@ -798,7 +815,7 @@ def choose_fused_spec(profile: DeviceProfile, p: Problem) -> KernelSpec:
     if wgmma_available(profile) and p.m >= WGMMA_MIN_M:
         wg = _wgmma_specs(profile, p)
         if wg:
-            return _half_cluster_spec(profile, p, wg[0])
+            return tail_spec(p, _half_cluster_spec(profile, p, wg[0]))
     gemv = _gemv_choice(profile, p)
     if gemv:
         return gemv
@@ -930,7 +947,7 @@ def candidate_specs(profile: DeviceProfile, p: Problem) -> list[AnySpec]:
                 for st in (2, 3, 4, 5, 6, 8):
                     # two blocks per SM where the sums leave registers for it (<= 64 a thread)
                     for occ in (1, 2) if tm * tn <= 64 else (1,):
-                        spec = KernelSpec("sm90", p.qtype, p.act, gb, tm, tn, 4, st, occupancy=occ)
+                        spec = tail_spec(p, KernelSpec("sm90", p.qtype, p.act, gb, tm, tn, 4, st, occupancy=occ))
                         if _fits(profile, spec):
                             out.append(spec)
                             # and in clusters of two where its plan halves the split tiles

@@ -77,6 +77,10 @@ class KernelSpec(_WeightFormat):
     late (mma.sync kernel, one m16 row block, no clusters): a block that shares a split tile and
     goes on to another one publishes its partial sums after its next step (one thread's fence,
     while the other warps compute) instead of holding the whole block at a fence at the switch.
+    tail (wgmma kernel): built for a last row block short of the tile: that block reads x in boxes
+    of just its rows (a second tensor map), the rest of each stage zeroed. Without it such a block
+    reads whole-tile boxes that reach past x's last row (the TMA unit fills them with zeros), which
+    made K = 4096 layers up to 1.35x slower at M = 136..184 on H100 (tools/PERF.md entry 75).
     On 'sm90', M is the wgmma N side (tm in 1, 2, 4, 8, 16: 16..256 tokens), N is split into
     64-feature slabs over two warpgroups (tn 8 or 16) and tk is 4 (one 128-byte swizzled x row
     per stage).
@@ -98,6 +102,7 @@ class KernelSpec(_WeightFormat):
     pdl: bool = False
     whole: bool = False
     late: bool = False
+    tail: bool = False
 
     def kernel_spec(self) -> "KernelSpec":
         """The spec of the compiled kernel: `whole` chooses a plan, not code, so a whole-tile
@@ -239,6 +244,10 @@ class KernelSpec(_WeightFormat):
         if self.late and (self.wgmma or self.cluster > 1 or self.tm != 1 or self.whole):
             raise ValueError("late publishing (late=True) is for the mma.sync kernel's Stream-K plans of one "
                              "m16 row block (tm=1), without clusters")
+        if self.tail not in (False, True):
+            raise ValueError(f"tail must be a bool, got {self.tail!r}")
+        if self.tail and not self.wgmma:
+            raise ValueError("short-row-block x boxes (tail=True) are for the wgmma kernel")
         if self.path not in ("sm70", "sm75", "sm80", "sm90"):
             raise ValueError(f"unknown code path {self.path!r}")
         if self.qtype not in QTYPES:
@@ -294,12 +303,12 @@ class KernelSpec(_WeightFormat):
     # ---- identity ----
     def canonical(self) -> str:
         """Stable text form (sorted JSON) used in cache keys. `cluster` appears only when it is
-        not 1, `pdl`, `whole` and `late` only when set, so specs (and bundles, tuned choices) from
-        before them keep their text."""
+        not 1, `pdl`, `whole`, `late` and `tail` only when set, so specs (and bundles, tuned
+        choices) from before them keep their text."""
         d = asdict(self)
         if d["cluster"] == 1:
             del d["cluster"]
-        for flag in ("pdl", "whole", "late"):
+        for flag in ("pdl", "whole", "late", "tail"):
             if not d[flag]:
                 del d[flag]
         return json.dumps(d, sort_keys=True, separators=(",", ":"))
@@ -315,6 +324,7 @@ class KernelSpec(_WeightFormat):
             + ("p" if self.pdl else "")
             + ("w" if self.whole else "")
             + ("l" if self.late else "")
+            + ("t" if self.tail else "")
         )
 
 

@@ -61,15 +61,26 @@ def test_wgmma_launches_carry_x_tensor_map_per_buffer(no_device):
                          (0x20, 2, (8192, 64), 8192 * 2, (128, 1), False)]
     del no_device[:]
     lz(0x1000, 8192, 0x9000, 0)
-    lz(0x1000, 8192, 0xa000, 0)          # same x buffer: the map is reused
-    lz(0x2000, 8200, 0x9000, 0)          # another buffer (and row stride): a new map
+    lz(0x1000, 8192, 0xa000, 0)          # same x buffer: the maps are reused
+    lz(0x2000, 8200, 0x9000, 0)          # another buffer (and row stride): new maps
+    # 300 rows: a full row block, then one of 44 rows, read in boxes of 44 rows (KernelSpec.tail)
+    assert pl.spec.tail
     assert no_device == [(0x1000, 2, (8184, 300), 8192 * 2, (64, 256), True),
-                         (0x2000, 2, (8184, 300), 8200 * 2, (64, 256), True)]
-    assert [c[-4]["opaque"][0] for c in f.calls] == [0x1000, 0x1000, 0x2000]
+                         (0x1000, 2, (8184, 300), 8192 * 2, (64, 44), True),
+                         (0x2000, 2, (8184, 300), 8200 * 2, (64, 256), True),
+                         (0x2000, 2, (8184, 300), 8200 * 2, (64, 44), True)]
+    assert [c[-4]["opaque"][0] for c in f.calls] == [0x1000, 0x1000, 0x2000]   # xmap
+    assert [c[-5]["opaque"][0] for c in f.calls] == [0x1000, 0x1000, 0x2000]   # xtail
     assert [c[-3]["opaque"][0] for c in f.calls] == [0x10] * 3 and f.calls[0][-2]["opaque"][0] == 0x20
     assert not f.calls[0][-1]["opaque"].any()            # no offsets: an empty map
-    assert len(f.calls[0]) == 21 and f.calls[2][14] == 8200   # lda still passed as an int
-    assert (f.calls[0][15], f.calls[0][16]) == (lz.plan.iters, lz.plan.whole)   # iters, whole
+    assert len(f.calls[0]) == 23 and f.calls[2][14] == 8200   # lda still passed as an int
+    assert (f.calls[0][15], f.calls[0][16], f.calls[0][17]) == (lz.plan.iters, lz.plan.whole, 44)   # iters, whole, x_tail
+    # 512 rows: whole row blocks, a kernel without the tail map and its argument
+    lz, f, pl = _launcher(512, k=8192, n=8192)
+    del no_device[:]
+    lz(0x3000, 8192, 0x9000, 0)
+    assert not pl.spec.tail and len(f.calls[0]) == 21 and f.calls[0][-4]["opaque"][0] == 0x3000
+    assert no_device == [(0x3000, 2, (8184, 512), 8192 * 2, (64, 256), True)]
 
 
 def test_weight_maps_follow_type_and_groups(no_device):
@@ -124,7 +135,7 @@ def test_pdl_launches_pass_the_same_arguments_through_cuLaunchKernelEx(no_device
     monkeypatch.setattr(cu, "cuLaunchKernelEx", fake_ex)
     from dataclasses import replace
 
-    p = Problem(300, 8192, 8192, "float16", "uint4b8", 128)
+    p = Problem(512, 8192, 8192, "float16", "uint4b8", 128)    # whole row blocks: 21 arguments
     prof = get_profile("h100")
     pl = planner.plan(prof, p)
     ws = types.SimpleNamespace(partials_ptr=2, locks_ptr=3, tagged_ptr=4, capacity=launch.workspace_capacity(132))
@@ -142,7 +153,7 @@ def test_pdl_launches_pass_the_same_arguments_through_cuLaunchKernelEx(no_device
     assert cfg.attrs[0].id == cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
     assert cfg.attrs[0].value.programmaticStreamSerializationAllowed == 1
     assert u64 == [0x1000, 0x10, 0x20, 0, 0x5000, 0x9000, 2, 3]    # x, B, S, Z, bias, C, workspace
-    assert gscale == 0.5 and i32 == [300, 8192, 8192, 8189, 8184, 8192, pl.iters, pl.whole]
+    assert gscale == 0.5 and i32 == [512, 8192, 8192, 8189, 8184, 8192, pl.iters, pl.whole]
     assert maps[0][:8] == (0x1000).to_bytes(8, "little")               # x's tensor map
     assert maps[1][:8] == (0x10).to_bytes(8, "little") and not any(maps[3])   # B's map; no offsets
     _, _, u64b, _, i32b, _, addrb = launches[1]

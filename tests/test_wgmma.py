@@ -184,10 +184,11 @@ def test_planner_takes_the_overlapping_kernel_above_64_rows():
     assert plan(h, Problem(2048, 4480, 8192, "float16", "uint4b8", 128)).spec.route == "dequant"   # 280:
     # two whole a block would not keep the blocks in step (35 columns)
     # a small layer above 128 rows: 256 x 128 tiles would give a block too few K-steps; up to 256
-    # rows the bar is 70 steps (8B qkv 23, 8B down 54, 70B o 62 take 128 x 128 tiles, 70B qkv 78
-    # does not); above, 20 (8B o at 512 rows: 31)
+    # rows the bar is 70 steps (8B qkv 23, 8B down 54 take 128 x 128 tiles, 70B qkv 78 does not;
+    # 70B o, 62, takes 256 x 128 in halves: test_planner's test_tall_tiles_where_no_tile_is_chained);
+    # above, 20 (8B o at 512 rows: 31)
     for m, n, k, tile in [(256, 4096, 4096, (8, 8, 6)), (256, 6144, 4096, (8, 8, 6)), (256, 4096, 14336, (8, 8, 6)),
-                          (256, 8192, 8192, (8, 8, 6)), (256, 10240, 8192, (16, 8, 4)), (512, 4096, 4096, (16, 8, 4)),
+                          (256, 8192, 8192, (16, 8, 4)), (256, 10240, 8192, (16, 8, 4)), (512, 4096, 4096, (16, 8, 4)),
                           (512, 6144, 4096, (16, 8, 4))]:
         s = plan(h, Problem(m, n, k, "float16", "uint4b8", 128)).spec
         assert (s.tm, s.tn, s.stages) == tile, (m, n, k, s.name)
@@ -287,6 +288,43 @@ def test_every_tile_compiles_without_spills(tm, tn, group):
     art = _compile(_spec("uint4b8", "float16", group, tm, tn, 3))
     assert f"m64n{16 * tm}k16" in art.ptx
     assert art.resources["spill_stores"] == 0 and art.resources["stack_bytes"] == 0
+
+
+def test_short_row_block_specs():
+    """KernelSpec.tail: the planner builds the wgmma kernel with its own x boxes for a last row
+    block short of the tile (planner.tail_spec) and only then; the flag names the kernel and
+    enters its canonical text only when set; the mma.sync kernels refuse it; the source takes the
+    second map and the row count only with it."""
+    from jitmarlin import planner
+
+    h = get_profile("h100")
+    for m, tile_m in [(136, 128), (200, 128), (256, 128), (300, 256), (1024, 256), (40, 64), (64, 64), (17, 32)]:
+        spec = choose_fused_spec(h, Problem(m, 8192, 4096, "float16", "uint4b8", 128))
+        assert spec.wgmma and spec.tile_m == tile_m and spec.tail == (m % tile_m != 0), (m, spec.name)
+        assert spec.name.endswith("t") == spec.tail and ('"tail"' in spec.canonical()) == spec.tail
+    cands = [s for s in candidate_specs(h, Problem(300, 8192, 8192, "float16", "uint4b8", 128)) if s.wgmma]
+    assert cands and all(s.tail == (300 % s.tile_m != 0) for s in cands)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(planner, "TAIL_BOXES", False)
+        assert not choose_fused_spec(h, Problem(300, 8192, 8192, "float16", "uint4b8", 128)).tail
+    with pytest.raises(ValueError, match="tail"):
+        KernelSpec("sm80", "uint4b8", "float16", 8, 1, 8, 4, 4, tail=True).check()
+    src, plain = render(replace(_spec(tm=16, tn=8), tail=True)), render(_spec(tm=16, tn=8))
+    assert "TmaMap xtail" in src and "int x_tail" in src and "xtail" not in plain
+
+
+@pytest.mark.slow
+def test_short_row_block_kernels_compile_clean():
+    """The tail kernels (KernelSpec.tail) of the planner's tiles compile for sm_90a without spills,
+    within the registers of their occupancy."""
+    for tm, tn, stages, occ, cl in [(16, 8, 4, 1, 1), (16, 8, 4, 1, 2), (8, 8, 6, 1, 1), (4, 8, 8, 1, 1),
+                                    (4, 8, 4, 2, 1), (2, 8, 4, 2, 1)]:
+        spec = KernelSpec("sm90", "uint4b8", "float16", 8, tm, tn, 4, stages, occupancy=occ, cluster=cl, tail=True)
+        art = _compile(spec)
+        r = art.resources
+        assert r["spill_stores"] == 0 and r["stack_bytes"] == 0, spec.name
+        assert r["registers"] <= (128 if occ == 2 else 255), spec.name
+        assert art.ptx.count("cp.async.bulk.tensor.2d") >= 2, spec.name
 
 
 @pytest.mark.slow
@@ -760,6 +798,33 @@ def test_tall_unsplit_plans_match_reference(m, n, k, name_end, rng):
         spec = choose_fused_spec(live_profile(0), Problem(m, n, k, act, "uint4b8", 128))
         if live_profile(0).sms == 132:
             assert spec.name.endswith(name_end), spec.name
+        y, ref = run_forced(qw, m, act, spec, rng)
+        assert rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {rel(y, ref):.3e}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,tm,stages,occ,cluster", [(136, 4096, 8, 6, 1, 1),    # 128-token tiles, 8 rows left
+                                                       (200, 8192, 16, 4, 1, 2),   # halves in clusters, 200 rows
+                                                       (300, 4096, 16, 4, 1, 1),   # a full row block, then 44 rows
+                                                       (1000, 6144, 16, 4, 1, 1),  # a hybrid plan, 232 rows left
+                                                       (40, 4096, 4, 8, 1, 1),     # one 64-token block of 40 rows
+                                                       (17, 4096, 2, 4, 2, 1)])    # 32-token tiles, two blocks an SM
+def test_short_row_block_boxes_match_reference(m, n, tm, stages, occ, cluster, rng):
+    """Kernels built for a short last row block (KernelSpec.tail): that block's x boxes hold just
+    its rows (a second tensor map, fewer bytes on the stage's mbarrier) and the rest of every stage
+    is zeroed; tiles of 32 to 256 tokens, one and two row blocks, whole, Stream-K, hybrid and
+    half-tile plans, both dtypes, grouped and per-channel scales, against the reference (the
+    poisoned output shows a row left unwritten)."""
+    if not _hopper():
+        pytest.skip("needs an sm_90 GPU without JITMARLIN_EMULATE")
+    import jitmarlin
+
+    w = rng.standard_normal((n, 512)) * 0.05
+    for act, group in (("float16", 128), ("bfloat16", -1)):
+        qw = jitmarlin.quantize(w, "uint4b8", group, scale_dtype=act)
+        p = Problem(m, n, 512, act, "uint4b8", group)
+        spec = KernelSpec("sm90", "uint4b8", act, group_blocks(p), tm, 8, 4, stages, occupancy=occ,
+                          cluster=cluster, tail=True)
         y, ref = run_forced(qw, m, act, spec, rng)
         assert rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {rel(y, ref):.3e}"
 

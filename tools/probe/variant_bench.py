@@ -400,6 +400,12 @@ if os.environ.get("JM_PROBE_XPAD"):
     _xmap = L.x_tensor_map
     L.x_tensor_map = lambda ptr, rows, cols, lda, box_rows: _xmap(ptr, -(-rows // box_rows) * box_rows,
                                                                   cols, lda, box_rows)
+# JM_PROBE_TAIL=off (session 37): wgmma kernels without the short-row-block x boxes
+# (planner.TAIL_BOXES; KernelSpec.tail).
+if os.environ.get("JM_PROBE_TAIL") == "off":
+    import jitmarlin.planner as P
+
+    P.TAIL_BOXES = False
 # JM_PROBE_NO_ROUTE=1: no dequant + cuBLAS route; the fused kernel (wgmma on sm_90) at every M.
 if os.environ.get("JM_PROBE_NO_ROUTE"):
     import jitmarlin.planner as P
