@@ -796,8 +796,8 @@ def test_tall_unsplit_plans_match_reference(m, n, k, name_end, rng):
     for act in ("float16", "bfloat16"):
         qw = jitmarlin.quantize(w, "uint4b8", 128, scale_dtype=act)
         spec = choose_fused_spec(live_profile(0), Problem(m, n, k, act, "uint4b8", 128))
-        if live_profile(0).sms == 132:
-            assert spec.name.endswith(name_end), spec.name
+        if live_profile(0).sms == 132:     # (200 rows: a short row block, KernelSpec.tail)
+            assert spec.name.endswith(name_end + ("t" if m % 256 else "")), spec.name
         y, ref = run_forced(qw, m, act, spec, rng)
         assert rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {rel(y, ref):.3e}"
 
