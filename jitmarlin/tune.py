@@ -326,7 +326,8 @@ def choose_for(profile: DeviceProfile, arch: str, p: Problem, cache: KernelCache
     """The spec api._prepare should use for problem `p`, or None for the planner's default.
 
     A stored choice for (profile.name, arch, bucket of p) is used when its winner is not the
-    default and planner.plan() accepts it for the exact problem. With none stored, and
+    default and planner.plan() accepts it for the exact problem (a wgmma winner built for p's
+    short last row block, planner.tail_spec, where p has one). With none stored, and
     `autotune` (default: JITMARLIN_AUTOTUNE=1) outside CUDA-graph capture, the bucket is tuned
     now by tuner(profile, arch, p) (default: jitmarlin.measure on GPU `device`), under a
     per-key lock, and stored. A failed tuning is logged and not retried in this process.
@@ -337,7 +338,8 @@ def choose_for(profile: DeviceProfile, arch: str, p: Problem, cache: KernelCache
     if choice is None or not choice.improved:
         return None
     try:
-        spec = choice.winner()
+        # tuned at the bucket's M: built for this M's short last row block where it has one
+        spec = planner.tail_spec(p, choice.winner())
         planner.plan(profile, p, spec)
     except (JitMarlinError, ValueError) as exc:
         log.warning("jitmarlin: tuned choice %s does not fit M=%d (%s); using the planner's",

@@ -413,6 +413,20 @@ def test_choose_for_uses_an_improving_stored_choice(tmp_path):
     assert tune.choose_for(prof, "sm_90", P16, cache, autotune=False) is None
 
 
+def test_choose_for_builds_a_wgmma_winner_for_a_short_row_block(tmp_path):
+    """A wgmma winner tuned at a bucket's M (a multiple of its tile) serves the bucket's other M
+    built for their short last row block (KernelSpec.tail), and unchanged where M is a multiple."""
+    cache, prof = KernelCache(tmp_path), _gpu_profile()
+    p256 = Problem(256, 8192, 4096, "float16", "uint4b8", 128)
+    win = next(s for s in planner.candidate_specs(prof, p256)
+               if s.wgmma and s.tm == 16 and s.cluster == 1 and s != planner.plan(prof, p256).spec)
+    assert not win.tail
+    tune.store(cache, _choice(p256, spec=win.canonical(), kind=spec_kind(win)))
+    assert tune.choose_for(prof, "sm_90", p256, cache, autotune=False) == win
+    spec = tune.choose_for(prof, "sm_90", dataclasses.replace(p256, m=200), cache, autotune=False)
+    assert spec == dataclasses.replace(win, tail=True)
+
+
 def test_choose_for_refuses_a_choice_that_does_not_fit(tmp_path, caplog):
     cache, prof = KernelCache(tmp_path), _gpu_profile()
     big = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 16, 16, 8)  # more smem than an H100 has
