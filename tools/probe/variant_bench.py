@@ -222,6 +222,17 @@ for _n in ("probe_no_red", "sk_nowait", "sk_nofence", "red1"):
 # nodq for both kernels: also the decode kernel's group-scale multiply (scale_tile)
 SUBS["nodq_all"] = SUBS["nodq"] + [("  b.r[0] = act_mul2(b.r[0], s);\n  b.r[1] = act_mul2(b.r[1], s);",
                                     "  (void)s;")]
+# JM_PROBE_SS=1 (session 38): the wgmma kernels of one slab a warpgroup with A from shared memory
+# (tools/probe/ss_templates.py), their shared memory grown by the slabs; =nofence / =nosync: timing
+# only, without the proxy fence / without the fence and the warpgroup barrier.
+if os.environ.get("JM_PROBE_SS"):
+    sys.path.insert(0, HERE)
+    import ss_templates
+    from jitmarlin.spec import KernelSpec
+
+    os.environ["JM_PROBE_TEMPLATES"] = str(ss_templates.write(Path("/tmp/jm-ss-templates"), os.environ["JM_PROBE_SS"]))
+    _smem_ss = KernelSpec.smem_bytes
+    KernelSpec.smem_bytes = lambda self: _smem_ss(self) + ss_templates.ss_bytes(self)
 tdir = os.environ.get("JM_PROBE_TEMPLATES")
 if tdir:
     R.templates_dir = lambda: Path(tdir).resolve()
