@@ -72,6 +72,9 @@ def _wgmma_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
         bar = WGMMA_TALL_MIN_STEPS_256 if p.m <= 256 else WGMMA_TALL_MIN_STEPS
         tall = _wgmma_steps_per_block(profile, p, 256, 128) >= bar or _tall_unsplit(profile, p)
         tiles = [(16, 8, 4, 1), (8, 16, 4, 1), (8, 8, 4, 1)] if tall else [(8, 8, 6, 1), (16, 8, 4, 1)]
+        wide3 = _wide3(profile, p)
+        if wide3:
+            return [wide3] + [s for tm, tn, depth, occ in tiles if (s := _deepest_wgmma(profile, p, tm, tn, depth, occ))]
     out = []
     for tm, tn, depth, occ in tiles:
         spec = _deepest_wgmma(profile, p, tm, tn, depth, occ) if occ > 1 else None
@@ -86,7 +89,8 @@ def _deepest_wgmma(profile: DeviceProfile, p: Problem, tm: int, tn: int, depth: 
     """The wgmma tile (tm, tn) with the deepest pipeline, at most `depth`, that fits `profile`
     with `occupancy` blocks per SM; two blocks only with at least 4 stages each."""
     for stages in range(depth, 3 if occupancy > 1 else 1, -1):
-        spec = KernelSpec("sm90", p.qtype, p.act, group_blocks(p), tm, tn, 4, stages, occupancy=occupancy)
+        spec = KernelSpec("sm90", p.qtype, p.act, group_blocks(p), tm, tn, 4, stages, occupancy=occupancy,
+                          threads=384 if tn == 12 else 256)
         if _fits(profile, spec):
             return spec
     return None
@@ -150,6 +154,47 @@ def _tall_unsplit(profile: DeviceProfile, p: Problem) -> bool:
     pl = plan(profile, p, spec)
     whole = not pl.whole and pl.iters % pl.k_tiles == 0
     return (spec.cluster == 2 or whole) and pl.iters >= TALL_UNSPLIT_MIN_STEPS
+
+
+# 128 x 192 tiles (tn 12: three warpgroups of one 64-feature slab each, 384 threads) from 129 to
+# WIDE3_MAX_M rows where N is a multiple of 192 and their plan leaves no tile split over a chain
+# of blocks: a half-tile plan in clusters of two, or whole tiles a block, on at least
+# HALF_TILES_MIN_FILL x SMs blocks. 8B qkv (N = 6144) at M = 256 has 96 tiles of 128 x 128 and 48
+# of 256 x 128, neither a plan without chains on 132 SMs; in 128 x 192 tiles it has 64, two
+# halves each on 128 blocks. H100, us, fp16 / bf16, planner (128 x 128 x 6, Stream-K) -> 128 x
+# 192 x 6 (tools/PERF.md entry 78; runs 2 and 3 of session 39):
+#   M = 192 (halves)   24.14, 24.55 -> 22.83 / 24.97, 25.28 -> 23.58
+#   M = 256 (halves)   25.70, 25.62, 26.06, 26.35 -> 23.94, 24.12, 24.38
+#                      / 26.37, 26.35, 26.33, 26.64 -> 24.33, 24.53, 23.95
+#   M = 512 (whole)    44.64, 46.58 -> 42.71 / 46.01, 47.87 -> 43.47
+# 4 and 7 stages were slower than 6 at M = 256 (5 mixed; at M = 192 5 stages 23.56 / 24.30). With
+# a short last row block (KernelSpec.tail) the 6-stage kernel in clusters spills a register under
+# the 168 a thread that 384 threads leave; those take 5 stages, which do not. At M = 1024 / 4096
+# the 128-token tiles lose to the planner's 256 x 128 (1.03-1.17x), which dequantise each weight
+# half as often. Measured for 4-bit integer codes in groups of 128 only (other types and groups of
+# 64 spill a few registers in clusters).
+WIDE3 = True
+WIDE3_MAX_M = 512
+WIDE3_STAGES = 6
+WIDE3_TAIL_STAGES = 5
+WIDE3_QTYPES = ("uint4b8", "uint4")
+
+
+def _wide3(profile: DeviceProfile, p: Problem) -> KernelSpec | None:
+    """The 128 x 192 wgmma kernel for `p` (above), in clusters of two where its plan is a
+    half-tile plan, or None."""
+    if (not WIDE3 or not 128 < p.m <= WIDE3_MAX_M or p.qtype not in WIDE3_QTYPES or p.group_size != 128
+            or p.n % 192):
+        return None
+    spec = _deepest_wgmma(profile, p, 8, 12, WIDE3_STAGES if p.m % 128 == 0 else WIDE3_TAIL_STAGES, 1)
+    if spec is None:
+        return None
+    spec = _half_cluster_spec(profile, p, spec)
+    pl = plan(profile, p, spec)
+    whole = not pl.whole and pl.iters % pl.k_tiles == 0
+    if (spec.cluster == 2 or whole) and pl.grid >= HALF_TILES_MIN_FILL * profile.sms:
+        return spec
+    return None
 
 
 def _wgmma_steps_per_block(profile: DeviceProfile, p: Problem, tokens: int, features: int,
@@ -943,11 +988,14 @@ def candidate_specs(profile: DeviceProfile, p: Problem) -> list[AnySpec]:
     if wgmma_available(profile) and p.m >= WGMMA_MIN_M:
         # 16-token tiles are not offered: at M = 16 they lost on every bench layer (entry 55)
         for tm in (2, 4) if p.m <= 32 else (4, 8, 16):
-            for tn in (8, 16):
+            # 192-feature tiles (three warpgroups, _wide3) where N is a multiple of 192
+            for tn in (8, 12, 16) if p.n % 192 == 0 and tm <= 8 else (8, 16):
                 for st in (2, 3, 4, 5, 6, 8):
-                    # two blocks per SM where the sums leave registers for it (<= 64 a thread)
-                    for occ in (1, 2) if tm * tn <= 64 else (1,):
-                        spec = tail_spec(p, KernelSpec("sm90", p.qtype, p.act, gb, tm, tn, 4, st, occupancy=occ))
+                    # two blocks per SM where the sums leave registers for it (<= 64 a thread;
+                    # not with three warpgroups)
+                    for occ in (1, 2) if tm * tn <= 64 and tn != 12 else (1,):
+                        spec = tail_spec(p, KernelSpec("sm90", p.qtype, p.act, gb, tm, tn, 4, st, occupancy=occ,
+                                                       threads=384 if tn == 12 else 256))
                         if _fits(profile, spec):
                             out.append(spec)
                             # and in clusters of two where its plan halves the split tiles

@@ -68,7 +68,7 @@ class KernelSpec(_WeightFormat):
     output tile are in one cluster and add their partial sums through distributed shared memory
     instead of the global workspace. The wgmma kernel takes 2 only, for half-tile plans
     (planner._half_tiles): the two blocks of a cluster hold the two halves of a split tile and
-    each writes out one warpgroup's features.
+    each writes out half of it (one warpgroup's features; with three warpgroups, half the tokens).
     pdl: built for programmatic dependent launch (griddepcontrol on sm_90+): the kernel waits for
     the grid ahead of it before touching x, the output or the workspace (launch.PdlLaunch).
     whole (mma.sync kernel, no clusters): the plan gives every block whole output tiles (no tile
@@ -82,8 +82,8 @@ class KernelSpec(_WeightFormat):
     reads whole-tile boxes that reach past x's last row (the TMA unit fills them with zeros), which
     made K = 4096 layers up to 1.35x slower at M = 136..184 on H100 (tools/PERF.md entry 75).
     On 'sm90', M is the wgmma N side (tm in 1, 2, 4, 8, 16: 16..256 tokens), N is split into
-    64-feature slabs over two warpgroups (tn 8 or 16) and tk is 4 (one 128-byte swizzled x row
-    per stage).
+    64-feature slabs over two warpgroups (tn 8 or 16, threads 256) or three (tn 12, threads 384,
+    one block an SM, at most 128 tokens) and tk is 4 (one 128-byte swizzled x row per stage).
     """
 
     route: ClassVar[str] = "fused"
@@ -178,6 +178,12 @@ class KernelSpec(_WeightFormat):
         return self.path == "sm90"
 
     @property
+    def warpgroups(self) -> int:
+        """Warpgroups of the wgmma kernel: 3 for 192-feature tiles (tn 12, one 64-feature slab
+        each, 384 threads), else 2 (tn / 8 slabs each)."""
+        return 3 if self.wgmma and self.tn == 12 else 2
+
+    @property
     def hybrid_loop(self) -> bool:
         """Whether the kernel is built to take hybrid plans (whole tiles, then a Stream-K range:
         planner._hybrid): the wgmma kernel of 256-token tiles at one block an SM."""
@@ -210,7 +216,7 @@ class KernelSpec(_WeightFormat):
     def cluster_bytes(self) -> int:
         """Shared memory where a cluster's finishing block receives the other blocks' partial
         sums (cluster - 1 slots) plus its 8-byte mbarrier; the wgmma kernel: the other block's
-        fp32 sums for one warpgroup's features (half a tile) plus 16 bytes of alignment; 0
+        fp32 sums for the half of the tile this block writes out, plus 16 bytes of alignment; 0
         without clusters."""
         if self.cluster == 1:
             return 0
@@ -254,7 +260,10 @@ class KernelSpec(_WeightFormat):
             raise ValueError(f"unknown quant type {self.qtype!r}")
         if self.act not in ACT_DTYPES:
             raise ValueError(f"unknown activation dtype {self.act!r}")
-        if self.threads != THREADS:
+        if self.wgmma and self.threads != 128 * self.warpgroups:
+            raise ValueError(f"the wgmma kernel with tn={self.tn} uses {128 * self.warpgroups} threads "
+                             f"({self.warpgroups} warpgroups), got {self.threads}")
+        if not self.wgmma and self.threads != THREADS:
             raise ValueError("kernels use 256 threads")
         if self.occupancy not in (1, 2):
             raise ValueError(f"occupancy (blocks per SM) must be 1 or 2, got {self.occupancy}")
@@ -287,12 +296,19 @@ class KernelSpec(_WeightFormat):
     def _check_wgmma(self) -> None:
         if self.tk != 4:
             raise ValueError("the wgmma kernel takes K tiles of 64 (tk=4)")
-        if self.tn not in (8, 16):
-            raise ValueError(f"the wgmma kernel takes tn 8 or 16 (two warpgroups of 64-feature slabs), got {self.tn}")
+        if self.tn not in (8, 12, 16):
+            raise ValueError(f"the wgmma kernel takes tn 8 or 16 (two warpgroups of 64-feature slabs) or 12 "
+                             f"(three warpgroups of one slab), got {self.tn}")
         if self.tm not in (1, 2, 4, 8, 16):
             raise ValueError(f"the wgmma kernel takes tm 1, 2, 4, 8 or 16 (16..256 tokens), got {self.tm}")
-        if self.tm * self.tn > 128:
-            raise ValueError("wgmma tile too large: more than 128 fp32 sums per thread")
+        # fp32 sums a thread holds: slabs a warpgroup x tokens / 2. Three warpgroups leave a thread
+        # 168 registers (384 threads), two 255.
+        sums = self.tn // (4 * self.warpgroups) * 8 * self.tm
+        if sums > (64 if self.warpgroups == 3 else 128):
+            raise ValueError(f"wgmma tile too large: {sums} fp32 sums per thread "
+                             f"(at most {64 if self.warpgroups == 3 else 128} with {self.warpgroups} warpgroups)")
+        if self.warpgroups == 3 and self.occupancy != 1:
+            raise ValueError("the three-warpgroup wgmma kernel (tn=12) runs one block an SM")
         if self.group_blocks > 0 and self.tk % self.group_blocks and self.group_blocks % self.tk:
             raise ValueError("group size and K tile must divide one another")
         if self.group_blocks < 0 and self.affine:

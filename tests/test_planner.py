@@ -14,8 +14,9 @@ from jitmarlin.spec import DequantSpec, GemvSpec, KernelSpec, spec_from_canonica
 @pytest.mark.parametrize("prof", list(PROFILES.values()), ids=lambda p: p.name)
 def test_every_plan_fits_the_profile(prof):
     """Planner guarantee: for every supported combination and a sweep of shapes the chosen spec
-    fits the profile's shared memory, thread and register budgets (256 threads, `occupancy`
-    blocks per SM: 64K registers is 255 a thread for one, 128 for two, which ptxas enforces
+    fits the profile's shared memory, thread and register budgets (256 threads, or 384 for the
+    three-warpgroup wgmma kernel, `occupancy` blocks per SM: 64K registers is 255 a thread for
+    one block of 256, 168 for one of 384, 128 for two blocks of 256, which ptxas enforces
     through the launch bounds; spills are checked in test_nvrtc)."""
     ms = [1, 2, 15, 16, 17, 48, 64, 65, 256, 1000, 4096, 8192]
     nks = [64, 128, 192, 4160, 6144, 14336, 28672, 57344]
@@ -59,7 +60,10 @@ def test_every_plan_fits_the_profile(prof):
             continue
         assert s.occupancy * (s.smem_bytes() + 1024) <= prof.smem_per_sm
         assert s.occupancy * s.threads <= prof.max_threads_per_sm
-        assert s.occupancy * s.threads * (255 if s.occupancy == 1 else 128) <= prof.regs_per_sm
+        # registers a thread the launch bounds leave: 255 (256 threads), 168 (the three-warpgroup
+        # wgmma kernel's 384), 128 (two blocks an SM)
+        cap = 128 if s.occupancy == 2 else {256: 255, 384: 168}[s.threads]
+        assert s.occupancy * s.threads * cap <= prof.regs_per_sm
         assert k % s.tile_k == 0
         assert 1 <= p.grid <= prof.sms * s.occupancy
         assert s.occupancy == 1 or (wgmma and m <= 64)
@@ -557,7 +561,7 @@ def test_tall_tiles_where_no_tile_is_chained():
     for m, n, k, geom in [(256, 8192, 8192, ("m16n8k4s4c2", 128, 64)),   # 70B o: 64 tiles in halves
                           (160, 8192, 6144, ("m16n8k4s4c2", 128, 48)),
                           (256, 16384, 4096, ("m16n8k4s4", 128, 64)),    # 128 whole tiles
-                          (256, 6144, 4096, ("m8n8k4s6", 131, 47)),      # 8B qkv: 48 tiles, no halves
+                          (256, 6144, 4096, ("m8n12k4s6c2", 128, 32)),   # 8B qkv: 48 tiles, no halves (192 wide: test_wide3_tiles)
                           (256, 8192, 4096, ("m8n8k4s6", 128, 64))]:     # 32 steps a half: too few
         pl = plan(h, Problem(m, n, k, "float16", "uint4b8", 128))
         assert (pl.spec.name.split("g128_")[1].rstrip("t"), pl.grid, pl.iters) == geom, (m, n, k)
@@ -570,6 +574,46 @@ def test_tall_tiles_where_no_tile_is_chained():
                 assert plan(h, Problem(m, n, k, "float16", "uint4b8", 128)).spec.tm == 8
     # from 257 rows the bar alone decides (70B o at 512 rows: 256 x 128, 2 whole tiles a block)
     assert plan(h, Problem(512, 8192, 8192, "float16", "uint4b8", 128)).spec.tm == 16
+
+
+def test_wide3_tiles_where_n_is_a_multiple_of_192():
+    """From 129 to WIDE3_MAX_M rows, 4-bit integer codes in groups of 128: the planner takes 128 x
+    192 wgmma tiles (three warpgroups, 384 threads) where N is a multiple of 192 and their plan has
+    no chained tile (halves in clusters of two, or whole tiles a block) on >= 0.9 x SMs blocks
+    (planner._wide3); elsewhere the tiles it took before."""
+    from jitmarlin import planner
+
+    h = get_profile("h100")
+    for m, n, k, qt, g, act, geom in [
+            (256, 6144, 4096, "uint4b8", 128, "float16", ("m8n12k4s6c2", 128, 32, 0)),   # 8B qkv: 64 tiles in halves
+            (256, 6144, 4096, "uint4", 128, "bfloat16", ("m8n12k4s6c2", 128, 32, 0)),
+            (200, 6144, 4096, "uint4b8", 128, "float16", ("m8n12k4s5c2t", 128, 32, 0)),  # a short row block: 5 stages
+            (512, 6144, 4096, "uint4b8", 128, "float16", ("m8n12k4s6", 128, 64, 0)),     # 128 whole tiles
+            (256, 6144, 8192, "uint4b8", 128, "float16", ("m8n12k4s6c2", 128, 64, 0)),
+            (320, 6144, 4096, "uint4b8", 128, "float16", None),    # 96 tiles: Stream-K, not taken
+            (1024, 6144, 4096, "uint4b8", 128, "float16", None),   # above WIDE3_MAX_M
+            (128, 6144, 4096, "uint4b8", 128, "float16", None),    # one row block
+            (256, 4608, 4096, "uint4b8", 128, "float16", None),    # 48 tiles: halves on 96 blocks
+            (256, 4096, 4096, "uint4b8", 128, "float16", None),    # N not a multiple of 192
+            (256, 6144, 4096, "uint4b8", 64, "float16", None),     # groups of 64 (spill in clusters)
+            (256, 6144, 4096, "float8_e4m3fn", 128, "float16", None)]:
+        p = Problem(m, n, k, act, qt, g)
+        pl = plan(h, p)
+        s = pl.spec
+        if geom is None:
+            assert getattr(s, "tn", 0) != 12 and s.threads == 256, (m, n, k, qt, g, s.name)
+            continue
+        assert (s.name.split(f"_g{g}_")[1], pl.grid, pl.iters, pl.whole) == geom, (m, n, k)
+        assert s.threads == 384 and s.warpgroups == 3 and s.tile_n == 192
+        assert s.cluster == 2 or pl.iters % pl.k_tiles == 0
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(planner, "WIDE3", False)
+            assert getattr(plan(h, p).spec, "tn", 0) != 12
+    # the tuner's candidates carry them where N is a multiple of 192, one block an SM
+    cands = [c for c in candidate_specs(h, Problem(256, 6144, 4096, "float16", "uint4b8", 128)) if c.wgmma and c.tn == 12]
+    assert cands and all(c.threads == 384 and c.occupancy == 1 and c.tm <= 8 for c in cands)
+    assert any(c.cluster == 2 for c in cands)
+    assert not [c for c in candidate_specs(h, Problem(256, 4096, 4096, "float16", "uint4b8", 128)) if getattr(c, "tn", 0) == 12]
 
 
 def test_whole_tile_plans_keep_the_blocks_in_step():

@@ -184,12 +184,12 @@ def test_planner_takes_the_overlapping_kernel_above_64_rows():
     assert plan(h, Problem(2048, 4480, 8192, "float16", "uint4b8", 128)).spec.route == "dequant"   # 280:
     # two whole a block would not keep the blocks in step (35 columns)
     # a small layer above 128 rows: 256 x 128 tiles would give a block too few K-steps; up to 256
-    # rows the bar is 70 steps (8B qkv 23, 8B down 54 take 128 x 128 tiles, 70B qkv 78 does not;
+    # rows the bar is 70 steps (8B o 16, 8B down 54 take 128 x 128 tiles, 70B qkv 78 does not;
     # 70B o, 62, takes 256 x 128 in halves: test_planner's test_tall_tiles_where_no_tile_is_chained);
-    # above, 20 (8B o at 512 rows: 31)
-    for m, n, k, tile in [(256, 4096, 4096, (8, 8, 6)), (256, 6144, 4096, (8, 8, 6)), (256, 4096, 14336, (8, 8, 6)),
+    # above, 20 (8B o at 512 rows: 31). 8B qkv (N = 6144) takes 128 x 192 tiles (planner._wide3).
+    for m, n, k, tile in [(256, 4096, 4096, (8, 8, 6)), (256, 6144, 4096, (8, 12, 6)), (256, 4096, 14336, (8, 8, 6)),
                           (256, 8192, 8192, (16, 8, 4)), (256, 10240, 8192, (16, 8, 4)), (512, 4096, 4096, (16, 8, 4)),
-                          (512, 6144, 4096, (16, 8, 4))]:
+                          (512, 6144, 4096, (8, 12, 6)), (1024, 6144, 4096, (16, 8, 4))]:
         s = plan(h, Problem(m, n, k, "float16", "uint4b8", 128)).spec
         assert (s.tm, s.tn, s.stages) == tile, (m, n, k, s.name)
 
@@ -205,7 +205,8 @@ def test_wgmma_candidates_are_valid():
 
 @pytest.mark.parametrize("bad,msg", [
     (dict(tk=8), "K tiles of 64"), (dict(tn=4), "tn 8 or 16"), (dict(tm=3), "tm 1, 2, 4, 8 or 16"),
-    (dict(tm=16, tn=16), "128 fp32 sums"), (dict(stages=1), "2..8 stages"),
+    (dict(tm=16, tn=16), "256 fp32 sums"), (dict(tm=16, tn=12, threads=384), "at most 64 with 3 warpgroups"),
+    (dict(tn=12), "uses 384 threads"), (dict(tm=4, tn=12, threads=384, occupancy=2), "one block an SM"), (dict(stages=1), "2..8 stages"),
 ])
 def test_wgmma_spec_checks(bad, msg):
     with pytest.raises(ValueError, match=msg):
@@ -798,6 +799,52 @@ def test_tall_unsplit_plans_match_reference(m, n, k, name_end, rng):
         spec = choose_fused_spec(live_profile(0), Problem(m, n, k, act, "uint4b8", 128))
         if live_profile(0).sms == 132:     # (200 rows: a short row block, KernelSpec.tail)
             assert spec.name.endswith(name_end + ("t" if m % 256 else "")), spec.name
+        y, ref = run_forced(qw, m, act, spec, rng)
+        assert rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {rel(y, ref):.3e}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("qt", ["uint4b8", "uint4"])
+@pytest.mark.parametrize("act", ["float16", "bfloat16"])
+def test_wide3_kernels_compile_clean(qt, act):
+    """The 128 x 192 kernels the planner may take (planner._wide3: three warpgroups, 384 threads,
+    6 stages, 5 with a short row block, groups of 128; alone and in clusters of two) compile for sm_90a
+    without spills within the 168 registers a thread of 384 threads; the clusters trade half the
+    tile's tokens each way."""
+    for cl, tail, stages in [(1, False, 6), (2, False, 6), (2, True, 5), (1, True, 6), (1, True, 5)]:
+        spec = KernelSpec("sm90", qt, act, 8, 8, 12, 4, stages, threads=384, cluster=cl, tail=tail)
+        art = _compile(spec)
+        r = art.resources
+        assert r["spill_stores"] == 0 and r["stack_bytes"] == 0 and r["registers"] <= 168, (spec.name, r)
+        assert ".maxntid 384" in art.ptx and "m64n128k16" in art.ptx
+        assert ("st.shared::cluster.v4.f32" in art.ptx) == (cl == 2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k,name_end", [(256, 6144, 4096, "m8n12k4s6c2"),    # 8B qkv: 64 tiles in halves
+                                            (200, 6144, 4096, "m8n12k4s5c2t"),   # a short row block
+                                            (512, 6144, 4096, "m8n12k4s6"),      # 128 whole tiles
+                                            (300, 3072, 2048, "m8n12k4s4t")])    # Stream-K (a tuner candidate)
+def test_wide3_plans_match_reference(m, n, k, name_end, rng):
+    """128 x 192 tiles (three warpgroups; planner._wide3 and the tuner's candidates): halves in
+    clusters of two trading token halves, whole tiles, and a Stream-K plan through the workspace,
+    both dtypes, a zero-point type, against the reference (the poisoned output shows a tile, a
+    half or a row left unwritten)."""
+    if not _hopper():
+        pytest.skip("needs an sm_90 GPU without JITMARLIN_EMULATE")
+    import jitmarlin
+    from jitmarlin import planner
+    from jitmarlin.profiles import live_profile
+
+    w = rng.standard_normal((n, k)) * 0.02
+    for act, qt in (("float16", "uint4b8"), ("bfloat16", "uint4b8"), ("float16", "uint4")):
+        qw = jitmarlin.quantize(w, qt, 128, scale_dtype=act)
+        p = Problem(m, n, k, act, qt, 128)
+        if name_end.endswith(("s6c2", "s5c2t", "s6")) and live_profile(0).sms == 132:
+            spec = choose_fused_spec(live_profile(0), p)
+        else:
+            spec = planner.tail_spec(p, KernelSpec("sm90", qt, act, 8, 8, 12, 4, 4, threads=384))
+        assert spec.name.endswith(name_end), spec.name
         y, ref = run_forced(qw, m, act, spec, rng)
         assert rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {rel(y, ref):.3e}"
 

@@ -390,6 +390,11 @@ if os.environ.get("JM_PROBE_TALL"):
         P.TALL_UNSPLIT = False
     else:
         P.TALL_UNSPLIT_MIN_STEPS = int(os.environ["JM_PROBE_TALL"])
+# JM_PROBE_WIDE3=off (session 39): no 128 x 192 tiles (planner.WIDE3): the tiles taken before.
+if os.environ.get("JM_PROBE_WIDE3") == "off":
+    import jitmarlin.planner as P
+
+    P.WIDE3 = False
 # JM_PROBE_XPAD=1 (session 37): tools/bench's x drawn with its rows rounded up to 256 and passed
 # as the first M rows, and the wgmma kernel's x tensor map given whole row blocks, so no TMA box of
 # x reaches past the map (rows past M are read, their outputs discarded): what the out-of-bounds
@@ -448,10 +453,11 @@ if force:
 
     def fused(profile, p):
         s = real_fused(profile, p)
-        if p.m not in [int(v) for v in fm.split("+")]:
+        if p.m not in [int(v) for v in fm.replace("/", "+").split("+")]:   # ("/": env_ab.sh's lists)
             return s
-        spec = KernelSpec("sm90", p.qtype, p.act, P.group_blocks(p), ftm, ftn, 4, fst, occupancy=focc)
-        return P._half_cluster_spec(profile, p, spec)   # (since session 37: clusters where the planner's would be)
+        spec = KernelSpec("sm90", p.qtype, p.act, P.group_blocks(p), ftm, ftn, 4, fst, occupancy=focc,
+                          threads=384 if ftn == 12 else 256)   # (session 39: tn 12, three warpgroups)
+        return P.tail_spec(p, P._half_cluster_spec(profile, p, spec))   # (since session 37: clusters where the planner's would be)
 
     P.choose_fused_spec = fused
 # JM_PROBE_GEMV: decode (M <= 8) plans and the gemv kernel (planner.GEMV_MIN_FILL). "off": the
