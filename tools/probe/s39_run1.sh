@@ -1,4 +1,5 @@
-# Session 39 device run 1: 192-feature wgmma tiles (tn 12, three warpgroups). Their kernels against
+# Session 39 device runs 1 and 2 (run 2: NOCHECK=1, after the A/B lists took "/" for "+"):
+# 192-feature wgmma tiles (tn 12, three warpgroups). Their kernels against
 # the float64 reference (tools/probe/t12_check.py), then an A/B on 8B qkv (4096 x 6144, the one
 # bench layer whose N is a multiple of 192) against the planner's kernels, both dtypes.
 source tools/probe/env.sh > /dev/null
