@@ -824,12 +824,14 @@ def test_wide3_kernels_compile_clean(qt, act):
 @pytest.mark.parametrize("m,n,k,name_end", [(256, 6144, 4096, "m8n12k4s6c2"),    # 8B qkv: 64 tiles in halves
                                             (200, 6144, 4096, "m8n12k4s5c2t"),   # a short row block
                                             (512, 6144, 4096, "m8n12k4s6"),      # 128 whole tiles
-                                            (300, 3072, 2048, "m8n12k4s4t")])    # Stream-K (a tuner candidate)
+                                            (300, 3072, 2048, "m8n12k4s4t"),     # Stream-K (a tuner candidate)
+                                            (64, 6144, 4096, "m4n12k4s4"),       # 64-token tiles (candidates)
+                                            (40, 3072, 2048, "m4n12k4s4t")])
 def test_wide3_plans_match_reference(m, n, k, name_end, rng):
-    """128 x 192 tiles (three warpgroups; planner._wide3 and the tuner's candidates): halves in
-    clusters of two trading token halves, whole tiles, and a Stream-K plan through the workspace,
-    both dtypes, a zero-point type, against the reference (the poisoned output shows a tile, a
-    half or a row left unwritten)."""
+    """128 x 192 tiles (three warpgroups; planner._wide3 and the tuner's candidates) and the
+    tuner's 64 x 192 ones: halves in clusters of two trading token halves, whole tiles, and
+    Stream-K plans through the workspace, both dtypes, a zero-point type, against the reference
+    (the poisoned output shows a tile, a half or a row left unwritten)."""
     if not _hopper():
         pytest.skip("needs an sm_90 GPU without JITMARLIN_EMULATE")
     import jitmarlin
@@ -843,7 +845,8 @@ def test_wide3_plans_match_reference(m, n, k, name_end, rng):
         if name_end.endswith(("s6c2", "s5c2t", "s6")) and live_profile(0).sms == 132:
             spec = choose_fused_spec(live_profile(0), p)
         else:
-            spec = planner.tail_spec(p, KernelSpec("sm90", qt, act, 8, 8, 12, 4, 4, threads=384))
+            tm = 8 if m > 64 else 4
+            spec = planner.tail_spec(p, KernelSpec("sm90", qt, act, 8, tm, 12, 4, 4, threads=384))
         assert spec.name.endswith(name_end), spec.name
         y, ref = run_forced(qw, m, act, spec, rng)
         assert rel(y, ref) <= TOL[act], f"{spec.name} M={m}: {rel(y, ref):.3e}"
