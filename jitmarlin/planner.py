@@ -13,7 +13,7 @@ from .errors import InputError, UnsupportedError
 from .problem import Problem
 from .profiles import DeviceProfile
 from .qtypes import ACT_DTYPES, GROUP_SIZES, get_qtype
-from .spec import HYBRID_MAX_SHARERS, AnySpec, DequantSpec, GemvSpec, KernelSpec
+from .spec import HYBRID_MAX_SHARERS, AnySpec, DequantSpec, GemvSpec, KernelSpec, wgmma_threads
 
 # Quant types each code path implements. Every type is dequantised with integer bit tricks and
 # packed half arithmetic (sm_53+), so the FP8/FP4 formats, whose own MMAs need sm_89+/sm_100+,
@@ -55,7 +55,8 @@ def _wgmma_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
     WGMMA_TALL_MIN_STEPS K-steps, or, up to 256 rows, WGMMA_TALL_MIN_STEPS_256). With one
     64-feature slab per warpgroup and >= 4 stages the kernel dequantises one step while the
     wgmmas of the step before run (sweeps, session 4: M = 128 0.60-0.91x the time of 128 x 256
-    tiles; M = 256 0.74-0.86x the time of 3 stages).
+    tiles; M = 256 0.74-0.86x the time of 3 stages). Ahead of them, from 129 to 512 rows, 128 x
+    192 tiles on three warpgroups where N and the plan suit them (_wide3).
     """
     if p.m <= 64:
         tm = 2 if p.m <= 32 else 4
@@ -72,10 +73,7 @@ def _wgmma_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
         bar = WGMMA_TALL_MIN_STEPS_256 if p.m <= 256 else WGMMA_TALL_MIN_STEPS
         tall = _wgmma_steps_per_block(profile, p, 256, 128) >= bar or _tall_unsplit(profile, p)
         tiles = [(16, 8, 4, 1), (8, 16, 4, 1), (8, 8, 4, 1)] if tall else [(8, 8, 6, 1), (16, 8, 4, 1)]
-        wide3 = _wide3(profile, p)
-        if wide3:
-            return [wide3] + [s for tm, tn, depth, occ in tiles if (s := _deepest_wgmma(profile, p, tm, tn, depth, occ))]
-    out = []
+    out = [wide3] if (wide3 := _wide3(profile, p)) else []   # (above 128 rows only)
     for tm, tn, depth, occ in tiles:
         spec = _deepest_wgmma(profile, p, tm, tn, depth, occ) if occ > 1 else None
         spec = spec or _deepest_wgmma(profile, p, tm, tn, depth, 1)
@@ -90,7 +88,7 @@ def _deepest_wgmma(profile: DeviceProfile, p: Problem, tm: int, tn: int, depth: 
     with `occupancy` blocks per SM; two blocks only with at least 4 stages each."""
     for stages in range(depth, 3 if occupancy > 1 else 1, -1):
         spec = KernelSpec("sm90", p.qtype, p.act, group_blocks(p), tm, tn, 4, stages, occupancy=occupancy,
-                          threads=384 if tn == 12 else 256)
+                          threads=wgmma_threads(tn))
         if _fits(profile, spec):
             return spec
     return None
@@ -995,7 +993,7 @@ def candidate_specs(profile: DeviceProfile, p: Problem) -> list[AnySpec]:
                     # not with three warpgroups)
                     for occ in (1, 2) if tm * tn <= 64 and tn != 12 else (1,):
                         spec = tail_spec(p, KernelSpec("sm90", p.qtype, p.act, gb, tm, tn, 4, st, occupancy=occ,
-                                                       threads=384 if tn == 12 else 256))
+                                                       threads=wgmma_threads(tn)))
                         if _fits(profile, spec):
                             out.append(spec)
                             # and in clusters of two where its plan halves the split tiles

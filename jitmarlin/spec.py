@@ -17,6 +17,12 @@ THREADS = 256          # 8 warps per block
 WARPS = THREADS // 32
 
 
+def wgmma_threads(tn: int) -> int:
+    """Threads of the wgmma kernel (KernelSpec.threads) for tiles of 16 tn features: 384 (three
+    warpgroups of one 64-feature slab) for tn 12, else 256 (two warpgroups)."""
+    return 384 if tn == 12 else THREADS
+
+
 class _WeightFormat:
     """What a spec's quant type and group field imply (shared by every spec kind)."""
 
@@ -181,7 +187,7 @@ class KernelSpec(_WeightFormat):
     def warpgroups(self) -> int:
         """Warpgroups of the wgmma kernel: 3 for 192-feature tiles (tn 12, one 64-feature slab
         each, 384 threads), else 2 (tn / 8 slabs each)."""
-        return 3 if self.wgmma and self.tn == 12 else 2
+        return wgmma_threads(self.tn) // 128 if self.wgmma else 2
 
     @property
     def hybrid_loop(self) -> bool:

@@ -445,7 +445,7 @@ if depth:
 force = os.environ.get("JM_PROBE_WGMMA")
 if force:
     import jitmarlin.planner as P
-    from jitmarlin.spec import KernelSpec
+    from jitmarlin.spec import KernelSpec, wgmma_threads
 
     fm, rest = force.split(":")
     ftm, ftn, fst, focc = map(int, rest.split(","))
@@ -456,7 +456,7 @@ if force:
         if p.m not in [int(v) for v in fm.replace("/", "+").split("+")]:   # ("/": env_ab.sh's lists)
             return s
         spec = KernelSpec("sm90", p.qtype, p.act, P.group_blocks(p), ftm, ftn, 4, fst, occupancy=focc,
-                          threads=384 if ftn == 12 else 256)   # (session 39: tn 12, three warpgroups)
+                          threads=wgmma_threads(ftn))   # (session 39: tn 12, three warpgroups)
         return P.tail_spec(p, P._half_cluster_spec(profile, p, spec))   # (since session 37: clusters where the planner's would be)
 
     P.choose_fused_spec = fused
