@@ -309,10 +309,10 @@ class KernelSpec(_WeightFormat):
             raise ValueError(f"the wgmma kernel takes tm 1, 2, 4, 8 or 16 (16..256 tokens), got {self.tm}")
         # fp32 sums a thread holds: slabs a warpgroup x tokens / 2. Three warpgroups leave a thread
         # 168 registers (384 threads), two 255.
-        sums = self.tn // (4 * self.warpgroups) * 8 * self.tm
-        if sums > (64 if self.warpgroups == 3 else 128):
+        sums, most = self.tn // (4 * self.warpgroups) * 8 * self.tm, 64 if self.warpgroups == 3 else 128
+        if sums > most:
             raise ValueError(f"wgmma tile too large: {sums} fp32 sums per thread "
-                             f"(at most {64 if self.warpgroups == 3 else 128} with {self.warpgroups} warpgroups)")
+                             f"(at most {most} with {self.warpgroups} warpgroups)")
         if self.warpgroups == 3 and self.occupancy != 1:
             raise ValueError("the three-warpgroup wgmma kernel (tn=12) runs one block an SM")
         if self.group_blocks > 0 and self.tk % self.group_blocks and self.group_blocks % self.tk:
