@@ -913,6 +913,13 @@ def late_contributors(p: Problem, spec: KernelSpec, grid: int, iters: int) -> in
 WHOLE_DECODE = True
 WHOLE_DECODE_MAX_LOAD = 1.35
 WHOLE_DECODE_MAX_STEPS = 16
+# A whole plan of 64-wide tiles takes K-tiles of 512 (tk 32) in WHOLE_DECODE_TK32_STAGES stages
+# where K allows: a 64 x 256 step is too little work for its fixed cost (a block barrier, the
+# fetch, a scale run's flush, the pipeline's refill), and halving the steps takes 5-7% off
+# Llama-3-8B qkv at M = 12 and 16 in both dtypes (entry 79: 10.2-10.6 -> 9.6-9.9 us). Wider tiles
+# with K-tiles of 512 fit 2-4 stages and were slower or even on the other seven layers.
+WHOLE_DECODE_TK32 = True
+WHOLE_DECODE_TK32_STAGES = 5
 
 
 def _whole_decode(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> KernelSpec | None:
@@ -933,6 +940,10 @@ def _whole_decode(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> Kerne
         if cand is None or -(-p.n // cand.tile_n) > profile.sms:
             continue
         if k_tiles * cand.tile_n <= WHOLE_DECODE_MAX_LOAD * busiest:
+            if WHOLE_DECODE_TK32 and cand.tn == 4 and p.k % 512 == 0:
+                deep = replace(cand, tk=32, stages=WHOLE_DECODE_TK32_STAGES, whole=True)
+                if _fits(profile, deep):
+                    return deep
             return replace(cand, whole=True)
     return None
 
@@ -967,7 +978,8 @@ def candidate_specs(profile: DeviceProfile, p: Problem) -> list[AnySpec]:
     stages = (2,) if path != "sm80" else (2, 3, 4, 5, 6, 8)
     out = []
     for tn in (4, 8, 16):
-        for tk in (4, 8, 16):
+        # K-tiles of 512 on the sm80 path at decode (one m16 row block): entry 79
+        for tk in (4, 8, 16, 32) if path == "sm80" and tm == 1 else (4, 8, 16):
             if p.k % (16 * tk):
                 continue
             for st in stages:

@@ -67,7 +67,8 @@ class KernelSpec(_WeightFormat):
     group_blocks: scale group size in units of 16 along K; -1: one scale per output channel,
     applied to the fp32 sums; 0: one scale (and offset) per output channel applied in the K loop
     (zero-point types, whose offsets cannot move past the sum);
-    tm, tn, tk: tile size in 16-element blocks along M, N and K; stages: shared-memory pipeline depth;
+    tm, tn, tk: tile size in 16-element blocks along M, N and K (tk 4, 8 or 16; 32 on the sm80
+    path, whose decode plans of 64-wide whole tiles take it); stages: shared-memory pipeline depth;
     occupancy: blocks resident per SM (1 or 2; with 2, registers are capped at 128 a thread and
     the grid has two blocks per SM, so one block's dequantisation overlaps the other's MMAs);
     cluster: blocks per thread-block cluster (1, 2, 4 or 8; sm_90+): the blocks that share an
@@ -286,8 +287,8 @@ class KernelSpec(_WeightFormat):
             raise ValueError(f"tn must be 4, 8 or 16 (got {self.tn})")
         if not 1 <= self.tm <= (2 if self.path == "sm70" else 4):
             raise ValueError(f"tm must be 1..4 (1..2 on sm70), got {self.tm}")
-        if self.tk not in (4, 8, 16):
-            raise ValueError(f"tk must be 4, 8 or 16 (got {self.tk})")
+        if self.tk not in (4, 8, 16) and not (self.tk == 32 and self.path == "sm80"):
+            raise ValueError(f"tk must be 4, 8 or 16, or 32 on the sm80 path (got {self.tk})")
         if self.tk % self.warps_k or self.sub_steps < 1:
             raise ValueError(f"tk={self.tk} cannot be split over {self.warps_k} K-warps")
         if self.group_blocks > 0 and self.tk % self.group_blocks and self.group_blocks % self.tk:

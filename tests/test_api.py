@@ -609,6 +609,32 @@ def test_raw_codes_match_reference(case, rng, monkeypatch):
     _check_decode_plan((m, n, k, 128, "bfloat16"), spec.name, rng)
 
 
+# ---- K-tiles of 512 (tk 32: planner.WHOLE_DECODE_TK32, and autotuner candidates at decode) -----
+# (m, n, k, group, (tn, tk, stages, whole)): Stream-K plans whose tiles split over 2-4 blocks
+# (Llama-3-8B down, 70B qkv), an N tail (1088 = 8.5 tiles of 128), groups of 64 and 32,
+# per-channel scales on whole tiles.
+K512_CASES = [(16, 4096, 14336, 128, (8, 32, 3, False)), (11, 10240, 8192, 128, (16, 32, 2, False)),
+              (16, 1088, 3072, 64, (8, 32, 4, False)), (7, 1536, 2048, 32, (8, 32, 4, False)),
+              (13, 2048, 4096, -1, (16, 32, 2, True))]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("act", ["float16", "bfloat16"])
+@pytest.mark.parametrize("case", K512_CASES, ids=lambda c: f"m{c[0]}-n{c[1]}-k{c[2]}-g{c[3]}")
+def test_k512_tiles_match_reference(case, act, rng, monkeypatch):
+    from jitmarlin import planner, tune
+    from jitmarlin.profiles import planning_profile
+    from jitmarlin.spec import KernelSpec
+
+    m, n, k, group, (tn, tk, st, whole) = case
+    prof = planning_profile(0)
+    spec = KernelSpec("sm80", "uint4b8", act, -1 if group < 0 else group // 16, 1, tn, tk, st, whole=whole)
+    if prof.path != "sm80" or act not in planner.PATH_ACTS[prof.path] or not planner._fits(prof, spec):
+        pytest.skip(f"{prof.name}: not the sm80 path, or {spec.name} does not fit it")
+    monkeypatch.setattr(tune, "choose_for", lambda *a, **kw: spec)
+    _check_decode_plan((m, n, k, group, act), spec.name, rng)
+
+
 # ---- whole tiles at decode (planner._whole_decode, sm_90): the planner's own plans -------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", [(16, 28672, 2048, 128, "bfloat16"), (9, 28672, 4096, 64, "float16"),

@@ -47,6 +47,10 @@ CASES = [
     (9, 512, 1024, 128, "float16", 3, ("sm75", 1, 16, 8, 2)),
     (9, 256, 1024, 128, "float16", 3, ("sm75", 1, 8, 8, 2)),
     (20, 512, 1024, 32, "float16", 3, ("sm70", 2, 16, 8, 2)),
+    # K-tiles of 512 (tk 32): x's fetch passes cover 4 rows each, so each works out its swizzle
+    (16, 256, 1536, 128, "float16", 5, ("sm80", 1, 4, 32, 4)),
+    (9, 448, 1024, 64, "bfloat16", 3, ("sm80", 1, 8, 32, 3)),
+    (3, 128, 1024, 32, "float16", 2, ("sm80", 1, 4, 32, 3)),
 ]
 
 
@@ -74,6 +78,7 @@ def _run_case(m, n, k, group, act, sms, forced, rng, bias=True, cluster=1, whole
     (16, 320, 512, 128, "float16", 2, ("sm80", 1, 4, 8, 4)),     # 5 tiles, 3 a block: 2 blocks
     (5, 448, 1024, 64, "bfloat16", 3, ("sm80", 1, 8, 16, 3)),    # 4 tiles, 2 a block, N tail
     (33, 256, 256, -1, "float16", 3, ("sm75", 2, 8, 8, 2)),      # 2 M chunks x 2 N tiles
+    (13, 192, 2048, 128, "bfloat16", 2, ("sm80", 1, 4, 32, 3)),  # K-tiles of 512: 3 tiles, 2 a block
 ], ids=lambda c: f"m{c[0]}n{c[1]}k{c[2]}{c[6][0]}")
 def test_whole_tile_plans_on_emulator(case, rng):
     """KernelSpec.whole: the Stream-K kernel on plans where no tile is split over blocks (no

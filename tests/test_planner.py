@@ -151,7 +151,7 @@ def test_cluster_specs_are_checked():
     assert s.smem_bytes() == plain.smem_bytes() + s.slot_bytes() + 16
     for bad, msg in [(dict(cluster=3), "cluster"), (dict(path="sm90", tk=4, tm=4, cluster=4), "clusters of 2"),
                      (dict(path="sm90", tk=4, tm=4, stages=4, cluster=2, occupancy=2), "clusters of 2"),
-                     (dict(path="sm75", stages=2, cluster=2), "mma.sync"), (dict(tk=32), "tk")]:
+                     (dict(path="sm75", stages=2, cluster=2), "mma.sync"), (dict(tk=64), "tk")]:
         with pytest.raises(ValueError, match=msg):
             replace(s, **bad).check()
     # a cluster kernel on a GPU without clusters: a clear error before anything compiles
@@ -375,6 +375,36 @@ def render_late(spec):
     from jitmarlin.render import render
 
     return "red_publish_late(red, late)" in render(spec)
+
+
+def test_k512_tiles_for_64_wide_whole_decode_plans(monkeypatch):
+    """planner.WHOLE_DECODE_TK32: a whole decode plan of 64-wide tiles (Llama-3-8B qkv on H100)
+    takes K-tiles of 512 in 5 stages where K is a multiple of 512; other plans keep theirs."""
+    from jitmarlin import planner
+
+    h = get_profile("h100")
+    for m in (9, 12, 16):
+        for act in ("float16", "bfloat16"):
+            pl = plan(h, Problem(m, 6144, 4096, act, "uint4b8", 128))
+            assert (pl.spec.tn, pl.spec.tk, pl.spec.stages, pl.spec.whole) == (4, 32, 5, True), pl.spec.name
+            assert (pl.grid, pl.iters) == (96, 8)                       # one 64 x 4096 tile a block
+    # K a multiple of 256 but not of 512: K-tiles of 256
+    odd = plan(h, Problem(16, 6144, 3840, "float16", "uint4b8", 128)).spec
+    assert odd.whole and (odd.tn, odd.tk) == (4, 16)
+    # wider whole tiles (8B gate_up) and Stream-K plans (8B o, 70B qkv) keep K-tiles of 256
+    for n, k in ((28672, 4096), (4096, 4096), (10240, 8192)):
+        assert plan(h, Problem(16, n, k, "float16", "uint4b8", 128)).spec.tk == 16
+    monkeypatch.setattr(planner, "WHOLE_DECODE_TK32", False)
+    assert plan(h, Problem(16, 6144, 4096, "float16", "uint4b8", 128)).spec.tk == 16
+    # the autotuner weighs K-tiles of 512 at decode on the sm80 path, not from two m16 row blocks on
+    cands = [c for c in candidate_specs(h, Problem(16, 6144, 4096, "float16", "uint4b8", 128))
+             if isinstance(c, KernelSpec) and c.path == "sm80"]
+    assert any(c.tk == 32 for c in cands) and all(c.tm == 1 for c in cands)
+    assert not any(getattr(c, "tk", 0) == 32 for c in candidate_specs(h, Problem(33, 6144, 4096, "float16", "uint4b8", 128)))
+    # the spec: sm80 path only (the register-staged sm70 / sm75 kernels keep tk <= 16)
+    KernelSpec("sm80", "uint4b8", "float16", 8, 1, 4, 32, 5, whole=True).check()
+    with pytest.raises(ValueError, match="tk must be"):
+        KernelSpec("sm75", "uint4b8", "float16", 8, 1, 8, 32, 2).check()
 
 
 def test_late_publish_is_a_candidate_beside_its_stream_k_plan(monkeypatch):
