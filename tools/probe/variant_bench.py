@@ -15,6 +15,16 @@ from pathlib import Path  # noqa: E402
 import jitmarlin.cache  # noqa: E402
 import jitmarlin.render as R  # noqa: E402
 
+PF_LOOP = """  for (int s = PF_FROM + (int)tid; s < n_steps * TK; s += THREADS) {
+    const int st = first + s / TK, row = s % TK;
+    const int pkt = st % k_tiles, pnt = (st / k_tiles) % n_tiles;
+    if (pnt * WARPS_N < n64) {
+      const int4* p = B + (size_t)(pkt * TK + row) * b_row4 + pnt * B_ROW;
+      const int nch = jm_min(B_ROW, (n64 - pnt * WARPS_N) * 32 * QI);
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(p), "r"(nch * 16) : "memory");
+    }
+  }
+"""
 SUBS = {
     # timing only (wrong sums): the int4 dequant and the group-scale multiply replaced by register
     # copies, so the A fragments come from registers without the ALU work (what RS wgmma costs alone)
@@ -188,6 +198,16 @@ SUBS = {
     # plan's partial-sum slots (128 x 128 tiles only); slot 15: an async publish's count-in
     # (branch wip/wgmma-async-publish). A link a source lacks (the per-thread fence since entry
     # 72) leaves its slot empty.
+    # Session 40 (results stay correct; sm_90): the mma.sync kernel's block prefetches its whole
+    # range of weight bytes into L2 at the start (one cp.async.bulk.prefetch a k16 row segment),
+    # so DRAM streams them while the cp.async stages wait on L2 rather than DRAM (pf_all); or the
+    # range past its first STAGES steps only, which the stage fetches request at once anyway (pf_late).
+    "pf_all": [("  const int n_steps = jm_min(first + iters, total) - first;   // this block's steps (may be <= 0)\n",
+                "  const int n_steps = jm_min(first + iters, total) - first;   // this block's steps (may be <= 0)\n"
+                + PF_LOOP.replace("PF_FROM", "0"))],
+    "pf_late": [("  const int n_steps = jm_min(first + iters, total) - first;   // this block's steps (may be <= 0)\n",
+                 "  const int n_steps = jm_min(first + iters, total) - first;   // this block's steps (may be <= 0)\n"
+                 + PF_LOOP.replace("PF_FROM", "STAGES * TK"))],
     "wg_timeline": [
         ("  Pipe<CHUNKS> pipe;\n",
          "  Pipe<CHUNKS> pipe;\n"
@@ -516,6 +536,31 @@ if os.environ.get("JM_PROBE_GEMV_SMEM"):
     _smem = GemvSpec.smem_bytes
     _f = float(os.environ["JM_PROBE_GEMV_SMEM"])
     GemvSpec.smem_bytes = lambda self: _smem(self) if self.spread else int(_smem(self) * _f) // 16 * 16
+# JM_PROBE_TK32=S (session 40): decode plans (M 9..16) of the mma.sync kernel with K-tiles of 512
+# instead of 256 where K allows: the planner's tile, plan kind (whole or Stream-K) and about its
+# shared memory: S = "half" (stages // 2), "half1" (stages // 2 + 1) or a number of stages.
+if os.environ.get("JM_PROBE_TK32"):
+    import dataclasses
+
+    import jitmarlin.planner as P
+
+    _tk32 = os.environ["JM_PROBE_TK32"]
+    _real_plan32 = P.plan
+
+    def plan_tk32(profile, p, spec=None):
+        pl = _real_plan32(profile, p, spec)
+        s = pl.spec
+        if spec is not None or p.m <= 8 or p.m > 16 or s.route != "fused" or s.wgmma or s.tk != 16 or p.k % 512:
+            return pl
+        st = s.stages // 2 if _tk32 == "half" else s.stages // 2 + 1 if _tk32 == "half1" else int(_tk32)
+        for st in range(max(2, st), 1, -1):   # the most of S stages that fit
+            try:
+                return _real_plan32(profile, p, dataclasses.replace(s, tk=32, stages=st))
+            except P.UnsupportedError:
+                pass
+        return pl
+
+    P.plan = plan_tk32
 tool = sys.argv[1]
 sys.argv = [os.path.join(HERE, "..", tool)] + sys.argv[2:]
 runpy.run_path(sys.argv[0], run_name="__main__")
