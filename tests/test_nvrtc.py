@@ -211,3 +211,27 @@ def test_stream_k_contributors_count_in_with_one_release(path, arch, m):
     ptx = default_cache().get(p.spec, arch)[0].ptx
     assert "fence.acq_rel.gpu" in ptx and "ld.global.acquire.gpu" in ptx
     assert "membar.gl" not in ptx and "fence.sc.gpu" not in ptx
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", SM80_ARCHS)
+@pytest.mark.parametrize("act", ["float16", "bfloat16"])
+def test_k512_tiles_compile_clean(arch, act):
+    """K-tiles of 512 (tk 32): on sm_90 the planner's kernel for Llama-3-8B qkv at M = 16, on the
+    other archs the autotuner's deepest such candidate that fits; no spills, no stack."""
+    from jitmarlin.planner import _fits
+    from jitmarlin.spec import KernelSpec
+
+    if arch not in nvrtc.supported_archs():
+        pytest.skip(f"NVRTC {nvrtc.version()} cannot target {arch}")
+    prof = get_profile(arch)
+    if arch == "sm_90":
+        spec = plan(prof, Problem(16, 6144, 4096, act, "uint4b8", 128)).spec
+        assert (spec.tn, spec.tk, spec.whole) == (4, 32, True)
+    else:
+        spec = next(s for st in (8, 6, 5, 4, 3, 2)
+                    if _fits(prof, s := KernelSpec("sm80", "uint4b8", act, 8, 1, 4, 32, st)))
+    art, _, _ = default_cache().get(spec, arch)
+    assert "mma.sync.aligned.m16n8k16.row.col.f32" in art.ptx and "cp.async.cg.shared.global" in art.ptx
+    r = art.resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0, (spec.name, r)
