@@ -379,14 +379,14 @@ def render_late(spec):
 
 def test_k512_tiles_for_64_wide_whole_decode_plans(monkeypatch):
     """planner.WHOLE_DECODE_TK32: a whole decode plan of 64-wide tiles (Llama-3-8B qkv on H100)
-    takes K-tiles of 512 in 5 stages where K is a multiple of 512; other plans keep theirs."""
+    takes K-tiles of 512 in 6 stages where K is a multiple of 512; other plans keep theirs."""
     from jitmarlin import planner
 
     h = get_profile("h100")
     for m in (9, 12, 16):
         for act in ("float16", "bfloat16"):
             pl = plan(h, Problem(m, 6144, 4096, act, "uint4b8", 128))
-            assert (pl.spec.tn, pl.spec.tk, pl.spec.stages, pl.spec.whole) == (4, 32, 5, True), pl.spec.name
+            assert (pl.spec.tn, pl.spec.tk, pl.spec.stages, pl.spec.whole) == (4, 32, 6, True), pl.spec.name
             assert (pl.grid, pl.iters) == (96, 8)                       # one 64 x 4096 tile a block
     # K a multiple of 256 but not of 512: K-tiles of 256
     odd = plan(h, Problem(16, 6144, 3840, "float16", "uint4b8", 128)).spec
@@ -405,6 +405,33 @@ def test_k512_tiles_for_64_wide_whole_decode_plans(monkeypatch):
     KernelSpec("sm80", "uint4b8", "float16", 8, 1, 4, 32, 5, whole=True).check()
     with pytest.raises(ValueError, match="tk must be"):
         KernelSpec("sm75", "uint4b8", "float16", 8, 1, 8, 32, 2).check()
+
+
+def test_narrow_deep_tiles_where_a_tile_splits_over_eight_blocks(monkeypatch):
+    """planner.NARROW_DEEP_DECODE: a Stream-K decode plan of 256-wide tiles that splits each tile over
+    8 blocks or more (Llama-3-8B down, Qwen2.5-7B down on H100) takes 128 x 512 tiles in 3 stages,
+    for the same steps a block and half the blocks a tile; plans of fewer sharers keep theirs."""
+    from jitmarlin import planner
+
+    h = get_profile("h100")
+    for n, k in ((4096, 14336), (3584, 18944)):
+        for m in (9, 16):
+            for act in ("float16", "bfloat16"):
+                pl = plan(h, Problem(m, n, k, act, "uint4b8", 128))
+                assert (pl.spec.tn, pl.spec.tk, pl.spec.stages, pl.spec.whole) == (8, 32, 3, False), pl.spec.name
+                monkeypatch.setattr(planner, "NARROW_DEEP_DECODE", False)
+                old = plan(h, Problem(m, n, k, act, "uint4b8", 128))
+                monkeypatch.setattr(planner, "NARROW_DEEP_DECODE", True)
+                assert (old.spec.tn, old.spec.tk) == (16, 16)
+                assert pl.iters == old.iters                             # the same K-steps a block
+                assert k // old.spec.tile_k >= 8 * old.iters > k // pl.spec.tile_k    # 8+ sharers -> 4+
+    # four to six blocks a tile (70B down, o, qkv; 13824 x 5120), K not a multiple of 512, M <= 8
+    # (the gemv kernel) and other GPUs keep their plans
+    for n, k in ((8192, 28672), (8192, 8192), (10240, 8192), (5120, 13824), (4096, 14080)):
+        assert plan(h, Problem(16, n, k, "float16", "uint4b8", 128)).spec.tk == 16, (n, k)
+    assert isinstance(plan(h, Problem(8, 4096, 14336, "float16", "uint4b8", 128)).spec, GemvSpec)
+    a100 = get_profile("a100")
+    assert plan(a100, Problem(16, 4096, 14336, "float16", "uint4b8", 128)).spec.tk == 16
 
 
 def test_late_publish_is_a_candidate_beside_its_stream_k_plan(monkeypatch):

@@ -242,6 +242,14 @@ for _n in ("probe_no_red", "sk_nowait", "sk_nofence", "red1"):
 # nodq for both kernels: also the decode kernel's group-scale multiply (scale_tile)
 SUBS["nodq_all"] = SUBS["nodq"] + [("  b.r[0] = act_mul2(b.r[0], s);\n  b.r[1] = act_mul2(b.r[1], s);",
                                     "  (void)s;")]
+# Session 41 (timing only: wrong sums), the wgmma kernel's group-scale multiply: kept but by 1.0,
+# so the A fragments are the exact small integers q - 8 (what the tensor cores' operand width costs
+# at the power cap, the ALU work unchanged; the 1.0 is opaque to the compiler) -- intw; or removed
+# (integer operands and 4 multiplies a k16 step fewer) -- nosc.
+SUBS["intw"] = [("                  const u32 sc = bcast(sp, h);\n",
+                 "                  const u32 sc = gscale != 12345.f ? act_pack2(1.f, 1.f) : bcast(sp, h);\n")]
+SUBS["nosc"] = [("                  b[h].r[0] = act_mul2(b[h].r[0], sc);\n                  b[h].r[1] = act_mul2(b[h].r[1], sc);\n",
+                 "                  (void)sc;\n")]
 # JM_PROBE_SS=1 (session 38): the wgmma kernels of one slab a warpgroup with A from shared memory
 # (tools/probe/ss_templates.py), their shared memory grown by the slabs; =nofence / =nosync: timing
 # only, without the proxy fence / without the fence and the warpgroup barrier.
@@ -561,6 +569,18 @@ if os.environ.get("JM_PROBE_TK32"):
         return pl
 
     P.plan = plan_tk32
+# JM_PROBE_SET=NAME=VALUE[,NAME=VALUE...] (session 41): planner module constants set for the run
+# (ints, floats or True/False), e.g. JM_PROBE_SET=WHOLE_DECODE_TK32_STAGES=6.
+if os.environ.get("JM_PROBE_SET"):
+    import ast
+
+    import jitmarlin.planner as P
+
+    for _kv in os.environ["JM_PROBE_SET"].split(","):
+        _k, _v = _kv.split("=", 1)
+        if not hasattr(P, _k):
+            raise SystemExit(f"JM_PROBE_SET: planner has no {_k}")
+        setattr(P, _k, ast.literal_eval(_v))
 tool = sys.argv[1]
 sys.argv = [os.path.join(HERE, "..", tool)] + sys.argv[2:]
 runpy.run_path(sys.argv[0], run_name="__main__")
