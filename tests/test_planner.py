@@ -424,7 +424,7 @@ def test_narrow_deep_tiles_where_a_tile_splits_over_eight_blocks(monkeypatch):
                 monkeypatch.setattr(planner, "NARROW_DEEP_DECODE", True)
                 assert (old.spec.tn, old.spec.tk) == (16, 16)
                 assert pl.iters == old.iters                             # the same K-steps a block
-                assert k // old.spec.tile_k >= 8 * old.iters > k // pl.spec.tile_k    # 8+ sharers -> 4+
+                assert k // old.spec.tile_k >= 8 * old.iters > k // pl.spec.tile_k    # 8+ blocks a tile -> fewer
     # four to six blocks a tile (70B down, o, qkv; 13824 x 5120), K not a multiple of 512, M <= 8
     # (the gemv kernel) and other GPUs keep their plans
     for n, k in ((8192, 28672), (8192, 8192), (10240, 8192), (5120, 13824), (4096, 14080)):
