@@ -250,6 +250,24 @@ SUBS["intw"] = [("                  const u32 sc = bcast(sp, h);\n",
                  "                  const u32 sc = gscale != 12345.f ? act_pack2(1.f, 1.f) : bcast(sp, h);\n")]
 SUBS["nosc"] = [("                  b[h].r[0] = act_mul2(b[h].r[0], sc);\n                  b[h].r[1] = act_mul2(b[h].r[1], sc);\n",
                  "                  (void)sc;\n")]
+# Session 42 (timing only: wrong weights), bf16 int4 dequantisation with fp16's one shift a word:
+# the nibbles of bits 4..7 taken by a mask in place (their values land in the exponent), so the
+# bf16 kernels do exactly fp16's ALU work a word (what the two extra shifts cost).
+SUBS["bf_1sh"] = [("fma_bf16x2(lop3<0xea>(q >> 4, LO, MAGIC), ONE, NEG)",
+                   "fma_bf16x2(lop3<0xea>(q, 0x00f000f0u, MAGIC), ONE, NEG)")]
+# Session 42: right shifts of the int4 dequantisation done as IMAD.HI (a multiply-high by 2^(32-n)
+# from constant memory, which the compilers cannot fold back into a shift) on the FMA pipe, to
+# take load off the integer pipe that the shifts and lop3s share (correct values). bf16: the two
+# q >> 4 (bf_imad2), and the q >>= 8 too (bf_imad3); fp16: its one q >>= 8 (f_imad).
+_SHR_DECL = ("constexpr int TILES_PER_WORD = 2;\n",
+             "__constant__ u32 JM_SHR4 = 1u << 28, JM_SHR8 = 1u << 24;\nconstexpr int TILES_PER_WORD = 2;\n")
+SUBS["bf_imad2"] = [_SHR_DECL, ("fma_bf16x2(lop3<0xea>(q >> 4, LO, MAGIC), ONE, NEG)",
+                                "fma_bf16x2(lop3<0xea>(__umulhi(q, JM_SHR4), LO, MAGIC), ONE, NEG)")]
+SUBS["bf_imad3"] = SUBS["bf_imad2"] + [("  q >>= 8;\n", "  q = __umulhi(q, JM_SHR8);\n")]
+SUBS["f_imad"] = [_SHR_DECL, ("  q >>= 8;\n", "  q = __umulhi(q, JM_SHR8);\n")]
+# Session 42: the bf16 int4 dequantisation's byte shift (q >>= 8) as a byte permute (PRMT), which
+# may issue elsewhere than SHF: the lop3 windows and the later q >> 4 see the same bits (correct).
+SUBS["bf_prmt"] = [("  q >>= 8;\n  b1.r[0] = fma_bf16x2(", "  q = __byte_perm(q, 0u, 0x3311);\n  b1.r[0] = fma_bf16x2(")]
 # JM_PROBE_SS=1 (session 38): the wgmma kernels of one slab a warpgroup with A from shared memory
 # (tools/probe/ss_templates.py), their shared memory grown by the slabs; =nofence / =nosync: timing
 # only, without the proxy fence / without the fence and the warpgroup barrier.
