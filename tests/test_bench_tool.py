@@ -239,13 +239,13 @@ class _T:
         return self
 
 
-def _fake_gpu(monkeypatch, gemlite_error=None):
+def _fake_gpu(monkeypatch, gemlite_error=None, gpu_name="Fake NVIDIA H100 80GB HBM3"):
     """tools/bench's main() on fakes: every call returns (peer, M); the Timer prices them; gemlite's
     calls cannot be captured in a graph; tinygemm's single call is 'slow' from M=1024."""
     import jitmarlin
 
     profiles = importlib.import_module("jitmarlin.profiles")    # jitmarlin.profiles is also a name in jitmarlin
-    cuda = types.SimpleNamespace(current_device=lambda: 0, get_device_name=lambda d: "Fake GPU",
+    cuda = types.SimpleNamespace(current_device=lambda: 0, get_device_name=lambda d: gpu_name,
                                  empty_cache=lambda: None, synchronize=lambda: None)
     torch = types.SimpleNamespace(
         float16="f16", bfloat16="bf16", cuda=cuda, manual_seed=lambda s: None,
@@ -333,6 +333,39 @@ def test_main_loop_records_peers_methods_and_skips(tmp_path, monkeypatch, capsys
     # a row that ran another kernel than the planner's names both
     assert r1024["planner_kernel"] == "jm_planned_m1024" and "planner_kernel" not in r1
     assert "jm_fake_m1024 (tuned; planner: jm_planned_m1024)" in text and "jm_fake_m1 (tuned" not in text
+
+
+def test_ist_marlin_anchors_are_a_peer_on_an_h100_only(tmp_path, monkeypatch, capsys):
+    # BENCH.md's IST Marlin times were measured on an H100: on an H200 they are left out, so the
+    # best peer is one measured in the same run
+    b, _ = _fake_gpu(monkeypatch, gpu_name="NVIDIA H200")
+    out = tmp_path / "run.json"
+    assert b.main(["--shapes", "L3-8B o", "--m", "1", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    res = json.loads(out.read_text())
+    assert res["ist_marlin_anchor"] is False and "not an H100" in text
+    (r1,) = res["rows"]
+    assert "ist_marlin_benchmd" not in r1["peers"] and r1["peers"]["gemlite"] == 16.5
+    assert bl.best_peer(r1) == ("gemlite", 16.5)
+
+
+def test_report_drops_anchors_from_runs_on_other_gpus(tmp_path, capsys):
+    anchor = bl.IST_MARLIN["L3-70B gate_up"][1]
+    runs = {}
+    for gpu in ("NVIDIA H200", "NVIDIA H100 80GB HBM3"):
+        runs[gpu] = {"gpu": gpu, "date": "d", "copy_tbps": 3.0,
+                     "rows": [row(BIG, 1, jm=95.0, floor=90.0, peers={"gemlite": 140.0, "ist_marlin_benchmd": anchor})]}
+    for gpu, run in runs.items():
+        p = tmp_path / "run.json"
+        p.write_text(json.dumps(run))
+        out = tmp_path / "out.json"
+        assert bench_module().main(["--report", str(p), "--json", str(out)]) == 0
+        text = capsys.readouterr().out
+        (r,) = json.loads(out.read_text())["rows"]
+        if gpu == "NVIDIA H200":
+            assert "ist_marlin_benchmd" not in r["peers"] and "left out" in text
+        else:
+            assert r["peers"]["ist_marlin_benchmd"] == anchor and "left out" not in text
 
 
 def test_main_loop_without_gemlite_goes_on(tmp_path, monkeypatch, capsys):

@@ -15,6 +15,7 @@ from jitmarlin.bench import (Timer, copies_needed, copy_bandwidth, draw_values, 
                              floor_us, host_overhead, random_weights)
 
 __all__ = ["SHAPES", "IST_MARLIN", "BENCH_CUBLAS", "BEST_PEERS", "FLOOR_TARGET_SHAPES", "select_shapes",
+           "anchors_apply", "drop_foreign_anchors",
            "make_tinygemm", "load_gemlite", "make_gemlite", "gemlite_config_source", "save_gemlite_configs",
            "single_call_ms", "kernel_name", "best_peer", "row_ratios", "markdown", "evaluate_targets",
            "format_targets", "merge_rows", "Timer", "copies_needed", "copy_bandwidth", "floor_us",
@@ -352,6 +353,27 @@ def planner_kernel(device, m, n, k, act, group):
 # The peers "best peer" is taken over: the IST Marlin anchor of BENCH.md (fp16, not re-measured),
 # tinygemm, gemlite. cuBLAS fp16 has its own column and target.
 BEST_PEERS = ("ist_marlin_benchmd", "tinygemm", "gemlite")
+ANCHOR = "ist_marlin_benchmd"
+
+
+def anchors_apply(gpu) -> bool:
+    """Whether BENCH.md's IST Marlin times stand as a peer for a run on `gpu` (its device name):
+    they were measured on an H100, so only on an H100. On any other GPU (an H200's faster memory
+    included) they would set jitmarlin against another GPU's times."""
+    return isinstance(gpu, str) and "H100" in gpu
+
+
+def drop_foreign_anchors(run: dict) -> int:
+    """Remove the IST Marlin anchor from the rows of `run` (a tools/bench JSON) unless it was made
+    on an H100 (runs before session 42 carried it on every GPU). Returns how many rows had it."""
+    if anchors_apply(run.get("gpu")):
+        return 0
+    dropped = 0
+    for r in run.get("rows", []):
+        if r.get("peers", {}).pop(ANCHOR, None) is not None:
+            r.get("peers_method", {}).pop(ANCHOR, None)
+            dropped += 1
+    return dropped
 # Issue 6 target (a): the layers of >= 29 MB of int4 weights, as the issue lists them.
 FLOOR_TARGET_SHAPES = ("L3-8B gate_up", "L3-8B down", "L3-70B qkv", "L3-70B gate_up", "L3-70B down")
 
