@@ -268,6 +268,14 @@ SUBS["f_imad"] = [_SHR_DECL, ("  q >>= 8;\n", "  q = __umulhi(q, JM_SHR8);\n")]
 # Session 42: the bf16 int4 dequantisation's byte shift (q >>= 8) as a byte permute (PRMT), which
 # may issue elsewhere than SHF: the lop3 windows and the later q >> 4 see the same bits (correct).
 SUBS["bf_prmt"] = [("  q >>= 8;\n  b1.r[0] = fma_bf16x2(", "  q = __byte_perm(q, 0u, 0x3311);\n  b1.r[0] = fma_bf16x2(")]
+# Session 42 (timing only as a schedule, values correct): the second half of the grid's blocks (the
+# second block on each SM where blocks are placed one an SM first) starts N ns late, so that two
+# blocks on one SM begin out of phase (one dequantising while the other's wgmmas run). Whether
+# they stay so or fall back into step shows in the time. late2 is the control: the same code (it
+# costs the two-block kernels 8 bytes of spills) with no delay.
+for _ns in (2, 300, 600, 1200):
+    SUBS[f"late{_ns}"] = [("  JM_SMEM_DECL(int4, smem_raw);\n  // 1024-byte aligned base",
+                           f"  __nanosleep(blockIdx.x >= gridDim.x / 2 ? {_ns}u : 1u);\n  JM_SMEM_DECL(int4, smem_raw);\n  // 1024-byte aligned base")]
 # JM_PROBE_SS=1 (session 38): the wgmma kernels of one slab a warpgroup with A from shared memory
 # (tools/probe/ss_templates.py), their shared memory grown by the slabs; =nofence / =nosync: timing
 # only, without the proxy fence / without the fence and the warpgroup barrier.
