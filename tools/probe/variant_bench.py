@@ -268,6 +268,17 @@ SUBS["f_imad"] = [_SHR_DECL, ("  q >>= 8;\n", "  q = __umulhi(q, JM_SHR8);\n")]
 # Session 42: the bf16 int4 dequantisation's byte shift (q >>= 8) as a byte permute (PRMT), which
 # may issue elsewhere than SHF: the lop3 windows and the later q >> 4 see the same bits (correct).
 SUBS["bf_prmt"] = [("  q >>= 8;\n  b1.r[0] = fma_bf16x2(", "  q = __byte_perm(q, 0u, 0x3311);\n  b1.r[0] = fma_bf16x2(")]
+# Session 43 (correct values): the bf16 int4 dequantisation's nibbles of bits 4..7 moved without a
+# shift. OR-ed into fp16's 1024.0 (0x6400) such a nibble v is the half 1024 + 16 v, and one fp16 fma,
+# (1024 + 16 v) * 2^-13 + 3.375 = 3.5 + v / 512, gives the half whose bits are 0x4300 | v: the bf16
+# 128 + v. So the two q >> 4 become two HFMA2 on the FMA pipe (SASS at M = 64: SHF 163 -> 83,
+# HFMA2 160 -> 240). Measured slower or even (entry 83), so the library keeps the shifts.
+_HF_DECL = ("constexpr int TILES_PER_WORD = 2;\n",
+            "constexpr int TILES_PER_WORD = 2;\nJM_DEV u32 bf16_magic_hi(u32 q) {\n"
+            "  return fma_f16x2(lop3<0xea>(q, 0x00f000f0u, 0x64006400u), 0x08000800u, 0x42c042c0u);\n}\n")
+SUBS["bf_hf"] = [_HF_DECL,
+                 ("fma_bf16x2(lop3<0xea>(q >> 4, LO, MAGIC), ONE, NEG)", "fma_bf16x2(bf16_magic_hi(q), ONE, NEG)"),
+                 ("= lop3<0xea>(q >> 4, LO, MAGIC);", "= bf16_magic_hi(q);")]
 # Session 42 (timing only as a schedule, values correct): the second half of the grid's blocks (the
 # second block on each SM where blocks are placed one an SM first) starts N ns late, so that two
 # blocks on one SM begin out of phase (one dequantising while the other's wgmmas run). Whether
