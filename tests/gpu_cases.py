@@ -47,10 +47,10 @@ def cases() -> list[Case]:
     return out
 
 
-def run_forced(qw, m, act, spec, rng, bias=True, lda=None, pad=0.0):
+def run_forced(qw, m, act, spec, rng, bias=True, lda=None, pad=0.0, x_mean=0.0):
     """Run kernel `spec` through the launcher (the planner bypassed) on torch tensors at M = m,
-    x rows `lda` apart with `pad` in the columns past K, into a poisoned (NaN) output; returns
-    (y, float64 reference). GPU only."""
+    x rows `lda` apart with `pad` in the columns past K (x: standard normal plus `x_mean`), into a
+    poisoned (NaN) output; returns (y, float64 reference). GPU only."""
     import numpy as np
     import torch
 
@@ -61,7 +61,7 @@ def run_forced(qw, m, act, spec, rng, bias=True, lda=None, pad=0.0):
     dt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[act]
     k = qw.in_features
     lda = lda or k
-    x = halves.round_to(rng.standard_normal((m, k)), act)
+    x = halves.round_to(rng.standard_normal((m, k)) + x_mean, act)
     b = halves.round_to(rng.standard_normal(qw.out_features), act) if bias else None
     ref = linear_reference(x, qw, b, act)
     xs = torch.full((m, lda), pad, dtype=dt, device="cuda")

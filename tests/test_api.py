@@ -609,6 +609,33 @@ def test_raw_codes_match_reference(case, rng, monkeypatch):
     _check_decode_plan((m, n, k, 128, "bfloat16"), spec.name, rng)
 
 
+@pytest.mark.gpu
+def test_raw_codes_cancel_offsets_for_x_far_from_zero_mean(rng):
+    """Raw codes leave 128 + v in the MMAs and take 136 x sum(x) out of each run's sums: with x of
+    mean 3 that is a cancellation of sums ~30x the result's. On a long K (8B down, M = 16) the
+    raw-code kernel stays within bf16's tolerance and within 1.5x (+1e-4) of the error of the same
+    plan on 128-wide tiles, which dequantise each weight instead (the fp16 form of this, 1024 + v
+    against 1032, failed such a check on the gemv kernel: tools/PERF.md entry 84)."""
+    from jitmarlin import planner
+    from jitmarlin.profiles import planning_profile
+    from jitmarlin.spec import KernelSpec
+    from gpu_cases import rel, run_forced
+
+    prof = planning_profile(0)
+    raw = KernelSpec("sm80", "uint4b8", "bfloat16", 8, 1, 16, 16, 3)
+    plain = KernelSpec("sm80", "uint4b8", "bfloat16", 8, 1, 8, 16, 4)
+    if (prof.path != "sm80" or "bfloat16" not in planner.PATH_ACTS[prof.path] or not planner._fits(prof, raw)
+            or not planner._fits(prof, plain)):
+        pytest.skip(f"{prof.name}: not the sm80 path, or the kernels do not fit it")
+    assert raw.raw_codes and not plain.raw_codes
+    qw = jitmarlin.quantize(rng.standard_normal((4096, 14336)) * 0.02, "uint4b8", 128, scale_dtype="bfloat16")
+    for x_mean in (0.0, 3.0):
+        seed = int(rng.integers(1, 1 << 30))
+        e_raw, e_plain = (rel(*run_forced(qw, 16, "bfloat16", s, np.random.default_rng(seed), bias=False,
+                                          x_mean=x_mean)) for s in (raw, plain))
+        assert e_raw <= 1e-2 and e_raw <= 1.5 * e_plain + 1e-4, (x_mean, e_raw, e_plain)
+
+
 # ---- K-tiles of 512 (tk 32: planner.WHOLE_DECODE_TK32, and autotuner candidates at decode) -----
 # (m, n, k, group, (tn, tk, stages, whole)): Stream-K plans whose tiles split over 2-4 blocks
 # (Llama-3-8B down, 70B qkv), an N tail (1088 = 8.5 tiles of 128), groups of 64 and 32,
