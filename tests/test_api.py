@@ -612,10 +612,10 @@ def test_raw_codes_match_reference(case, rng, monkeypatch):
 @pytest.mark.gpu
 def test_raw_codes_cancel_offsets_for_x_far_from_zero_mean(rng):
     """Raw codes leave 128 + v in the MMAs and take 136 x sum(x) out of each run's sums: with x of
-    mean 3 that is a cancellation of sums ~30x the result's. On a long K (8B down, M = 16) the
-    raw-code kernel stays within bf16's tolerance and within 1.5x (+1e-4) of the error of the same
-    plan on 128-wide tiles, which dequantise each weight instead (the fp16 form of this, 1024 + v
-    against 1032, failed such a check on the gemv kernel: tools/PERF.md entry 84)."""
+    mean 3 that cancels sums two orders of magnitude over the result's. On a long K (8B down,
+    M = 16) the raw-code kernel stays within bf16's tolerance and within 1.5x (+1e-4) of the error
+    of a kernel on 128-wide tiles, which dequantises each weight instead (the fp16 form of this,
+    1024 + v against 1032, failed such a check on the gemv kernel: tools/PERF.md entry 84)."""
     from jitmarlin import planner
     from jitmarlin.profiles import planning_profile
     from jitmarlin.spec import KernelSpec
