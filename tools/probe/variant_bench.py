@@ -264,6 +264,12 @@ _SHR_DECL = ("constexpr int TILES_PER_WORD = 2;\n",
 SUBS["bf_imad2"] = [_SHR_DECL, ("fma_bf16x2(lop3<0xea>(q >> 4, LO, MAGIC), ONE, NEG)",
                                 "fma_bf16x2(lop3<0xea>(__umulhi(q, JM_SHR4), LO, MAGIC), ONE, NEG)")]
 SUBS["bf_imad3"] = SUBS["bf_imad2"] + [("  q >>= 8;\n", "  q = __umulhi(q, JM_SHR8);\n")]
+# Session 45 (timing only, wrong sums): the Stream-K kernel's MMAs replaced by one xor a tile into
+# the sums' first register (the B fragment and x's fragment stay live, so the dequantisation and the
+# ldmatrix are kept): what the tensor pipe costs at M = 9..16.
+SUBS["sk_nomma"] = [("          for (int i = 0; i < TM; ++i) mma_16816(fa[buf][i], m, SCALE_SUMS ? grp[s] : acc[i][s]);",
+                     "          for (int i = 0; i < TM; ++i) { FragC& c_ = SCALE_SUMS ? grp[s] : acc[i][s];"
+                     " c_.r[0] = __int_as_float(__float_as_int(c_.r[0]) ^ m.r[0] ^ m.r[1] ^ fa[buf][i].r[0]); }")]
 SUBS["f_imad"] = [_SHR_DECL, ("  q >>= 8;\n", "  q = __umulhi(q, JM_SHR8);\n")]
 # Session 42: the bf16 int4 dequantisation's byte shift (q >>= 8) as a byte permute (PRMT), which
 # may issue elsewhere than SHF: the lop3 windows and the later q >> 4 see the same bits (correct).

@@ -237,6 +237,7 @@ PROBE(4, 4, wg16_w4)
 PROBE(0, 3, wg16_w0_g3)
 PROBE(3, 3, wg16_w3_g3)
 PROBE(2, 3, wg16_w2_g3)
+PROBE(1, 3, wg16_w1_g3)
 '''
 
 
@@ -283,8 +284,12 @@ CONFIGS = {
     "g3": [("V0xp", "wg16_w0", 4, 8), ("V2xp", "wg16_w2", 4, 8), ("V0nox", "wg16_w0", 4, 4),
            ("V2nox", "wg16_w2", 4, 4), ("g3V0xp", "wg16_w0_g3", 3, 8), ("g3V3xp", "wg16_w3_g3", 3, 8),
            ("g3V2xp", "wg16_w2_g3", 3, 8), ("g3V2nox", "wg16_w2_g3", 3, 4)],
+    # session 45 (H200): the wait for all but the newest row's wgmmas at 3 warpgroups (168 registers,
+    # two fragment sets without spills), beside the one-wait-a-row and dequantisation-only forms
+    "v1": [("V0xp", "wg16_w0", 4, 8), ("g3V0xp", "wg16_w0_g3", 3, 8), ("g3V1xp", "wg16_w1_g3", 3, 8),
+           ("g3V2xp", "wg16_w2_g3", 3, 8)],
 }
-CHECKED = ("V0", "V1", "V3", "V0xp", "V1xp", "g3V0xp", "g3V3xp")   # configs that compute the product
+CHECKED = ("V0", "V1", "V3", "V0xp", "V1xp", "g3V0xp", "g3V3xp", "g3V1xp")   # configs that compute the product
 
 
 def run_layer(name, k, n, splits, m, fns, configs, check64):
