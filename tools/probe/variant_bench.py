@@ -270,6 +270,12 @@ SUBS["bf_imad3"] = SUBS["bf_imad2"] + [("  q >>= 8;\n", "  q = __umulhi(q, JM_SH
 SUBS["sk_nomma"] = [("          for (int i = 0; i < TM; ++i) mma_16816(fa[buf][i], m, SCALE_SUMS ? grp[s] : acc[i][s]);",
                      "          for (int i = 0; i < TM; ++i) { FragC& c_ = SCALE_SUMS ? grp[s] : acc[i][s];"
                      " c_.r[0] = __int_as_float(__float_as_int(c_.r[0]) ^ m.r[0] ^ m.r[1] ^ fa[buf][i].r[0]); }")]
+# Session 45 (correct values): a bf16 raw-code kernel (KernelSpec.raw_codes) back to the plain decode,
+# no offsets MMA, no offset taken off the runs' sums: is entry 60's H100 gain there on the H200, whose
+# M = 16 kernel pays for each MMA (entry 86)?
+SUBS["bf_noraw"] = [("constexpr bool RAW_CODES = true;", "constexpr bool RAW_CODES = false;"),
+                    ("dequant_word_raw(word(fb[buf][w / 4], w % 4), b);", "dequant_word(word(fb[buf][w / 4], w % 4), b);"),
+                    ("        mma_16816(fa[buf][0], m, xoff);\n      }", "        (void)m;\n      }")]
 SUBS["f_imad"] = [_SHR_DECL, ("  q >>= 8;\n", "  q = __umulhi(q, JM_SHR8);\n")]
 # Session 42: the bf16 int4 dequantisation's byte shift (q >>= 8) as a byte permute (PRMT), which
 # may issue elsewhere than SHF: the lop3 windows and the later q >> 4 see the same bits (correct).
