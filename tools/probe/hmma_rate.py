@@ -5,9 +5,10 @@ and beside ALU work, in cycles (clock64 inside the kernel, one wave of blocks an
 Each warp keeps 8 independent sums (as the M = 16 Stream-K kernel's 8 n8 sub-tiles) and issues 8
 HMMAs an iteration; before each HMMA it runs NALU ALU instructions on that HMMA's B fragment (half
 lop3, half fma.rn.f16x2, a dependent chain per fragment, like the dequantisation of a word).
-Prints cycles per iteration and per HMMA per sub-partition for 2 and 4 warps a sub-partition:
-if the tensor pipe and the ALU work overlap, the time with NALU = 4.5 (the kernel's 9 dequant
-instructions per 2 HMMAs) is max(tensor, issue); if they add, the sum.
+Prints cycles per HMMA and sub-partition (the median warp's clock64 span over its HMMAs, times
+its sub-partition's warps) for 2 and 4 warps a sub-partition: if the tensor pipe and the ALU work
+overlap, the time is about max(tensor, issue); if they add, the sum. (The M = 16 Stream-K kernel
+has ~4.5 decode instructions a HMMA and ~8.7 instructions in all.)
     python3 tools/probe/hmma_rate.py"""
 import cupy as cp
 import numpy as np

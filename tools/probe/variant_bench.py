@@ -275,7 +275,7 @@ SUBS["sk_nomma"] = [("          for (int i = 0; i < TM; ++i) mma_16816(fa[buf][i
 # M = 16 kernel pays for each MMA (entry 86)?
 SUBS["bf_noraw"] = [("constexpr bool RAW_CODES = true;", "constexpr bool RAW_CODES = false;"),
                     ("dequant_word_raw(word(fb[buf][w / 4], w % 4), b);", "dequant_word(word(fb[buf][w / 4], w % 4), b);"),
-                    ("        mma_16816(fa[buf][0], m, xoff);\n      }", "        (void)m;\n      }")]
+                    *SUBS["offnone"]]
 SUBS["f_imad"] = [_SHR_DECL, ("  q >>= 8;\n", "  q = __umulhi(q, JM_SHR8);\n")]
 # Session 42: the bf16 int4 dequantisation's byte shift (q >>= 8) as a byte permute (PRMT), which
 # may issue elsewhere than SHF: the lop3 windows and the later q >> 4 see the same bits (correct).
