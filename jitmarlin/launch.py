@@ -316,7 +316,12 @@ class Launcher:
         misfit = workspace_misfit(plan, ws.capacity)
         if misfit:   # a kernel past its counters would read another block's (or anything's) memory
             raise ValueError(misfit)
-        self.w_maps = weight_tensor_maps(plan.spec, ptrs, plan.problem.n, plan.problem.k) if plan.spec.wgmma else ()
+        if plan.spec.wgmma:
+            self.w_maps = weight_tensor_maps(plan.spec, ptrs, plan.problem.n, plan.problem.k)
+        elif getattr(plan.spec, "bulk", False):   # the weights' map only (KernelSpec.bulk)
+            self.w_maps = weight_tensor_maps(plan.spec, ptrs, plan.problem.n, plan.problem.k)[:1]
+        else:
+            self.w_maps = ()
         self.static = (np.uint64(ptrs["B"]), np.uint64(ptrs["S"]), np.uint64(ptrs["Z"]),
                        np.float32(gscale), np.uint64(ws.tagged_ptr if tagged else ws.partials_ptr),
                        np.uint64(ws.locks_ptr),
@@ -344,6 +349,8 @@ class Launcher:
                     maps = (self.x_tail, tail, full)
                 self.x_maps[(x_ptr, lda)] = maps
             args += (self.whole, *maps, *self.w_maps)
+        elif self.w_maps:
+            args += self.w_maps
         if self.pdl is not None:
             self.pdl(args)
         else:

@@ -872,8 +872,35 @@ def choose_fused_spec(profile: DeviceProfile, p: Problem) -> KernelSpec:
         )
     # Prefer a tile width that divides N (no idle columns); keep preference order otherwise.
     spec = next((s for s in fitting if p.n % s.tile_n == 0), fitting[0])
-    return (_cluster_spec(profile, p, spec) or _whole_decode(profile, p, spec)
-            or _narrow_deep_decode(profile, p, spec) or _late_spec(profile, p, spec))
+    return bulk_spec(profile, _cluster_spec(profile, p, spec) or _whole_decode(profile, p, spec)
+                     or _narrow_deep_decode(profile, p, spec) or _late_spec(profile, p, spec))
+
+
+# TMA weight boxes at decode (KernelSpec.bulk): on sm_90 the mma.sync kernel takes a stage's weights
+# as one tensor-map box that one thread issues, instead of every thread working out and issuing its
+# cp.asyncs (about half of a step's ~150 fetch instructions a warp, all issued between the block
+# barrier and the step's first MMA). H200 at M = 16 (tools/PERF.md entry 88, with the raw-code
+# kernels' offsets MMAs in four chains): where a stage's weights are at least BULK_MIN_STAGE_BYTES
+# (256-wide tiles of K 256, 128-wide of K 512), 2-6% faster on four bench layers and 0-2% on two,
+# in both dtypes; the 16 KB stages of 8B o and qkv 2-3% slower. One m16 row block on sm_90 only
+# (other GPUs are not measured).
+BULK_DECODE = True
+BULK_MIN_STAGE_BYTES = 32 * 1024
+
+
+def bulk_fits(spec: KernelSpec) -> bool:
+    """Whether `spec` can take its weights by TMA boxes (KernelSpec.bulk's limits)."""
+    return (spec.path == "sm80" and spec.cluster == 1 and spec.tm == 1
+            and spec.tile_n * spec.bits // 4 <= 256)
+
+
+def bulk_spec(profile: DeviceProfile, spec: KernelSpec) -> KernelSpec:
+    """`spec` with TMA weight boxes where the rule above takes them, else `spec`."""
+    if (not BULK_DECODE or profile.cc != (9, 0) or spec.route != "fused" or spec.wgmma
+            or not bulk_fits(spec) or spec.tile_k * spec.tile_n * spec.bits // 8 < BULK_MIN_STAGE_BYTES):
+        return spec
+    bulk = replace(spec, bulk=True)
+    return bulk if _fits(profile, bulk) else spec
 
 
 # Narrow, deep tiles at decode: where a Stream-K plan of 256-wide tiles splits each tile over
@@ -1019,6 +1046,9 @@ def candidate_specs(profile: DeviceProfile, p: Problem) -> list[AnySpec]:
                     # and with late publishing, where a block goes on past a split tile
                     if tm == 1 and late_contributors(p, spec, *_geometry(profile, p, spec)):
                         out.append(replace(spec, late=True))
+                    # and with TMA weight boxes (sm_90)
+                    if profile.cc >= (9, 0) and bulk_fits(spec) and _fits(profile, replace(spec, bulk=True)):
+                        out.append(replace(spec, bulk=True))
     out.extend(gemv_specs(profile, p))
     if wgmma_available(profile) and p.m >= WGMMA_MIN_M:
         # 16-token tiles are not offered: at M = 16 they lost on every bench layer (entry 55)
@@ -1069,6 +1099,9 @@ def plan(profile: DeviceProfile, p: Problem, spec: AnySpec | None = None) -> Pla
                                        f"of a cluster; N={p.n} on {profile.name} needs more")
             if profile.path != "sm80":
                 raise UnsupportedError(f"{spec.name} needs the sm80 path (sm_80+); {profile.name} is {profile.arch}")
+        if getattr(spec, "bulk", False) and profile.cc < (9, 0):
+            raise UnsupportedError(f"{spec.name} takes its weights by TMA (bulk), which needs sm_90 or newer; "
+                                   f"{profile.name} is {profile.arch}")
         if spec.wgmma and not wgmma_available(profile):
             raise UnsupportedError(f"{spec.name} is a wgmma (sm_90a) kernel; {profile.name} is {profile.arch}")
         if getattr(spec, "cluster", 1) > 1 and profile.cc < (9, 0):

@@ -88,6 +88,10 @@ class KernelSpec(_WeightFormat):
     of just its rows (a second tensor map), the rest of each stage zeroed. Without it such a block
     reads whole-tile boxes that reach past x's last row (the TMA unit fills them with zeros), which
     made K = 4096 layers up to 1.35x slower at M = 136..184 on H100 (tools/PERF.md entry 75).
+    bulk (sm80 path built for sm_90+, no clusters, at most 256 8-byte words a k16 row of the tile): a
+    stage's weights arrive as one TMA box (a tensor map of the packed weights, launch.py) that one
+    thread issues and every thread waits for on the stage's mbarrier, instead of every thread's
+    cp.asyncs; x and the scales keep cp.async.
     On 'sm90', M is the wgmma N side (tm in 1, 2, 4, 8, 16: 16..256 tokens), N is split into
     64-feature slabs over two warpgroups (tn 8 or 16, threads 256) or three (tn 12, threads 384,
     one block an SM, at most 128 tokens) and tk is 4 (one 128-byte swizzled x row per stage).
@@ -110,6 +114,7 @@ class KernelSpec(_WeightFormat):
     whole: bool = False
     late: bool = False
     tail: bool = False
+    bulk: bool = False
 
     def kernel_spec(self) -> "KernelSpec":
         """The spec of the compiled kernel: `whole` chooses a plan, not code, so a whole-tile
@@ -236,7 +241,8 @@ class KernelSpec(_WeightFormat):
         the cluster receive area; the wgmma kernel adds 1 KB of slack to align its stages, one
         8-byte mbarrier a stage and 16 bytes for its tile range)."""
         used = max(self.stages * self.stage_bytes(), self.reduce_bytes(), self.epilogue_bytes())
-        return used + self.cluster_bytes() + (1024 + 8 * self.stages + 16 if self.wgmma else 0)
+        bars = 8 * self.stages if self.bulk else 0   # the weights' mbarriers (KernelSpec.bulk)
+        return used + self.cluster_bytes() + bars + (1024 + 8 * self.stages + 16 if self.wgmma else 0)
 
     def smem_per_sm(self) -> int:
         """Shared memory its resident blocks take from one SM, bytes (each block also costs the
@@ -261,6 +267,11 @@ class KernelSpec(_WeightFormat):
             raise ValueError(f"tail must be a bool, got {self.tail!r}")
         if self.tail and not self.wgmma:
             raise ValueError("short-row-block x boxes (tail=True) are for the wgmma kernel")
+        if self.bulk not in (False, True):
+            raise ValueError(f"bulk must be a bool, got {self.bulk!r}")
+        if self.bulk and (self.path != "sm80" or self.cluster > 1 or self.tile_n * self.bits // 4 > 256):
+            raise ValueError("TMA weight boxes (bulk=True) are for the sm80-path kernel without clusters, "
+                             "at most 256 8-byte words a k16 row of the tile, built for sm_90 or later")
         if self.path not in ("sm70", "sm75", "sm80", "sm90"):
             raise ValueError(f"unknown code path {self.path!r}")
         if self.qtype not in QTYPES:
@@ -326,12 +337,12 @@ class KernelSpec(_WeightFormat):
     # ---- identity ----
     def canonical(self) -> str:
         """Stable text form (sorted JSON) used in cache keys. `cluster` appears only when it is
-        not 1, `pdl`, `whole`, `late` and `tail` only when set, so specs (and bundles, tuned
+        not 1, `pdl`, `whole`, `late`, `tail` and `bulk` only when set, so specs (and bundles, tuned
         choices) from before them keep their text."""
         d = asdict(self)
         if d["cluster"] == 1:
             del d["cluster"]
-        for flag in ("pdl", "whole", "late", "tail"):
+        for flag in ("pdl", "whole", "late", "tail", "bulk"):
             if not d[flag]:
                 del d[flag]
         return json.dumps(d, sort_keys=True, separators=(",", ":"))
@@ -348,6 +359,7 @@ class KernelSpec(_WeightFormat):
             + ("w" if self.whole else "")
             + ("l" if self.late else "")
             + ("t" if self.tail else "")
+            + ("b" if self.bulk else "")
         )
 
 

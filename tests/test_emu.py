@@ -145,9 +145,12 @@ def test_group_scales_on_the_sums_on_emulator(case, rng):
     ("const int srow = GROUP_BLOCKS >= TK ? 0 : kk / GROUP_BLOCKS;\n      const int4* row",
      "const int srow = 0;\n      const int4* row"),
     # raw codes: the offsets' sums never taken out, or taken out of every run since the first
-    ("const float g = RAW_CODES ? grp[s].r[e] - xoff.r[e] : grp[s].r[e];", "const float g = grp[s].r[e];"),
-    ("      for (int e = 0; e < 4; ++e) xoff.r[e] = 0.f;\n    };", "    };"),
-], ids=["no-flush", "no-clear", "one-scale-row", "raw-no-offsets", "raw-no-clear"])
+    ("const float g = RAW_CODES ? grp[s].r[e] - xs[e] : grp[s].r[e];", "const float g = grp[s].r[e];"),
+    ("        for (int e = 0; e < 4; ++e) xoff[c].r[e] = 0.f;\n    };", "        for (int e = 0; e < 4; ++e) {}\n    };"),
+    # raw codes: only the first of the offsets' chains taken out
+    ("        for (int c = 0; c < XO; ++c)\n          JM_UNROLL\n          for (int e = 0; e < 4; ++e) xs[e] += xoff[c].r[e];",
+     "        for (int c = 0; c < 1; ++c)\n          JM_UNROLL\n          for (int e = 0; e < 4; ++e) xs[e] += xoff[c].r[e];"),
+], ids=["no-flush", "no-clear", "one-scale-row", "raw-no-offsets", "raw-no-clear", "raw-one-chain"])
 def test_emulator_catches_planted_scale_sum_slips(plant, rng, old, new):
     plant(old, new)
     case = SCALE_SUM_CASES[4 if "xoff" in old or "RAW_CODES" in old else 0]
@@ -331,3 +334,18 @@ def test_act_order_on_emulator(rng):
     assert qw.perm is not None
     _, out, ref = _run_qw(qw, 7, "float16", "h100", rng)
     assert rel_error(out, ref) <= TOL["float16"]
+
+
+def test_bulk_plan_runs_as_its_cp_async_twin_on_emulator(rng):
+    """KernelSpec.bulk only changes how a stage's weights arrive (a TMA box, not emulated): the
+    emulator runs the plan with the cp.async kernel of the same tile and plan."""
+    spec = KernelSpec("sm80", "uint4b8", "bfloat16", 8, 1, 16, 16, 3, bulk=True)
+    prof = get_profile("h100")
+    w = rng.standard_normal((512, 1024)).astype(np.float32)
+    qw = quantize(w, "uint4b8", 128, scale_dtype="bfloat16")
+    x = rng.standard_normal((9, 1024)).astype(np.float32)
+    pl = plan(prof, Problem(9, 512, 1024, "bfloat16", "uint4b8", 128), spec)
+    assert pl.spec.bulk
+    out = emu.run_values(pl, halves.round_to(x, "bfloat16"), qw)
+    ref = linear_reference(halves.round_to(x, "bfloat16"), qw, None, "bfloat16")
+    assert rel_error(out, ref) <= TOL["bfloat16"]

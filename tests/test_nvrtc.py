@@ -1,5 +1,7 @@
 """Render + NVRTC compile for every architecture this NVRTC supports, with PTX and resource
 checks. Compiles are shared through the session's cache."""
+from dataclasses import replace
+
 import pytest
 
 from jitmarlin import nvrtc
@@ -83,7 +85,7 @@ def test_legacy_paths_compile_with_expected_instructions(prof, arch, m, group):
 @pytest.mark.parametrize("prof,arch", [("t4", "sm_75"), ("a100", "sm_80"), ("h100", "sm_90")])
 def test_l2_policies_of_the_mma_kernel_from_sm80(prof, arch):
     """The mma.sync kernel's split-tile partial sums carry an L2 evict-last policy from sm_80
-    (createpolicy) and its weights' cp.async an evict-first one (one M chunk) or evict-normal;
+    (createpolicy) and its weights' cp.async (sm_90: TMA box) an evict-first one (one M chunk) or evict-normal;
     sm_75 has no policies; the wgmma kernel's larger slots are not kept, its weights' TMA loads
     take the same stream policy."""
     if arch not in nvrtc.supported_archs():
@@ -94,8 +96,11 @@ def test_l2_policies_of_the_mma_kernel_from_sm80(prof, arch):
     kept = ("createpolicy.fractional.L2::evict_last" in ptx, "st.global.cg.L2::cache_hint.v4.f32" in ptx,
             "ld.global.cg.L2::cache_hint.v4.f32" in ptx)
     assert kept == ((True,) * 3 if arch != "sm_75" else (False,) * 3), kept
+    # (on sm_90 the plan takes its weights by TMA boxes, KernelSpec.bulk: the policy is the box's)
+    w_copy = "complete_tx::bytes.L2::cache_hint" if p.spec.bulk else "cp.async.cg.shared.global.L2::cache_hint"
+    assert p.spec.bulk == (arch == "sm_90")
     streamed = ("createpolicy.fractional.L2::evict_first" in ptx, "createpolicy.fractional.L2::evict_normal" in ptx,
-                "cp.async.cg.shared.global.L2::cache_hint" in ptx)
+                w_copy in ptx)
     assert streamed == ((True,) * 3 if arch != "sm_75" else (False,) * 3), streamed
     if arch == "sm_90":
         w = plan(get_profile(prof), Problem(256, 4096, 4096, "float16", "uint4b8", 128))
@@ -235,3 +240,24 @@ def test_k512_tiles_compile_clean(arch, act):
     assert "mma.sync.aligned.m16n8k16.row.col.f32" in art.ptx and "cp.async.cg.shared.global" in art.ptx
     r = art.resources
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0, (spec.name, r)
+
+
+@pytest.mark.parametrize("act", ["float16", "bfloat16"])
+def test_bulk_weight_boxes_compile_for_sm90(act):
+    """KernelSpec.bulk (the planner's kernel for Llama-3-70B gate_up at M = 16 on H100): the weights
+    by one TMA box a stage, the map prefetched, an mbarrier wait a step; x and the scales keep
+    cp.async; no spills. Without bulk, no TMA at all."""
+    if "sm_90" not in nvrtc.supported_archs():
+        pytest.skip(f"NVRTC {nvrtc.version()} cannot target sm_90")
+    p = plan(get_profile("sm_90"), Problem(16, 57344, 8192, act, "uint4b8", 128))
+    assert p.spec.bulk
+    art, _, _ = default_cache().get(p.spec, "sm_90")
+    ptx = art.ptx
+    assert "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes" in ptx
+    assert "prefetch.tensormap" in ptx and "mbarrier.try_wait.parity" in ptx
+    assert "cp.async.cg.shared.global" in ptx                     # x and the scales
+    assert ".param .align 64 .b8" in ptx                          # the map, by value
+    r = art.resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0, (p.spec.name, r)
+    plain = default_cache().get(replace(p.spec, bulk=False), "sm_90")[0].ptx
+    assert "cp.async.bulk" not in plain and "tensormap" not in plain

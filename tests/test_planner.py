@@ -695,3 +695,47 @@ def test_whole_tile_plans_keep_the_blocks_in_step():
         assert per == fewest or planner.tiles_in_step(per, pl.n_tiles)
         assert all(not planner.tiles_in_step(q, pl.n_tiles) for q in range(fewest, per))
         assert pl.iters <= planner.WHOLE_TILES_MAX_LOAD * -(-pl.total_iters // h.sms)
+
+
+# ---- TMA weight boxes at decode (KernelSpec.bulk, planner.bulk_spec) ---------------------------
+
+def test_bulk_spec_identity_and_checks():
+    s = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 16, 16, 3, bulk=True)
+    assert s.name == "jm_sm80_uint4b8_f16_g128_m1n16k16s3b"
+    assert spec_from_canonical(s.canonical()) == s and '"bulk":true' in s.canonical()
+    assert "bulk" not in replace(s, bulk=False).canonical()      # older specs keep their text
+    assert s.smem_bytes() == replace(s, bulk=False).smem_bytes() + 8 * s.stages   # a stage's mbarrier
+    for bad in (dict(cluster=2), dict(path="sm75", stages=2), dict(qtype="uint8b128"),
+                dict(path="sm90", tn=8, tk=4, stages=4)):
+        with pytest.raises(ValueError, match="TMA weight boxes"):
+            replace(s, **bad).check()
+    replace(s, qtype="uint8b128", tn=8).check()                    # 128 words a k16 row: one box
+
+
+@pytest.mark.parametrize("k,n,bulk", [(4096, 28672, True), (14336, 4096, True), (8192, 10240, True),
+                                      (8192, 57344, True), (4096, 4096, False), (4096, 6144, False)])
+def test_bulk_weights_where_a_stage_holds_32_kb(k, n, bulk):
+    """On H100 the decode plans whose stages hold >= 32 KB of weights take TMA boxes (256-wide tiles
+    of K 256, 128 x 512); the 16 KB stages of 8B o (128 x 256) and 8B qkv (64 x 512) do not."""
+    from jitmarlin.planner import BULK_MIN_STAGE_BYTES
+
+    for act in ("float16", "bfloat16"):
+        p = Problem(16, n, k, act, "uint4b8", 128)
+        s = choose_fused_spec(PROFILES["h100"], p)
+        assert s.bulk == bulk, s.name
+        assert (s.tile_k * s.tile_n // 2 >= BULK_MIN_STAGE_BYTES) == bulk
+        assert plan(PROFILES["h100"], p).smem_bytes == s.smem_bytes()
+        # other GPUs keep cp.async (not measured); so do the gemv (M <= 8) and wgmma (M >= 17) plans
+        assert not getattr(choose_fused_spec(PROFILES["a100"], p), "bulk", False)
+        for m in (1, 64):
+            assert not getattr(choose_fused_spec(PROFILES["h100"], replace(p, m=m)), "bulk", False)
+
+
+def test_bulk_is_a_candidate_on_sm90_only():
+    p = Problem(16, 4096, 4096, "bfloat16", "uint4b8", 128)
+    h = candidate_specs(PROFILES["h100"], p)
+    bulk = [c for c in h if getattr(c, "bulk", False)]
+    assert bulk and all(replace(c, bulk=False) in h for c in bulk)   # beside its cp.async twin
+    assert not any(getattr(c, "bulk", False) for c in candidate_specs(PROFILES["a100"], p))
+    with pytest.raises(UnsupportedError, match="needs sm_90"):
+        plan(PROFILES["a100"], p, bulk[0])

@@ -23,6 +23,11 @@ JM_DEV void mbar_wait(u64* bar, u32 parity) {
       "@!done bra JM_MBAR_WAIT;\n}"
       :: "r"(smem_u32(bar)), "r"(parity) : "memory");
 }
+// Brings a tensor map into the TMA unit's cache ahead of its first copy (the map is a kernel
+// parameter: without this the first box of the launch waits for the map's own fetch).
+JM_DEV void tma_prefetch(const TmaMap* map) {
+  asm volatile("prefetch.tensormap [%0];" :: "l"(reinterpret_cast<u64>(map)) : "memory");
+}
 // Box at (c0 along the contiguous dimension, c1 along the strided one), in elements.
 JM_DEV void tma_load_2d(void* dst, const TmaMap* map, int c0, int c1, u64* bar) {
   asm volatile(
