@@ -12,7 +12,7 @@ for v in $VS; do
   tag=${v%%=*}; envs=${v#*=}
   echo "== $tag"
   env ${envs//+/ } timeout 150 ncu --clock-control none -k regex:^jm_ --launch-skip 1 --launch-count 1 --metrics $M \
-      python3 tools/probe/variant_bench.py probe/ncu_gemm.py --no-cublas --m ${NCU_M:-1} --shapes ${NCU_SHAPES:-8192x10240} --calls 2 2>&1 \
+      python3 tools/probe/variant_bench.py probe/ncu_gemm.py --no-cublas --m ${NCU_M:-1} --shapes ${NCU_SHAPES:-8192x10240} --calls 2 ${NCU_ARGS:-} 2>&1 \
       | grep -E "^  jm_|duration|inst_executed|cycles_active|registers|bytes_read|stalled|issue_active|throughput|==ERR|rror" \
       | sed -e 's/smsp__average_warps_issue_stalled_//' -e 's/_per_issue_active.ratio//'
 done

@@ -20,20 +20,25 @@ ap.add_argument("--shapes", default="4096x28672")
 ap.add_argument("--m", default="4096")
 ap.add_argument("--calls", type=int, default=1)
 ap.add_argument("--no-cublas", action="store_true")
+ap.add_argument("--act", default="float16", help="float16 or bfloat16 (bf16: x as a torch tensor)")
 a = ap.parse_args()
 rng = np.random.default_rng(1)
 for shape in a.shapes.split(","):
     k, n = map(int, shape.split("x"))
     q = rng.integers(0, 16, (n, k), dtype=np.uint8)
-    s = halves.to_bits(rng.random((k // 128, n), dtype=np.float32) * 0.02 + 0.002, "float16")
+    s = halves.to_bits(rng.random((k // 128, n), dtype=np.float32) * 0.02 + 0.002, a.act)
     qw = QuantizedWeight("uint4b8", 128, n, k, packing.pack_int4(q), packing.permute_scales(s),
-                         scale_dtype="float16")
+                         scale_dtype=a.act)
     if not a.no_cublas:
         import torch
 
         w = torch.randn(n, k, device="cuda", dtype=torch.float16) * 0.02
     for m in map(int, a.m.split(",")):
         x = cp.asarray(rng.standard_normal((m, k)).astype(np.float16))
+        if a.act == "bfloat16":
+            import torch
+
+            x = torch.from_dlpack(x).to(torch.bfloat16)
         xt = None if a.no_cublas else torch.from_dlpack(x)
         for _ in range(a.calls):
             y = jitmarlin.linear(x, qw)

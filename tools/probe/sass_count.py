@@ -22,7 +22,7 @@ ap.add_argument("--ops", default="SHF,IMAD.HI,IMAD,LOP3,PRMT,HFMA2,HMUL2,HADD2,H
 a = ap.parse_args()
 spec = planner.plan(PROFILES["h100"], Problem(a.m, a.n, a.k, a.act, "uint4b8", 128)).spec
 src = jitmarlin.cache.render(spec)
-art = nvrtc.compile_source(src, spec.name, "sm_90a", spec)
+art = nvrtc.compile_source(src, spec.name, nvrtc.target_arch(spec, "sm_90"), spec)
 print(spec.name, art.resources)
 if nvrtc.find_disassembler() is None:
     print("no disassembler: PTX mul.hi", art.ptx.count("mul.hi.u32"), "shr", art.ptx.count("shr.u32"))

@@ -168,9 +168,13 @@ SUBS = {
     # Session 34 (timing only: wrong sums): raw-code Stream-K kernels (bf16, 256-wide tiles) with
     # the offset MMA of x on a quarter of the k16 steps (each of the four warps that share a K
     # range taking its own quarter, as a shared x-sum would), or on none.
-    "off4": [("        mma_16816(fa[buf][0], m, xoff);\n      }",
-              "        if (sub / (SUB / WARPS_N) == wn) mma_16816(fa[buf][0], m, xoff);\n      }")],
-    "offnone": [("        mma_16816(fa[buf][0], m, xoff);\n      }", "        (void)m;\n      }")],
+    "off4": [("        mma_16816(fa[buf][0], m, xoff[sub % XO]);\n      }",
+              "        if (sub / (SUB / WARPS_N) == wn) mma_16816(fa[buf][0], m, xoff[sub % XO]);\n      }")],
+    "offnone": [("        mma_16816(fa[buf][0], m, xoff[sub % XO]);\n      }", "        (void)m;\n      }")],
+    # Session 46: the raw-code kernels' offsets MMAs in one chain of dependent MMAs a run (as before
+    # session 46) or two, instead of four (correct values either way).
+    "xo1": [("constexpr int XO = RAW_CODES ? 4 : 1;", "constexpr int XO = 1;")],
+    "xo2": [("constexpr int XO = RAW_CODES ? 4 : 1;", "constexpr int XO = RAW_CODES ? 2 : 1;")],
     # Session 34 (timing only: wrong sums): the wgmma kernel without its split-tile reduction:
     # contributors go on to their next tile without storing, finishers neither wait nor load.
     "wg_nored": [("      if (b_hi > b_lo) {\n        if ((int)blockIdx.x != b_lo) {",
@@ -354,6 +358,29 @@ if whole:
                                    smem_bytes=s.smem_bytes())
 
     P.plan = plan_whole
+# JM_PROBE_BULK=1 (session 46): the sm80-path kernel's plans on sm_90 take KernelSpec.bulk (the
+# weights of a stage by bulk copies from warp 0 instead of every thread's cp.asyncs).
+if os.environ.get("JM_PROBE_BULK"):
+    import dataclasses
+
+    import jitmarlin.planner as P
+
+    real_plan_b = P.plan
+
+    def plan_bulk(profile, p, spec=None):
+        pl = real_plan_b(profile, p, spec)
+        s = pl.spec
+        if getattr(s, "path", "") != "sm80" or s.cluster > 1 or s.bulk or profile.cc < (9, 0):
+            return pl
+        s = dataclasses.replace(s, bulk=True)
+        return dataclasses.replace(pl, spec=s, smem_bytes=s.smem_bytes())
+
+    P.plan = plan_bulk
+# JM_PROBE_NOBULK=1 (session 46): no TMA weight boxes in the planner's plans (planner.BULK_DECODE off).
+if os.environ.get("JM_PROBE_NOBULK"):
+    import jitmarlin.planner as P
+
+    P.BULK_DECODE = False
 # JM_PROBE_CLUSTER=1 (or a CLUSTER_MAX_LOAD): decode plans with thread-block clusters where they deal evenly
 # (planner.CLUSTER_DECODE, off by default since session 8: tools/PERF.md entry 29).
 if os.environ.get("JM_PROBE_CLUSTER"):
