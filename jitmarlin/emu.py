@@ -8,7 +8,6 @@ instruction layer differs. Meant for tests and debugging: it is slow (seconds pe
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import hashlib
 import os
 import shutil
@@ -90,10 +89,6 @@ def run(plan: Plan, x_bits: np.ndarray, qw: QuantizedWeight, bias_bits: np.ndarr
     gemv plans) the workspace slots untagged.
     """
     spec, p = plan.spec, plan.problem
-    if getattr(spec, "bulk", False):
-        # TMA boxes are not emulated: a bulk plan runs as its cp.async twin (the same arithmetic,
-        # synchronisation and plan; only how a stage's weights arrive differs)
-        spec = dataclasses.replace(spec, bulk=False)
     lib = build(spec)
     m, k_in = x_bits.shape
     assert m == p.m and k_in == qw.in_features and (p.n, p.k) == (qw.n, qw.k)

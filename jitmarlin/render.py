@@ -90,7 +90,7 @@ def partials(spec: KernelSpec, target: str = "cuda") -> dict[str, str]:
         "pipe": "copy/register_staged.cuh" if legacy else "copy/cp_async.cuh",
         "dequant": f"dequant/{DEQUANT_FAMILY[spec.qtype]}_{spec.act}.cuh",
         "reduce": "reduce/cluster.cuh" if spec.cluster > 1 else "reduce/locks.cuh",
-        "tma": "copy/tma.cuh",
+        "tma": "copy/tma.cuh" if target == "cuda" else "copy/tma_emu.cuh",
     }
 
 

@@ -239,9 +239,11 @@ class KernelSpec(_WeightFormat):
     def smem_bytes(self) -> int:
         """Dynamic shared memory the kernel needs, bytes (the largest of its three uses, plus
         the cluster receive area; the wgmma kernel adds 1 KB of slack to align its stages, one
-        8-byte mbarrier a stage and 16 bytes for its tile range)."""
+        8-byte mbarrier a stage and 16 bytes for its tile range; with TMA weight boxes the mma.sync
+        kernel adds one mbarrier a stage and 128 bytes of slack)."""
         used = max(self.stages * self.stage_bytes(), self.reduce_bytes(), self.epilogue_bytes())
-        bars = 8 * self.stages if self.bulk else 0   # the weights' mbarriers (KernelSpec.bulk)
+        # KernelSpec.bulk: the weights' mbarriers, and 128 bytes to align the TMA boxes' stages
+        bars = 8 * self.stages + 128 if self.bulk else 0
         return used + self.cluster_bytes() + bars + (1024 + 8 * self.stages + 16 if self.wgmma else 0)
 
     def smem_per_sm(self) -> int:

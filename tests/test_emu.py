@@ -54,15 +54,17 @@ CASES = [
 ]
 
 
-def _run_case(m, n, k, group, act, sms, forced, rng, bias=True, cluster=1, whole=False, late=False):
+def _run_case(m, n, k, group, act, sms, forced, rng, bias=True, cluster=1, whole=False, late=False, bulk=False):
     # H100's limits with the mma.sync kernel at every M (the emulator does not model wgmma); a
-    # forced cluster kernel plans on sm_90 (no measured cluster counts: SMs / size of them)
-    prof = replace(get_profile("h100"), sms=sms, **(dict(clusters=()) if cluster > 1 else dict(cc=(8, 9))))
+    # forced cluster kernel plans on sm_90 (no measured cluster counts: SMs / size of them), and so
+    # does a forced kernel with TMA weight boxes
+    prof = replace(get_profile("h100"), sms=sms,
+                   **(dict(clusters=()) if cluster > 1 else dict() if bulk else dict(cc=(8, 9))))
     spec = None
     if forced:
         path, tm, tn, tk, st = forced
         spec = KernelSpec(path, "uint4b8", act, -1 if group < 0 else group // 16, tm, tn, tk, st,
-                          cluster=cluster, whole=whole, late=late)
+                          cluster=cluster, whole=whole, late=late, bulk=bulk)
     w = rng.standard_normal((n, k)).astype(np.float32)
     qw = quantize(w, "uint4b8", group, scale_dtype=act)
     x = rng.standard_normal((m, k)).astype(np.float32)
@@ -172,14 +174,18 @@ def test_emulator_catches_planted_races(plant, rng, old, new):
     assert _caught(plant, old, new, rng)
 
 
-def _caught(plant, old, new, rng) -> bool:
+def _caught(plant, old, new, rng, case=None, bulk=False) -> bool:
     """The planted bug is caught: the emulator reports an error, or the suite's own tolerance
-    would fail the result."""
+    would fail the result (on `case`, as _run_case takes it, where given)."""
     try:
-        _, out, ref = _mutated_run(plant, old, new, rng)
+        if case is None:
+            _, out, ref = _mutated_run(plant, old, new, rng)
+        else:
+            plant(old, new)
+            _, out, ref = _run_case(*case, rng, bias=False, bulk=bulk)
     except emu.EmuError:
         return True
-    return bool(np.isnan(out).any()) or rel_error(out, ref) > TOL["float16"]
+    return bool(np.isnan(out).any()) or rel_error(out, ref) > TOL[case[4] if case else "float16"]
 
 
 def test_emulator_catches_finisher_not_waiting(plant, rng):
@@ -336,16 +342,34 @@ def test_act_order_on_emulator(rng):
     assert rel_error(out, ref) <= TOL["float16"]
 
 
-def test_bulk_plan_runs_as_its_cp_async_twin_on_emulator(rng):
-    """KernelSpec.bulk only changes how a stage's weights arrive (a TMA box, not emulated): the
-    emulator runs the plan with the cp.async kernel of the same tile and plan."""
-    spec = KernelSpec("sm80", "uint4b8", "bfloat16", 8, 1, 16, 16, 3, bulk=True)
-    prof = get_profile("h100")
-    w = rng.standard_normal((512, 1024)).astype(np.float32)
-    qw = quantize(w, "uint4b8", 128, scale_dtype="bfloat16")
-    x = rng.standard_normal((9, 1024)).astype(np.float32)
-    pl = plan(prof, Problem(9, 512, 1024, "bfloat16", "uint4b8", 128), spec)
+# KernelSpec.bulk: a stage's weights as one TMA box on the stage's mbarrier (the emulator copies a
+# box when a thread first waits on its barrier, zeros outside the array): 256-wide Stream-K tiles
+# with an N tail (the last tile three quarters past N), 128 x 512, groups of 64, bf16 raw codes,
+# blocks of 4 and of 16 steps.
+BULK_CASES = [(16, 1088, 1024, 128, "bfloat16", 3, ("sm80", 1, 16, 16, 3)),
+              (13, 512, 2048, 64, "float16", 3, ("sm80", 1, 8, 32, 2)),
+              (9, 1024, 1024, 128, "float16", 4, ("sm80", 1, 16, 16, 4)),
+              (9, 1024, 2048, 128, "float16", 2, ("sm80", 1, 16, 16, 3))]   # 16 steps a block, 3 stages
+
+
+@pytest.mark.parametrize("case", BULK_CASES, ids=lambda c: f"m{c[0]}n{c[1]}{c[4][:2]}tn{c[6][2]}tk{c[6][3]}")
+def test_bulk_weight_boxes_on_emulator(case, rng):
+    pl, out, ref = _run_case(*case, rng, bulk=True)
     assert pl.spec.bulk
-    out = emu.run_values(pl, halves.round_to(x, "bfloat16"), qw)
-    ref = linear_reference(halves.round_to(x, "bfloat16"), qw, None, "bfloat16")
-    assert rel_error(out, ref) <= TOL["bfloat16"]
+    assert rel_error(out, ref) <= TOL[case[4]]
+
+
+@pytest.mark.parametrize("old,new", [
+    # the step computes its stage without waiting for the stage's box
+    ("      mbar_wait(wbar + t % STAGES, (wphase >> (t % STAGES)) & 1u);", ""),
+    # the wait's parity never flips (waits on a phase already complete)
+    ("      wphase ^= 1u << (t % STAGES);\n", ""),
+    # the box's bytes announced short (more land than the phase expects)
+    ("mbar_expect_tx(wbar + stage, B_STAGE * 16);", "mbar_expect_tx(wbar + stage, B_STAGE * 8);"),
+    # the box read from the wrong K rows (every stage the tile's first)
+    ("tma_load_2d(sB, &bmap, nt * 16 * TN * QI, kt * TK, wbar + stage, w_pol);",
+     "tma_load_2d(sB, &bmap, nt * 16 * TN * QI, 0, wbar + stage, w_pol);"),
+], ids=["no-wait", "stale-parity", "short-expect", "wrong-rows"])
+def test_emulator_catches_planted_bulk_slips(plant, rng, old, new):
+    # 16 steps a block through 3 stages: every stage's barrier goes through several phases
+    assert _caught(plant, old, new, rng, case=BULK_CASES[3], bulk=True)

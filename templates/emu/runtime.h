@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -75,6 +76,18 @@ constexpr int SMEM_GUARD = 4096;
 constexpr unsigned char SMEM_FILL = 0xA7;  // uninitialised shared memory reads as NaN-ish halves
 
 struct CopyOp { unsigned char* dst; const unsigned char* src; int bytes; };
+// A TMA box copy (cp.async.bulk.tensor.2d): rows of box_cols elements from a 2-D array, zeros
+// outside it. Performed when a thread first waits on its mbarrier (as cp.async copies are when
+// their group is waited for), so a read of the box before the wait sees the old contents.
+struct BoxOp {
+  unsigned char* dst;
+  const unsigned char* base;
+  long long c0, c1, cols, rows, row_bytes;
+  int box_cols, box_rows, elem_bytes;
+};
+// An mbarrier with transaction counts (TMA completion): arrivals pending in the current phase,
+// the expected count, the bytes still to land, the phases completed, the boxes not yet copied.
+struct TxBar { int count = 0, pending = 0; long long tx = 0; unsigned phases = 0; std::vector<BoxOp> ops; };
 
 struct Thread {
   Dim3 tidx;
@@ -102,6 +115,7 @@ struct Warp {
 struct Block {
   Dim3 bidx;
   std::vector<unsigned char> smem;
+  std::map<const void*, TxBar> txbars;   // mbarriers used by TMA copies, by address
   int smem_bytes = 0;
   int arrived = 0;
   unsigned gen = 0;
@@ -263,6 +277,75 @@ inline void cp_async_issue(void* dst, const void* src, int bytes) {
   }
   cur().open.push_back(CopyOp{static_cast<unsigned char*>(dst),
                               static_cast<const unsigned char*>(src), bytes});
+}
+// ---- TMA: box copies completing on mbarriers with transaction counts ----
+inline TxBar& txbar(const void* bar, const char* what) {
+  check_smem(bar, 8, 8, what);
+  auto it = cur_block().txbars.find(bar);
+  if (it == cur_block().txbars.end()) fail(std::string(what) + ": mbarrier not initialised");
+  return it->second;
+}
+inline void txbar_settle(TxBar& b) {
+  if (b.tx < 0) fail("mbarrier: more bytes landed than the phase expects (expect_tx too small)");
+  if (b.pending == 0 && b.tx == 0) {
+    ++b.phases;
+    b.pending = b.count;
+    g_rt->progress++;
+  }
+}
+inline void txbar_init(void* bar, unsigned count) {
+  check_smem(bar, 8, 8, "mbarrier.init");
+  TxBar& b = cur_block().txbars[bar];
+  b = TxBar{};
+  b.count = b.pending = (int)count;
+}
+inline void txbar_arrive_expect(void* bar, unsigned bytes) {
+  TxBar& b = txbar(bar, "mbarrier.arrive.expect_tx");
+  if (b.pending <= 0) fail("mbarrier.arrive.expect_tx: more arrivals than the barrier's count");
+  b.tx += bytes;
+  --b.pending;
+  txbar_settle(b);
+}
+inline void tma_box(void* dst, const unsigned char* base, long long cols, long long rows, long long row_bytes,
+                    int box_cols, int box_rows, int elem_bytes, long long c0, long long c1, void* bar) {
+  const size_t bytes = (size_t)box_cols * box_rows * elem_bytes;
+  check_smem(dst, bytes, 128, "cp.async.bulk.tensor destination");
+  for (int r = 0; r < box_rows; ++r) {        // the part of each box row inside the array
+    const long long row = c1 + r, lo = c0 < 0 ? 0 : c0, hi = c0 + box_cols < cols ? c0 + box_cols : cols;
+    if (row >= 0 && row < rows && hi > lo)
+      check_global(base + row * row_bytes + lo * elem_bytes, (size_t)(hi - lo) * elem_bytes, "cp.async.bulk.tensor source");
+  }
+  txbar(bar, "cp.async.bulk.tensor mbarrier").ops.push_back(
+      BoxOp{static_cast<unsigned char*>(dst), base, c0, c1, cols, rows, row_bytes, box_cols, box_rows, elem_bytes});
+}
+inline void do_box(const BoxOp& op) {
+  for (int r = 0; r < op.box_rows; ++r)
+    for (int e = 0; e < op.box_cols; ++e) {
+      unsigned char* d = op.dst + ((size_t)r * op.box_cols + e) * op.elem_bytes;
+      const long long row = op.c1 + r, col = op.c0 + e;
+      if (row >= 0 && row < op.rows && col >= 0 && col < op.cols)
+        std::memcpy(d, op.base + row * op.row_bytes + col * op.elem_bytes, op.elem_bytes);
+      else
+        std::memset(d, 0, op.elem_bytes);
+    }
+}
+// Returns once the phase of parity `parity` has completed (mbarrier.try_wait.parity in a loop).
+inline void txbar_wait(void* bar, unsigned parity) {
+  for (;;) {
+    TxBar& b = txbar(bar, "mbarrier.try_wait");
+    if ((b.phases & 1u) != parity) return;
+    if (!b.ops.empty()) {
+      std::vector<BoxOp> ops;
+      ops.swap(b.ops);
+      for (const BoxOp& op : ops) {
+        do_box(op);
+        b.tx -= (long long)op.box_cols * op.box_rows * op.elem_bytes;   // zero-filled bytes count too
+      }
+      txbar_settle(b);
+      continue;
+    }
+    yield();
+  }
 }
 inline void cp_async_commit() {
   Thread& t = cur();

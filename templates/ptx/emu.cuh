@@ -10,6 +10,7 @@
 #define JM_UNROLL
 #define JM_SMEM_DECL(type, name) type* name = reinterpret_cast<type*>(::emu::cur_block().smem.data())
 #define __restrict__ __restrict
+#define __grid_constant__   // (kernel parameters are plain values here)
 #define threadIdx (::emu::cur().tidx)
 #define blockIdx (::emu::cur_block().bidx)
 #define gridDim (::emu::g_rt->grid)
