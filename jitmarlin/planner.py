@@ -1046,8 +1046,8 @@ def candidate_specs(profile: DeviceProfile, p: Problem) -> list[AnySpec]:
                     # and with late publishing, where a block goes on past a split tile
                     if tm == 1 and late_contributors(p, spec, *_geometry(profile, p, spec)):
                         out.append(replace(spec, late=True))
-                    # and with TMA weight boxes (sm_90)
-                    if profile.cc >= (9, 0) and bulk_fits(spec) and _fits(profile, replace(spec, bulk=True)):
+                    # and with TMA weight boxes (sm_90, where they are measured)
+                    if profile.cc == (9, 0) and bulk_fits(spec) and _fits(profile, replace(spec, bulk=True)):
                         out.append(replace(spec, bulk=True))
     out.extend(gemv_specs(profile, p))
     if wgmma_available(profile) and p.m >= WGMMA_MIN_M:
