@@ -171,6 +171,20 @@ SUBS = {
     "off4": [("        mma_16816(fa[buf][0], m, xoff[sub % XO]);\n      }",
               "        if (sub / (SUB / WARPS_N) == wn) mma_16816(fa[buf][0], m, xoff[sub % XO]);\n      }")],
     "offnone": [("        mma_16816(fa[buf][0], m, xoff[sub % XO]);\n      }", "        (void)m;\n      }")],
+    # Session 47 (timing only: wrong sums; bf16 only, fp16 rows run as head): the raw-code kernels
+    # with no offsets MMA (bf_offnone), or with each of the WARPS_N warps that share a K range
+    # taking its share of a run's offsets MMAs on x fragments of its own ldmatrix, in the first
+    # steps of the run and with no branch on the warp (bf_offld): what a shared x-sum costs before
+    # its exchange.
+    "bf_offnone": [("        mma_16816(fa[buf][0], m, xoff[sub % XO]);\n      }", "        (void)m;\n      }")],
+    "bf_offld": [("        mma_16816(fa[buf][0], m, xoff[sub % XO]);\n      }",
+                  "        if (sub % SCALE_RUN < SCALE_RUN / WARPS_N) {\n"
+                  "          FragA xa;\n"
+                  "          load_a(xa, sA, A_ROW, 0, wk * SUB + sub / SCALE_RUN * SCALE_RUN + (sub % SCALE_RUN) * WARPS_N + wn);\n"
+                  "          mma_16816(xa, m, xoff[sub % XO]);\n"
+                  "        }\n      }")],
+    # Session 47: xs_own, xs_nowait, xs_remap_own (runs 2-5) are on branch wip/xs-shared, whose
+    # kernel source they change.
     # Session 46: the raw-code kernels' offsets MMAs in one chain of dependent MMAs a run (as before
     # session 46) or two, instead of four (correct values either way).
     "xo1": [("constexpr int XO = RAW_CODES ? 4 : 1;", "constexpr int XO = 1;")],
