@@ -172,11 +172,9 @@ SUBS = {
               "        if (sub / (SUB / WARPS_N) == wn) mma_16816(fa[buf][0], m, xoff[sub % XO]);\n      }")],
     "offnone": [("        mma_16816(fa[buf][0], m, xoff[sub % XO]);\n      }", "        (void)m;\n      }")],
     # Session 47 (timing only: wrong sums; bf16 only, fp16 rows run as head): the raw-code kernels
-    # with no offsets MMA (bf_offnone), or with each of the WARPS_N warps that share a K range
-    # taking its share of a run's offsets MMAs on x fragments of its own ldmatrix, in the first
-    # steps of the run and with no branch on the warp (bf_offld): what a shared x-sum costs before
-    # its exchange.
-    "bf_offnone": [("        mma_16816(fa[buf][0], m, xoff[sub % XO]);\n      }", "        (void)m;\n      }")],
+    # with each of the WARPS_N warps that share a K range taking its share of a run's offsets MMAs
+    # on x fragments of its own ldmatrix, in the first steps of the run and with no branch on the
+    # warp (bf_offld): what a shared x-sum costs before its exchange (bf_offnone, below: none).
     "bf_offld": [("        mma_16816(fa[buf][0], m, xoff[sub % XO]);\n      }",
                   "        if (sub % SCALE_RUN < SCALE_RUN / WARPS_N) {\n"
                   "          FragA xa;\n"
@@ -291,6 +289,7 @@ SUBS["sk_nomma"] = [("          for (int i = 0; i < TM; ++i) mma_16816(fa[buf][i
 # Session 45 (correct values): a bf16 raw-code kernel (KernelSpec.raw_codes) back to the plain decode,
 # no offsets MMA, no offset taken off the runs' sums: is entry 60's H100 gain there on the H200, whose
 # M = 16 kernel pays for each MMA (entry 86)?
+SUBS["bf_offnone"] = SUBS["offnone"]   # (the bf_ prefix: fp16 rows, which have no offsets MMA, run as head)
 SUBS["bf_noraw"] = [("constexpr bool RAW_CODES = true;", "constexpr bool RAW_CODES = false;"),
                     ("dequant_word_raw(word(fb[buf][w / 4], w % 4), b);", "dequant_word(word(fb[buf][w / 4], w % 4), b);"),
                     *SUBS["offnone"]]
