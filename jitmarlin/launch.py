@@ -308,7 +308,7 @@ class Launcher:
         p = plan.problem
         self.iters = np.int32(plan.iters)
         self.whole = np.int32(plan.whole)
-        self.x_maps = {} if plan.spec.wgmma else None
+        self.x_maps = {} if plan.spec.wgmma or getattr(plan.spec, "xbox", False) else None
         self.x_tail = np.int32(p.m % plan.spec.tile_m if plan.spec.wgmma else 0)
         tagged = isinstance(plan.spec, GemvSpec) and plan.spec.tagged_words(plan.grid) > 0
         if pdl and not getattr(plan.spec, "pdl", False):   # it would touch x before the grid ahead is done
@@ -342,13 +342,16 @@ class Launcher:
                 if len(self.x_maps) >= MAX_X_MAPS:
                     del self.x_maps[next(iter(self.x_maps))]
                 full = x_tensor_map(x_ptr, int(m), int(k_in), lda, self.plan.spec.tile_m)
-                if not self.plan.spec.tail:
+                if not self.plan.spec.tail:   # (KernelSpec.xbox: never tail)
                     maps = (full,)
                 else:   # the short last row block's boxes of its own rows (wgmma.cu.j2, x_tail)
                     tail = x_tensor_map(x_ptr, int(m), int(k_in), lda, int(self.x_tail)) if self.x_tail else full
                     maps = (self.x_tail, tail, full)
                 self.x_maps[(x_ptr, lda)] = maps
-            args += (self.whole, *maps, *self.w_maps)
+            if self.plan.spec.wgmma:
+                args += (self.whole, *maps, *self.w_maps)
+            else:   # KernelSpec.xbox: the weights' map, then x's
+                args += (*self.w_maps, *maps)
         elif self.w_maps:
             args += self.w_maps
         if self.pdl is not None:

@@ -894,13 +894,28 @@ def bulk_fits(spec: KernelSpec) -> bool:
             and spec.tile_n * spec.bits // 4 <= 256)
 
 
+# x by TMA boxes too (KernelSpec.xbox), for bf16 only: H200 at M = 12 and 16, three A/B rounds
+# (tools/PERF.md entry 93), the six layers with boxed weights 0.5-2% faster in bf16, while fp16's
+# were up to 2.3% slower on four of them (70B down, 8B gate_up): its shorter step gains less from
+# the fetch instructions x's boxes save than it loses waiting on one barrier for x and weights.
+XBOX_ACTS = ("bfloat16",)
+
+
+def xbox_fits(spec: KernelSpec) -> bool:
+    """Whether `spec` (with bulk) can take x by TMA boxes too (KernelSpec.xbox's limits)."""
+    return spec.bulk and spec.tm == 1 and spec.tk % 4 == 0
+
+
 def bulk_spec(profile: DeviceProfile, spec: KernelSpec) -> KernelSpec:
-    """`spec` with TMA weight boxes where the rule above takes them, else `spec`."""
+    """`spec` with TMA weight boxes (and x's, in bf16) where the rules above take them, else `spec`."""
     if (not BULK_DECODE or profile.cc != (9, 0) or spec.route != "fused" or spec.wgmma
             or not bulk_fits(spec) or spec.tile_k * spec.tile_n * spec.bits // 8 < BULK_MIN_STAGE_BYTES):
         return spec
     bulk = replace(spec, bulk=True)
-    return bulk if _fits(profile, bulk) else spec
+    if not _fits(profile, bulk):
+        return spec
+    xbox = replace(bulk, xbox=True)
+    return xbox if spec.act in XBOX_ACTS and xbox_fits(bulk) and _fits(profile, xbox) else bulk
 
 
 # Narrow, deep tiles at decode: where a Stream-K plan of 256-wide tiles splits each tile over
@@ -1046,9 +1061,12 @@ def candidate_specs(profile: DeviceProfile, p: Problem) -> list[AnySpec]:
                     # and with late publishing, where a block goes on past a split tile
                     if tm == 1 and late_contributors(p, spec, *_geometry(profile, p, spec)):
                         out.append(replace(spec, late=True))
-                    # and with TMA weight boxes (sm_90, where they are measured)
-                    if profile.cc == (9, 0) and bulk_fits(spec) and _fits(profile, replace(spec, bulk=True)):
-                        out.append(replace(spec, bulk=True))
+                    # and with TMA weight boxes (sm_90, where they are measured), and x's too
+                    bulk = replace(spec, bulk=True)
+                    if profile.cc == (9, 0) and bulk_fits(spec) and _fits(profile, bulk):
+                        out.append(bulk)
+                        if xbox_fits(bulk) and _fits(profile, replace(bulk, xbox=True)):
+                            out.append(replace(bulk, xbox=True))
     out.extend(gemv_specs(profile, p))
     if wgmma_available(profile) and p.m >= WGMMA_MIN_M:
         # 16-token tiles are not offered: at M = 16 they lost on every bench layer (entry 55)

@@ -89,9 +89,13 @@ class KernelSpec(_WeightFormat):
     reads whole-tile boxes that reach past x's last row (the TMA unit fills them with zeros), which
     made K = 4096 layers up to 1.35x slower at M = 136..184 on H100 (tools/PERF.md entry 75).
     bulk (sm80 path built for sm_90+, no clusters, at most 256 8-byte words a k16 row of the tile): a
-    stage's weights arrive as one TMA box (a tensor map of the packed weights, launch.py) that one
-    thread issues and every thread waits for on the stage's mbarrier, instead of every thread's
-    cp.asyncs; x and the scales keep cp.async.
+    stage's weights arrive as one TMA box (a tensor map of the packed weights) that one thread issues
+    and every thread waits for on the stage's mbarrier, instead of every thread's cp.asyncs; x and the
+    scales keep cp.async.
+    xbox (with bulk; one m16 row block, K tiles a multiple of 64): the stage's x arrives by TMA too,
+    as K-tile / 64 boxes of 16 rows x 64 halves with the 128-byte swizzle (x's map, kept per x
+    buffer by launch.py), on the same mbarrier; the stages start on 1024-byte boundaries. H200 at M =
+    12 and 16 (tools/PERF.md entry 93): bf16 0.5-2% faster, fp16 up to 2% slower.
     On 'sm90', M is the wgmma N side (tm in 1, 2, 4, 8, 16: 16..256 tokens), N is split into
     64-feature slabs over two warpgroups (tn 8 or 16, threads 256) or three (tn 12, threads 384,
     one block an SM, at most 128 tokens) and tk is 4 (one 128-byte swizzled x row per stage).
@@ -115,6 +119,7 @@ class KernelSpec(_WeightFormat):
     late: bool = False
     tail: bool = False
     bulk: bool = False
+    xbox: bool = False
 
     def kernel_spec(self) -> "KernelSpec":
         """The spec of the compiled kernel: `whole` chooses a plan, not code, so a whole-tile
@@ -206,7 +211,7 @@ class KernelSpec(_WeightFormat):
         a = self.tile_m * self.tile_k * 2
         b = self.tile_k * self.tile_n * bits // 8
         s = self.scale_rows * self.tile_n * 2
-        if self.wgmma:   # stages start on 1024-byte boundaries (the swizzle period)
+        if self.wgmma or self.xbox:   # stages start on 1024-byte boundaries (the swizzle period)
             return -(-(a + b + s) // 1024) * 1024
         return a + b + s
 
@@ -240,10 +245,11 @@ class KernelSpec(_WeightFormat):
         """Dynamic shared memory the kernel needs, bytes (the largest of its three uses, plus
         the cluster receive area; the wgmma kernel adds 1 KB of slack to align its stages, one
         8-byte mbarrier a stage and 16 bytes for its tile range; with TMA weight boxes the mma.sync
-        kernel adds one mbarrier a stage and 128 bytes of slack)."""
+        kernel adds one mbarrier a stage and 128 bytes of slack to align them, 1024 with x's
+        swizzled boxes)."""
         used = max(self.stages * self.stage_bytes(), self.reduce_bytes(), self.epilogue_bytes())
-        # KernelSpec.bulk: the weights' mbarriers, and 128 bytes to align the TMA boxes' stages
-        bars = 8 * self.stages + 128 if self.bulk else 0
+        # KernelSpec.bulk: the stages' mbarriers, and slack to align the TMA boxes' stages
+        bars = 8 * self.stages + (1024 if self.xbox else 128) if self.bulk else 0
         return used + self.cluster_bytes() + bars + (1024 + 8 * self.stages + 16 if self.wgmma else 0)
 
     def smem_per_sm(self) -> int:
@@ -274,6 +280,11 @@ class KernelSpec(_WeightFormat):
         if self.bulk and (self.path != "sm80" or self.cluster > 1 or self.tile_n * self.bits // 4 > 256):
             raise ValueError("TMA weight boxes (bulk=True) are for the sm80-path kernel without clusters, "
                              "at most 256 8-byte words a k16 row of the tile, built for sm_90 or later")
+        if self.xbox not in (False, True):
+            raise ValueError(f"xbox must be a bool, got {self.xbox!r}")
+        if self.xbox and (not self.bulk or self.tm != 1 or self.tk % 4):
+            raise ValueError("x by TMA boxes (xbox=True) needs TMA weight boxes (bulk=True), one m16 row "
+                             "block (tm=1) and K tiles a multiple of 64 (tk a multiple of 4)")
         if self.path not in ("sm70", "sm75", "sm80", "sm90"):
             raise ValueError(f"unknown code path {self.path!r}")
         if self.qtype not in QTYPES:
@@ -339,12 +350,12 @@ class KernelSpec(_WeightFormat):
     # ---- identity ----
     def canonical(self) -> str:
         """Stable text form (sorted JSON) used in cache keys. `cluster` appears only when it is
-        not 1, `pdl`, `whole`, `late`, `tail` and `bulk` only when set, so specs (and bundles, tuned
-        choices) from before them keep their text."""
+        not 1, `pdl`, `whole`, `late`, `tail`, `bulk` and `xbox` only when set, so specs (and
+        bundles, tuned choices) from before them keep their text."""
         d = asdict(self)
         if d["cluster"] == 1:
             del d["cluster"]
-        for flag in ("pdl", "whole", "late", "tail", "bulk"):
+        for flag in ("pdl", "whole", "late", "tail", "bulk", "xbox"):
             if not d[flag]:
                 del d[flag]
         return json.dumps(d, sort_keys=True, separators=(",", ":"))
@@ -362,6 +373,7 @@ class KernelSpec(_WeightFormat):
             + ("l" if self.late else "")
             + ("t" if self.tail else "")
             + ("b" if self.bulk else "")
+            + ("x" if self.xbox else "")
         )
 
 

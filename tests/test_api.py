@@ -697,9 +697,10 @@ BULK_CASES = [(16, 7168, 8192, "uint4b8", 128, (16, 16, 3, False)), (13, 4096, 1
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("xbox", [False, True], ids=["w", "wx"])   # x by TMA boxes too (KernelSpec.xbox)
 @pytest.mark.parametrize("act", ["float16", "bfloat16"])
 @pytest.mark.parametrize("case", BULK_CASES, ids=lambda c: f"m{c[0]}-n{c[1]}-k{c[2]}-{c[3]}-g{c[4]}")
-def test_bulk_weight_boxes_match_reference(case, act, rng):
+def test_bulk_weight_boxes_match_reference(case, act, xbox, rng):
     from gpu_cases import rel, run_forced
     from jitmarlin.profiles import planning_profile
     from jitmarlin.qtypes import QTYPES
@@ -709,7 +710,26 @@ def test_bulk_weight_boxes_match_reference(case, act, rng):
     if planning_profile(0).cc != (9, 0):   # (an emulated GPU: other limits, and not measured)
         pytest.skip("TMA weight boxes are planned on sm_90")
     gb = (0 if QTYPES[qtype].zero_points else -1) if group < 0 else group // 16
-    spec = KernelSpec("sm80", qtype, act, gb, 1, tn, tk, st, whole=whole, bulk=True)
+    spec = KernelSpec("sm80", qtype, act, gb, 1, tn, tk, st, whole=whole, bulk=True, xbox=xbox)
     qw = jitmarlin.quantize(rng.standard_normal((n, k)) * 0.02, qtype, group, scale_dtype=act)
     y, ref = run_forced(qw, m, act, spec, rng)
+    assert rel(y, ref) <= TOL[act], (spec.name, rel(y, ref))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("act", ["float16", "bfloat16"])
+def test_x_boxes_stop_at_in_features(act, rng):
+    """KernelSpec.xbox: in_features 1000 of K 1024 and x rows 1024 apart with NaN in columns
+    1000..1023: x's map ends at in_features, so the last box's 24 columns past it land as zeros."""
+    from gpu_cases import rel, run_forced
+    from jitmarlin.profiles import planning_profile
+    from jitmarlin.quant import from_codes
+    from jitmarlin.spec import KernelSpec
+
+    if planning_profile(0).cc != (9, 0):
+        pytest.skip("TMA boxes are planned on sm_90")
+    qw = from_codes("uint4b8", rng.integers(0, 16, (2048, 1000)), rng.random((1, 2048)) * 0.01 + 0.001, -1)
+    assert (qw.k, qw.in_features) == (1024, 1000)
+    spec = KernelSpec("sm80", "uint4b8", act, -1, 1, 16, 16, 3, bulk=True, xbox=True)
+    y, ref = run_forced(qw, 13, act, spec, rng, lda=1024, pad=float("nan"))
     assert rel(y, ref) <= TOL[act], (spec.name, rel(y, ref))

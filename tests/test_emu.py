@@ -54,7 +54,8 @@ CASES = [
 ]
 
 
-def _run_case(m, n, k, group, act, sms, forced, rng, bias=True, cluster=1, whole=False, late=False, bulk=False):
+def _run_case(m, n, k, group, act, sms, forced, rng, bias=True, cluster=1, whole=False, late=False, bulk=False,
+              xbox=False):
     # H100's limits with the mma.sync kernel at every M (the emulator does not model wgmma); a
     # forced cluster kernel plans on sm_90 (no measured cluster counts: SMs / size of them), and so
     # does a forced kernel with TMA weight boxes
@@ -64,7 +65,7 @@ def _run_case(m, n, k, group, act, sms, forced, rng, bias=True, cluster=1, whole
     if forced:
         path, tm, tn, tk, st = forced
         spec = KernelSpec(path, "uint4b8", act, -1 if group < 0 else group // 16, tm, tn, tk, st,
-                          cluster=cluster, whole=whole, late=late, bulk=bulk)
+                          cluster=cluster, whole=whole, late=late, bulk=bulk, xbox=xbox)
     w = rng.standard_normal((n, k)).astype(np.float32)
     qw = quantize(w, "uint4b8", group, scale_dtype=act)
     x = rng.standard_normal((m, k)).astype(np.float32)
@@ -174,7 +175,7 @@ def test_emulator_catches_planted_races(plant, rng, old, new):
     assert _caught(plant, old, new, rng)
 
 
-def _caught(plant, old, new, rng, case=None, bulk=False) -> bool:
+def _caught(plant, old, new, rng, case=None, **forced) -> bool:
     """The planted bug is caught: the emulator reports an error, or the suite's own tolerance
     would fail the result (on `case`, as _run_case takes it, where given)."""
     try:
@@ -182,7 +183,7 @@ def _caught(plant, old, new, rng, case=None, bulk=False) -> bool:
             _, out, ref = _mutated_run(plant, old, new, rng)
         else:
             plant(old, new)
-            _, out, ref = _run_case(*case, rng, bias=False, bulk=bulk)
+            _, out, ref = _run_case(*case, rng, bias=False, **forced)
     except emu.EmuError:
         return True
     return bool(np.isnan(out).any()) or rel_error(out, ref) > TOL[case[4] if case else "float16"]
@@ -342,8 +343,9 @@ def test_act_order_on_emulator(rng):
     assert rel_error(out, ref) <= TOL["float16"]
 
 
-# KernelSpec.bulk: a stage's weights as one TMA box on the stage's mbarrier (the emulator copies a
-# box when a thread first waits on its barrier, zeros outside the array): 256-wide Stream-K tiles
+# KernelSpec.bulk: a stage's weights as one TMA box on the stage's mbarrier, and with xbox its x too,
+# as 64-column boxes with the 128-byte swizzle (the emulator copies a box when a thread first waits
+# on its barrier, zeros outside the array, swizzled where the map says so): 256-wide Stream-K tiles
 # with an N tail (the last tile three quarters past N), 128 x 512, groups of 64, bf16 raw codes,
 # blocks of 4 and of 16 steps.
 BULK_CASES = [(16, 1088, 1024, 128, "bfloat16", 3, ("sm80", 1, 16, 16, 3)),
@@ -352,24 +354,45 @@ BULK_CASES = [(16, 1088, 1024, 128, "bfloat16", 3, ("sm80", 1, 16, 16, 3)),
               (9, 1024, 2048, 128, "float16", 2, ("sm80", 1, 16, 16, 3))]   # 16 steps a block, 3 stages
 
 
+@pytest.mark.parametrize("xbox", [False, True], ids=["w", "wx"])
 @pytest.mark.parametrize("case", BULK_CASES, ids=lambda c: f"m{c[0]}n{c[1]}{c[4][:2]}tn{c[6][2]}tk{c[6][3]}")
-def test_bulk_weight_boxes_on_emulator(case, rng):
-    pl, out, ref = _run_case(*case, rng, bulk=True)
-    assert pl.spec.bulk
+def test_bulk_weight_boxes_on_emulator(case, xbox, rng):
+    pl, out, ref = _run_case(*case, rng, bulk=True, xbox=xbox)
+    assert pl.spec.bulk and pl.spec.xbox == xbox
     assert rel_error(out, ref) <= TOL[case[4]]
 
 
-@pytest.mark.parametrize("old,new", [
+def test_x_boxes_past_in_features_on_emulator(rng):
+    # in_features 1000 of K 1024: the last box of x covers columns 960..1023, 24 of them past x's
+    # rows (the emulator faults a read past x's buffer and fills the box's outside part with zeros)
+    from jitmarlin.quant import from_codes
+
+    qw = from_codes("uint4b8", rng.integers(0, 16, (512, 1000)), rng.random((1, 512)) * 0.01 + 0.001, -1)
+    assert (qw.k, qw.in_features) == (1024, 1000)
+    spec = KernelSpec("sm80", "uint4b8", "bfloat16", -1, 1, 8, 16, 3, bulk=True, xbox=True)
+    pl = plan(replace(get_profile("h100"), sms=2), Problem(11, qw.n, qw.k, "bfloat16", "uint4b8", -1), spec)
+    x = rng.standard_normal((11, 1000)).astype(np.float32)
+    out = emu.run_values(pl, x, qw, seed=int(rng.integers(1, 1 << 30)))
+    assert out.shape == (11, 512)
+    assert rel_error(out, linear_reference(halves.round_to(x, "bfloat16"), qw)) <= TOL["bfloat16"]
+
+
+@pytest.mark.parametrize("old,new,xbox", [
     # the step computes its stage without waiting for the stage's box
-    ("      mbar_wait(wbar + t % STAGES, (wphase >> (t % STAGES)) & 1u);", ""),
+    ("      mbar_wait(wbar + t % STAGES, (wphase >> (t % STAGES)) & 1u);", "", False),
     # the wait's parity never flips (waits on a phase already complete)
-    ("      wphase ^= 1u << (t % STAGES);\n", ""),
-    # the box's bytes announced short (more land than the phase expects)
-    ("mbar_expect_tx(wbar + stage, B_STAGE * 16);", "mbar_expect_tx(wbar + stage, B_STAGE * 8);"),
+    ("      wphase ^= 1u << (t % STAGES);\n", "", False),
+    # the boxes' bytes announced short (more land than the phase expects): the weights', x's
+    ("mbar_expect_tx(wbar + stage, ((X_TMA ? A_STAGE : 0) + B_STAGE) * 16);",
+     "mbar_expect_tx(wbar + stage, ((X_TMA ? A_STAGE : 0) + B_STAGE / 2) * 16);", False),
+    ("mbar_expect_tx(wbar + stage, ((X_TMA ? A_STAGE : 0) + B_STAGE) * 16);", "mbar_expect_tx(wbar + stage, B_STAGE * 16);", True),
     # the box read from the wrong K rows (every stage the tile's first)
     ("tma_load_2d(sB, &bmap, nt * 16 * TN * QI, kt * TK, wbar + stage, w_pol);",
-     "tma_load_2d(sB, &bmap, nt * 16 * TN * QI, 0, wbar + stage, w_pol);"),
-], ids=["no-wait", "stale-parity", "short-expect", "wrong-rows"])
-def test_emulator_catches_planted_bulk_slips(plant, rng, old, new):
+     "tma_load_2d(sB, &bmap, nt * 16 * TN * QI, 0, wbar + stage, w_pol);", False),
+    # x's boxes: every one from the K tile's first 64 columns, or stored in the wrong order
+    ("tma_load_2d(sA + s * TILE_M * 8, &xmap, kt * TILE_K + 64 * s,", "tma_load_2d(sA + s * TILE_M * 8, &xmap, kt * TILE_K,", True),
+    ("tma_load_2d(sA + s * TILE_M * 8, &xmap,", "tma_load_2d(sA + (TK / 4 - 1 - s) * TILE_M * 8, &xmap,", True),
+], ids=["no-wait", "stale-parity", "short-expect", "x-short-expect", "wrong-rows", "x-first-columns", "x-box-order"])
+def test_emulator_catches_planted_bulk_slips(plant, rng, old, new, xbox):
     # 16 steps a block through 3 stages: every stage's barrier goes through several phases
-    assert _caught(plant, old, new, rng, case=BULK_CASES[3], bulk=True)
+    assert _caught(plant, old, new, rng, case=BULK_CASES[3], bulk=True, xbox=xbox)

@@ -245,19 +245,20 @@ def test_k512_tiles_compile_clean(arch, act):
 @pytest.mark.parametrize("act", ["float16", "bfloat16"])
 def test_bulk_weight_boxes_compile_for_sm90(act):
     """KernelSpec.bulk (the planner's kernel for Llama-3-70B gate_up at M = 16 on H100): the weights
-    by one TMA box a stage, the map prefetched, an mbarrier wait a step; x and the scales keep
-    cp.async; no spills. Without bulk, no TMA at all."""
+    by one TMA box a stage, the map prefetched, an mbarrier wait a step; the scales keep cp.async,
+    and so does x in fp16 (in bf16, KernelSpec.xbox: x's map too); no spills. Without bulk, no TMA
+    at all."""
     if "sm_90" not in nvrtc.supported_archs():
         pytest.skip(f"NVRTC {nvrtc.version()} cannot target sm_90")
     p = plan(get_profile("sm_90"), Problem(16, 57344, 8192, act, "uint4b8", 128))
-    assert p.spec.bulk
+    assert p.spec.bulk and p.spec.xbox == (act == "bfloat16")
     art, _, _ = default_cache().get(p.spec, "sm_90")
     ptx = art.ptx
     assert "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes" in ptx
     assert "prefetch.tensormap" in ptx and "mbarrier.try_wait.parity" in ptx
-    assert "cp.async.cg.shared.global" in ptx                     # x and the scales
-    assert ".param .align 64 .b8" in ptx                          # the map, by value
+    assert "cp.async.cg.shared.global" in ptx                     # the scales (and x without xbox)
+    assert ptx.count(".param .align 64 .b8") == (2 if p.spec.xbox else 1)   # the maps, by value
     r = art.resources
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0, (p.spec.name, r)
-    plain = default_cache().get(replace(p.spec, bulk=False), "sm_90")[0].ptx
+    plain = default_cache().get(replace(p.spec, bulk=False, xbox=False), "sm_90")[0].ptx
     assert "cp.async.bulk" not in plain and "tensormap" not in plain

@@ -712,6 +712,22 @@ def test_bulk_spec_identity_and_checks():
     replace(s, qtype="uint8b128", tn=8).check()                    # 128 words a k16 row: one box
 
 
+def test_xbox_spec_identity_and_checks():
+    s = KernelSpec("sm80", "uint4b8", "bfloat16", 8, 1, 16, 16, 3, bulk=True, xbox=True)
+    s.check()
+    assert s.name == "jm_sm80_uint4b8_bf16_g128_m1n16k16s3bx"
+    assert spec_from_canonical(s.canonical()) == s and '"xbox":true' in s.canonical()
+    assert "xbox" not in replace(s, xbox=False).canonical()
+    # stages on 1024-byte boundaries (x's swizzled boxes), mbarriers, 1024 bytes to align the base
+    assert s.smem_bytes() == 3 * s.stage_bytes() + 8 * s.stages + 1024
+    b8 = replace(s, qtype="uint8b128", tn=8)   # 8 KB of x, 32 KB of codes, 512 bytes of scales
+    assert replace(b8, bulk=False, xbox=False).stage_bytes() == 41472 and b8.stage_bytes() == 41 * 1024
+    for bad in (dict(bulk=False), dict(tm=2), dict(tk=2, tn=8), dict(tk=6)):
+        with pytest.raises(ValueError, match="xbox"):
+            replace(s, **bad).check()
+    replace(s, tk=32, tn=8).check()
+
+
 @pytest.mark.parametrize("k,n,bulk", [(4096, 28672, True), (14336, 4096, True), (8192, 10240, True),
                                       (8192, 57344, True), (4096, 4096, False), (4096, 6144, False)])
 def test_bulk_weights_where_a_stage_holds_32_kb(k, n, bulk):
@@ -723,6 +739,7 @@ def test_bulk_weights_where_a_stage_holds_32_kb(k, n, bulk):
         p = Problem(16, n, k, act, "uint4b8", 128)
         s = choose_fused_spec(PROFILES["h100"], p)
         assert s.bulk == bulk, s.name
+        assert s.xbox == (bulk and act == "bfloat16"), s.name     # x's boxes in bf16 only (entry 93)
         assert (s.tile_k * s.tile_n // 2 >= BULK_MIN_STAGE_BYTES) == bulk
         assert plan(PROFILES["h100"], p).smem_bytes == s.smem_bytes()
         # other GPUs keep cp.async (not measured); so do the gemv (M <= 8) and wgmma (M >= 17) plans
@@ -735,7 +752,12 @@ def test_bulk_is_a_candidate_on_sm90_only():
     p = Problem(16, 4096, 4096, "bfloat16", "uint4b8", 128)
     h = candidate_specs(PROFILES["h100"], p)
     bulk = [c for c in h if getattr(c, "bulk", False)]
-    assert bulk and all(replace(c, bulk=False) in h for c in bulk)   # beside its cp.async twin
+    assert bulk and all(replace(c, bulk=False, xbox=False) in h for c in bulk)   # beside its cp.async twin
+    xbox = [c for c in bulk if c.xbox]   # x's boxes: a candidate beside its weights-only twin in either dtype
+    assert xbox and all(replace(c, xbox=False) in h for c in xbox)
+    assert {c.tk for c in xbox} == {c.tk for c in bulk if c.tk % 4 == 0}
+    f16 = candidate_specs(PROFILES["h100"], replace(p, act="float16"))
+    assert any(getattr(c, "xbox", False) for c in f16)
     for other in ("a100", "rtx-pro-6000"):   # (sm_120 has TMA too, but boxes are measured on sm_90 only)
         assert not any(getattr(c, "bulk", False) for c in candidate_specs(PROFILES[other], p))
     with pytest.raises(UnsupportedError, match="needs sm_90"):

@@ -7,6 +7,7 @@ struct alignas(64) TmaMap {
   const unsigned char* base;
   long long cols, rows, row_bytes;   // elements along the contiguous dimension, rows, bytes a row
   int box_cols, box_rows, elem_bytes;
+  bool swizzle128 = false;
 };
 
 JM_DEV void mbar_init(u64* bar, u32 count) { emu::txbar_init(bar, count); }
@@ -16,7 +17,7 @@ JM_DEV void mbar_wait(u64* bar, u32 parity) { emu::txbar_wait(bar, parity); }
 JM_DEV void tma_prefetch(const TmaMap* /*map*/) {}
 JM_DEV void tma_load_2d(void* dst, const TmaMap* map, int c0, int c1, u64* bar) {
   emu::tma_box(dst, map->base, map->cols, map->rows, map->row_bytes, map->box_cols, map->box_rows,
-               map->elem_bytes, c0, c1, bar);
+               map->elem_bytes, c0, c1, bar, map->swizzle128);
 }
 JM_DEV void tma_load_2d(void* dst, const TmaMap* map, int c0, int c1, u64* bar, u64 /*pol*/) {
   tma_load_2d(dst, map, c0, c1, bar);

@@ -20,12 +20,17 @@ extern "C" int jm_emu_launch(int grid, int smem_bytes, void* const* bufs, const 
   const TmaMap bmap{static_cast<const unsigned char*>(bufs[1]), words, dims[2] / 16, words * 8,
                     {{ spec.tile_n * bits // 4 }}, {{ spec.tk }}, 8};
 //% endif
+//% if spec.xbox is defined and spec.xbox
+  // x's map (launch.x_tensor_map): M rows of k_in halves, lda apart, boxes of 64 x 16, 128-byte swizzle
+  const TmaMap xmap{static_cast<const unsigned char*>(bufs[0]), dims[4], dims[0], (long long)dims[5] * 2,
+                    64, 16, 2, true};
+//% endif
   rt.entry = [&] {
     {{ spec.name }}(static_cast<const int4*>(bufs[0]), static_cast<const int4*>(bufs[1]),
                     static_cast<const int4*>(bufs[2]), static_cast<const int4*>(bufs[3]),
                     static_cast<const u32*>(bufs[4]), static_cast<u32*>(bufs[5]), gscale,
                     static_cast<float4*>(bufs[6]), static_cast<int*>(bufs[7]), dims[0], dims[1],
-                    dims[2], dims[3], dims[4], dims[5], dims[6]{{ ", bmap" if (spec.bulk is defined and spec.bulk) else "" }});
+                    dims[2], dims[3], dims[4], dims[5], dims[6]{{ ", bmap" if (spec.bulk is defined and spec.bulk) else "" }}{{ ", xmap" if (spec.xbox is defined and spec.xbox) else "" }});
   };
   return emu::run(rt, grid, {{ spec.threads }}, smem_bytes, seed, err, errlen);
 }

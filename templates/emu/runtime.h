@@ -84,6 +84,7 @@ struct BoxOp {
   const unsigned char* base;
   long long c0, c1, cols, rows, row_bytes;
   int box_cols, box_rows, elem_bytes;
+  bool swizzle128;   // CU_TENSOR_MAP_SWIZZLE_128B: 16-byte chunk j of 128-byte line i at chunk j ^ (i & 7)
 };
 // An mbarrier with transaction counts (TMA completion): arrivals pending in the current phase,
 // the expected count, the bytes still to land, the phases completed, the boxes not yet copied.
@@ -307,21 +308,27 @@ inline void txbar_arrive_expect(void* bar, unsigned bytes) {
   txbar_settle(b);
 }
 inline void tma_box(void* dst, const unsigned char* base, long long cols, long long rows, long long row_bytes,
-                    int box_cols, int box_rows, int elem_bytes, long long c0, long long c1, void* bar) {
+                    int box_cols, int box_rows, int elem_bytes, long long c0, long long c1, void* bar,
+                    bool swizzle128 = false) {
   const size_t bytes = (size_t)box_cols * box_rows * elem_bytes;
-  check_smem(dst, bytes, 128, "cp.async.bulk.tensor destination");
+  // the 128-byte swizzle follows address bits 7-9, so its boxes start on 1024-byte boundaries
+  check_smem(dst, bytes, swizzle128 ? 1024 : 128, "cp.async.bulk.tensor destination");
+  if (swizzle128 && box_cols * elem_bytes != 128) fail("cp.async.bulk.tensor: 128-byte swizzle needs 128-byte box rows");
   for (int r = 0; r < box_rows; ++r) {        // the part of each box row inside the array
     const long long row = c1 + r, lo = c0 < 0 ? 0 : c0, hi = c0 + box_cols < cols ? c0 + box_cols : cols;
     if (row >= 0 && row < rows && hi > lo)
       check_global(base + row * row_bytes + lo * elem_bytes, (size_t)(hi - lo) * elem_bytes, "cp.async.bulk.tensor source");
   }
   txbar(bar, "cp.async.bulk.tensor mbarrier").ops.push_back(
-      BoxOp{static_cast<unsigned char*>(dst), base, c0, c1, cols, rows, row_bytes, box_cols, box_rows, elem_bytes});
+      BoxOp{static_cast<unsigned char*>(dst), base, c0, c1, cols, rows, row_bytes, box_cols, box_rows, elem_bytes,
+            swizzle128});
 }
 inline void do_box(const BoxOp& op) {
   for (int r = 0; r < op.box_rows; ++r)
     for (int e = 0; e < op.box_cols; ++e) {
-      unsigned char* d = op.dst + ((size_t)r * op.box_cols + e) * op.elem_bytes;
+      size_t o = ((size_t)r * op.box_cols + e) * op.elem_bytes;
+      if (op.swizzle128) o ^= ((o >> 7) & 7) << 4;
+      unsigned char* d = op.dst + o;
       const long long row = op.c1 + r, col = op.c0 + e;
       if (row >= 0 && row < op.rows && col >= 0 && col < op.cols)
         std::memcpy(d, op.base + row * op.row_bytes + col * op.elem_bytes, op.elem_bytes);

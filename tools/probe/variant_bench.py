@@ -172,9 +172,11 @@ SUBS = {
               "        if (sub / (SUB / WARPS_N) == wn) mma_16816(fa[buf][0], m, xoff[sub % XO]);\n      }")],
     "offnone": [("        mma_16816(fa[buf][0], m, xoff[sub % XO]);\n      }", "        (void)m;\n      }")],
     # Session 47 (timing only: wrong sums; bf16 only, fp16 rows run as head): the raw-code kernels
-    # with each of the WARPS_N warps that share a K range taking its share of a run's offsets MMAs
-    # on x fragments of its own ldmatrix, in the first steps of the run and with no branch on the
-    # warp (bf_offld): what a shared x-sum costs before its exchange (bf_offnone, below: none).
+    # with no offsets MMA (bf_offnone), or with each of the WARPS_N warps that share a K range
+    # taking its share of a run's offsets MMAs on x fragments of its own ldmatrix, in the first
+    # steps of the run and with no branch on the warp (bf_offld): what a shared x-sum costs before
+    # its exchange.
+    "bf_offnone": [("        mma_16816(fa[buf][0], m, xoff[sub % XO]);\n      }", "        (void)m;\n      }")],
     "bf_offld": [("        mma_16816(fa[buf][0], m, xoff[sub % XO]);\n      }",
                   "        if (sub % SCALE_RUN < SCALE_RUN / WARPS_N) {\n"
                   "          FragA xa;\n"
@@ -183,6 +185,11 @@ SUBS = {
                   "        }\n      }")],
     # Session 47: xs_own, xs_nowait, xs_remap_own (runs 2-5) are on branch wip/xs-shared, whose
     # kernel source they change.
+    # Session 47 (branch wip/sk-xtma; session 48's runs 1-2 measured it there): the boxed decode
+    # kernels take x by cp.async (correct values; the stages stay 1024-byte aligned, x's map is
+    # passed and unused). On main the choice is KernelSpec.xbox: see JM_PROBE_XBOX below.
+    # Session 48 run 3 (correct values): with xbox, the weights' box issued before x's boxes (xw_first;
+    # main since: the order of entry 93).
     # Session 46: the raw-code kernels' offsets MMAs in one chain of dependent MMAs a run (as before
     # session 46) or two, instead of four (correct values either way).
     "xo1": [("constexpr int XO = RAW_CODES ? 4 : 1;", "constexpr int XO = 1;")],
@@ -289,7 +296,6 @@ SUBS["sk_nomma"] = [("          for (int i = 0; i < TM; ++i) mma_16816(fa[buf][i
 # Session 45 (correct values): a bf16 raw-code kernel (KernelSpec.raw_codes) back to the plain decode,
 # no offsets MMA, no offset taken off the runs' sums: is entry 60's H100 gain there on the H200, whose
 # M = 16 kernel pays for each MMA (entry 86)?
-SUBS["bf_offnone"] = SUBS["offnone"]   # (the bf_ prefix: fp16 rows, which have no offsets MMA, run as head)
 SUBS["bf_noraw"] = [("constexpr bool RAW_CODES = true;", "constexpr bool RAW_CODES = false;"),
                     ("dequant_word_raw(word(fb[buf][w / 4], w % 4), b);", "dequant_word(word(fb[buf][w / 4], w % 4), b);"),
                     *SUBS["offnone"]]
@@ -389,6 +395,12 @@ if os.environ.get("JM_PROBE_BULK"):
         return dataclasses.replace(pl, spec=s, smem_bytes=s.smem_bytes())
 
     P.plan = plan_bulk
+# JM_PROBE_XBOX=both|none (session 48): the planner's boxed decode plans take x by TMA boxes too
+# (KernelSpec.xbox) in both dtypes, or in neither (planner.XBOX_ACTS; the rule: bf16 only).
+if os.environ.get("JM_PROBE_XBOX"):
+    import jitmarlin.planner as P
+
+    P.XBOX_ACTS = {"both": ("float16", "bfloat16"), "none": ()}[os.environ["JM_PROBE_XBOX"]]
 # JM_PROBE_NOBULK=1 (session 46): no TMA weight boxes in the planner's plans (planner.BULK_DECODE off).
 if os.environ.get("JM_PROBE_NOBULK"):
     import jitmarlin.planner as P
