@@ -894,10 +894,11 @@ def bulk_fits(spec: KernelSpec) -> bool:
             and spec.tile_n * spec.bits // 4 <= 256)
 
 
-# x by TMA boxes too (KernelSpec.xbox), for bf16 only: H200 at M = 12 and 16, three A/B rounds
-# (tools/PERF.md entry 93), the six layers with boxed weights 0.5-2% faster in bf16, while fp16's
-# were up to 2.3% slower on four of them (70B down, 8B gate_up): its shorter step gains less from
-# the fetch instructions x's boxes save than it loses waiting on one barrier for x and weights.
+# x by TMA boxes too (KernelSpec.xbox), for bf16 only: H200 at M = 12 and 16, A/B in one process
+# (tools/PERF.md entry 93), the six layers with boxed weights 0.5-4% faster in bf16, while fp16's
+# were up to 2.6% slower on three of them (70B down, 70B gate_up, 8B gate_up): its shorter step
+# gains less from the fetch instructions x's boxes save than it loses waiting on one barrier for x
+# and the weights.
 XBOX_ACTS = ("bfloat16",)
 
 

@@ -95,7 +95,7 @@ class KernelSpec(_WeightFormat):
     xbox (with bulk; one m16 row block, K tiles a multiple of 64): the stage's x arrives by TMA too,
     as K-tile / 64 boxes of 16 rows x 64 halves with the 128-byte swizzle (x's map, kept per x
     buffer by launch.py), on the same mbarrier; the stages start on 1024-byte boundaries. H200 at M =
-    12 and 16 (tools/PERF.md entry 93): bf16 0.5-2% faster, fp16 up to 2% slower.
+    12 and 16 (tools/PERF.md entry 93): bf16 0.5-4% faster, fp16 up to 2.6% slower.
     On 'sm90', M is the wgmma N side (tm in 1, 2, 4, 8, 16: 16..256 tokens), N is split into
     64-feature slabs over two warpgroups (tn 8 or 16, threads 256) or three (tn 12, threads 384,
     one block an SM, at most 128 tokens) and tk is 4 (one 128-byte swizzled x row per stage).

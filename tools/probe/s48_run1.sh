@@ -1,3 +1,4 @@
+# Session 48 run 1 (ran on branch wip/sk-xtma, whose variant_bench.py has xtma_off; session 47 wrote it as xtma_ab.sh).
 # Branch wip/sk-xtma (session 47, built and checked on the CPU emulator only; ran on no GPU): the
 # boxed decode Stream-K kernel (KernelSpec.bulk, sm_90) takes x as TMA boxes too (TK / 4 boxes of
 # 16 rows x 64 halves with the 128-byte swizzle, on the stage's mbarrier; stages 1024-byte aligned).
