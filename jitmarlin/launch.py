@@ -293,7 +293,7 @@ class Launcher:
     buffer). pdl: launch with programmatic dependent launch (the caller has checked the GPU)."""
 
     __slots__ = ("func", "grid", "block", "smem", "stream", "static", "plan", "device", "keep",
-                 "iters", "whole", "x_tail", "x_maps", "w_maps", "pdl")
+                 "iters", "whole", "x_tail", "x_maps", "w_maps", "pdl", "wgmma")
 
     def __init__(self, plan: Plan, func, device: int, stream_ptr: int, ptrs: dict, ws: Workspace,
                  n_out: int, k_in: int, gscale: float, pdl: bool = False):
@@ -309,6 +309,7 @@ class Launcher:
         self.iters = np.int32(plan.iters)
         self.whole = np.int32(plan.whole)
         self.x_maps = {} if plan.spec.wgmma or getattr(plan.spec, "xbox", False) else None
+        self.wgmma = bool(plan.spec.wgmma)   # the order of the maps in the arguments, decided once
         self.x_tail = np.int32(p.m % plan.spec.tile_m if plan.spec.wgmma else 0)
         tagged = isinstance(plan.spec, GemvSpec) and plan.spec.tagged_words(plan.grid) > 0
         if pdl and not getattr(plan.spec, "pdl", False):   # it would touch x before the grid ahead is done
@@ -348,7 +349,7 @@ class Launcher:
                     tail = x_tensor_map(x_ptr, int(m), int(k_in), lda, int(self.x_tail)) if self.x_tail else full
                     maps = (self.x_tail, tail, full)
                 self.x_maps[(x_ptr, lda)] = maps
-            if self.plan.spec.wgmma:
+            if self.wgmma:
                 args += (self.whole, *maps, *self.w_maps)
             else:   # KernelSpec.xbox: the weights' map, then x's
                 args += (*self.w_maps, *maps)
