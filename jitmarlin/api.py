@@ -118,8 +118,10 @@ def linear(x, qw: QuantizedWeight, bias=None, out=None, *, enable_pdl: bool | No
 
     x: (..., K) float16 or bfloat16 on a GPU, as a CuPy array, a torch tensor or any __dlpack__
     object (returned as CuPy). bias: optional (N,) of x's dtype on the same GPU. out: optional
-    preallocated contiguous (..., N) array of x's type and dtype. Runs on the caller's current
-    stream (torch's for tensors, CuPy's otherwise). Returns an array of x's kind, shape (..., N).
+    preallocated contiguous (..., N) array of x's type and dtype. Runs on x's GPU, whichever is
+    current (the weight is copied to each GPU it meets once), on that GPU's current stream (torch's
+    for tensors, CuPy's otherwise), and leaves the current device as it was. Returns an array of
+    x's kind, shape (..., N).
 
     enable_pdl: launch with programmatic dependent launch (sm_90+; default: JITMARLIN_PDL, off):
     the kernel may start while the kernel before it on the stream is still finishing, and the
@@ -173,6 +175,11 @@ def _linear_torch(x, qw, bias, out, pdl=False):
     if act is None:
         raise InputError(f"x must be float16 or bfloat16, got {x.dtype}")
     dev = x.device.index
+    if launch.current_device() != dev:   # x's GPU current while its kernels launch (as for CuPy arrays)
+        import cupy
+
+        with cupy.cuda.Device(dev):
+            return _linear_torch(x, qw, bias, out, pdl)
     shape = tuple(x.shape)
     m, lda = _rows(shape, x.stride(), qw.in_features)
     out_shape = shape[:-1] + (qw.out_features,)
@@ -240,7 +247,6 @@ def _cupy_act(dtype) -> str:
 
 def _linear_cupy(x, qw, bias, out, pdl=False):
     import cupy
-    from cupy.cuda import runtime
 
     act = _cupy_act(x.dtype)
     dev = x.data.device_id
@@ -254,7 +260,7 @@ def _linear_cupy(x, qw, bias, out, pdl=False):
                 raise InputError(f"{name} must be a CuPy array on device {dev}")
         _check_out_bias("cupy", x, out, bias, out_shape, qw.out_features, dev, x.dtype,
                         lambda a: a.flags.c_contiguous, lambda a: a.data.ptr)
-    if runtime.getDevice() != dev:   # a device context only when x lives on another GPU
+    if launch.current_device() != dev:   # a device context only when x lives on another GPU
         with cupy.cuda.Device(dev):
             return _linear_cupy(x, qw, bias, out, pdl)
     if out is None:

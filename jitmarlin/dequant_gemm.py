@@ -15,7 +15,7 @@ import numpy as np
 
 from . import cublas
 from .errors import CaptureError
-from .launch import get_function, is_capturing, private_stream, stream_object
+from .launch import current_device, get_function, is_capturing, private_stream, stream_object
 from .nvrtc import Artifact
 from .planner import Plan
 
@@ -32,12 +32,6 @@ def _cp():
     import cupy
 
     return cupy
-
-
-def _current_device() -> int:
-    from cupy.cuda import runtime
-
-    return runtime.getDevice()
 
 
 class DenseWorkspace:
@@ -143,7 +137,7 @@ class DequantLauncher:
             self.bias(self.bias_grid, self.block,
                       (np.uint64(bias_ptr), np.uint64(out_ptr), self.m32, self.n_out32),
                       stream=self.stream)
-        if _current_device() != self.device:   # the cuBLAS handle belongs to this device
+        if current_device() != self.device:   # the cuBLAS handle belongs to this device
             with _cp().cuda.Device(self.device):
                 self._gemm(x_ptr, lda, out_ptr, bias_ptr)
         else:

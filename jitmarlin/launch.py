@@ -33,6 +33,15 @@ def _cp():
     return cupy
 
 
+def current_device() -> int:
+    """The calling thread's current CUDA device (the runtime's, which CuPy and torch share). A
+    module's functions launch only in their own device's context (CUDA_ERROR_INVALID_HANDLE
+    otherwise), so callers holding x on another GPU make that GPU current first."""
+    from cupy.cuda import runtime
+
+    return runtime.getDevice()
+
+
 def is_capturing(stream_ptr: int) -> bool:
     from cupy.cuda import runtime
 

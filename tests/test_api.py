@@ -733,3 +733,118 @@ def test_x_boxes_stop_at_in_features(act, rng):
     spec = KernelSpec("sm80", "uint4b8", act, -1, 1, 16, 16, 3, bulk=True, xbox=True)
     y, ref = run_forced(qw, 13, act, spec, rng, lda=1024, pad=float("nan"))
     assert rel(y, ref) <= TOL[act], (spec.name, rel(y, ref))
+
+
+# ---- two GPUs: x on the GPU that is not current ---------------------------------------------------
+# A tensor-parallel worker that never called set_device, or one process driving several GPUs:
+# x lives on GPU 1 while GPU 0 is current. The weight (built on GPU 0) is uploaded to GPU 1, the
+# kernel module loaded there, the launch runs on x's device and its stream, and the current device
+# is left as it was. Then the same weight on GPU 0: each device keeps its own copies and launchers.
+def _gpu_count() -> int:
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount()
+    except Exception:
+        return 0
+
+
+# (n, k, m, act): one of each route the planner takes on sm_90 (H100 / H200 plans)
+TWO_GPU_CASES = [
+    (4160, 4096, 1, "float16"),     # gemv, pairs in clusters
+    (4160, 4096, 16, "float16"),    # Stream-K
+    (4096, 14336, 16, "bfloat16"),  # Stream-K with TMA boxes for the weights and x (torch only)
+    (4160, 4096, 64, "float16"),    # wgmma
+    (4160, 4096, 300, "float16"),   # wgmma, half tiles in clusters
+    (256, 128, 4096, "float16"),    # dequantise, then cuBLAS
+]
+
+
+def _on_device(a, dev: int, act: str, kind: str):
+    """Host float64 `a` as a `kind` array of dtype `act` on GPU `dev`."""
+    if kind == "torch":
+        import torch
+
+        return torch.from_numpy(a).to(f"cuda:{dev}", _torch_dtype(act))
+    cp = _cp()
+    with cp.cuda.Device(dev):
+        return cp.asarray(a).astype(cp.float16)
+
+
+def _device_of(a) -> int:
+    return a.device.index if type(a).__module__.startswith("torch") else a.data.device_id
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_gpu_count() < 2, reason="needs two GPUs")
+@pytest.mark.parametrize("kind", ["cupy", "torch"])
+@pytest.mark.parametrize("case", TWO_GPU_CASES, ids=lambda c: f"n{c[0]}-k{c[1]}-m{c[2]}-{c[3]}")
+def test_x_on_the_gpu_that_is_not_current(case, kind, rng):
+    from jitmarlin import halves
+
+    n, k, m, act = case
+    if kind == "cupy" and act != "float16":
+        pytest.skip("bf16 CuPy arrays need ml_dtypes; the torch case covers this route")
+    if kind == "torch":
+        torch = pytest.importorskip("torch")
+    cp = _cp()
+    assert cp.cuda.runtime.getDevice() == 0
+    qw, w = make_weight(n, k, 128, act)              # on GPU 0
+    for dev in (1, 0):                               # GPU 1 first: nothing of this weight there yet
+        xh = halves.round_to(rng.standard_normal((m, k)), act)
+        bh = halves.round_to(rng.standard_normal(n), act)
+        x, b = _on_device(xh, dev, act, kind), _on_device(bh, dev, act, kind)
+        out = _on_device(np.full((m, n), np.nan), dev, act, kind)   # poisoned
+        y = jitmarlin.linear(x, qw, bias=b, out=out, enable_pdl=m == 16)   # (PDL: its own launch call)
+        assert y is out and _device_of(y) == dev
+        assert cp.cuda.runtime.getDevice() == 0, "linear() left another device current"
+        if kind == "torch":
+            torch.cuda.synchronize(dev)
+            yh = y.double().cpu().numpy()
+        else:
+            with cp.cuda.Device(dev):
+                yh = cp.asnumpy(y).astype(np.float64)
+        assert not np.isnan(yh).any(), "unwritten output elements"
+        ref = cp.asnumpy(cp.asarray(xh) @ w.T) + bh  # float64, on GPU 0
+        err = float(np.linalg.norm(yh - ref) / np.linalg.norm(ref))
+        assert err <= TOL[act], (dev, err)
+    assert {(0, act), (1, act)} <= set(qw._device)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_gpu_count() < 2, reason="needs two GPUs")
+def test_act_order_and_graph_capture_on_the_second_gpu(rng):
+    """The act-order gather buffer and a CUDA graph captured and replayed on GPU 1 (torch's
+    current device there, as torch.cuda.graph requires), with GPU 0 current before and after."""
+    torch = pytest.importorskip("torch")
+    from jitmarlin.quant import from_codes
+
+    g_idx = rng.permutation(np.repeat(np.arange(8), 128))
+    qw = from_codes("uint4b8", rng.integers(0, 16, (512, 1024)), rng.random((8, 512)) * 0.01 + 0.001, 128,
+                    g_idx=g_idx)
+    for m in (1, 40):
+        x, b, ref = _host_case(qw, m, "float16", rng, "torch")
+        y = jitmarlin.linear(x.to("cuda:1"), qw, bias=b.to("cuda:1"))
+        assert y.device.index == 1 and torch.cuda.current_device() == 0
+        assert _rel(y, ref) <= TOL["float16"]
+    qw, w = make_weight(4096, 4096, 128, "bfloat16")
+    with torch.cuda.device(1):
+        x = torch.randn(7, 4096, device="cuda:1", dtype=torch.bfloat16)
+        y = jitmarlin.linear(x, qw)                  # warm-up on GPU 1: compile, upload, workspace
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        # a capture stream on GPU 1: torch.cuda.graph's default one is made once a process, on
+        # the GPU current then, and entering it makes that GPU current (linear() would then run
+        # on GPU 1's own current stream, outside the capture, as torch's own ops on x would)
+        with torch.cuda.graph(g, stream=torch.cuda.Stream(device=1)):
+            y = jitmarlin.linear(x, qw)
+        for _ in range(2):
+            x.copy_(torch.randn(7, 4096, device="cuda:1", dtype=torch.bfloat16))
+            y.fill_(float("nan"))
+            g.replay()
+            torch.cuda.synchronize()
+            ref = x.double().cpu().numpy() @ _cp().asnumpy(w).T
+            yh = y.double().cpu().numpy()
+            assert not np.isnan(yh).any()
+            assert float(np.linalg.norm(yh - ref) / np.linalg.norm(ref)) <= TOL["bfloat16"]
+    assert torch.cuda.current_device() == 0

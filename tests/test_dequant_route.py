@@ -203,7 +203,7 @@ def test_launcher_call_sequence(monkeypatch):
 
     monkeypatch.setattr(dequant_gemm, "get_function", fake_function)
     monkeypatch.setattr(dequant_gemm, "stream_object", lambda s: f"stream{s}")
-    monkeypatch.setattr(dequant_gemm, "_current_device", lambda: 0)
+    monkeypatch.setattr(dequant_gemm, "current_device", lambda: 0)
     h100, problem = get_profile("h100"), Problem(1000, 1024, 2048, "bfloat16", "nvfp4", 16)
     p = plan(h100, problem, planner.dequant_spec(h100, problem))
     ws = SimpleNamespace(weights=SimpleNamespace(data=SimpleNamespace(ptr=0x9000)), blas=Blas())
