@@ -33,13 +33,20 @@ def _cp():
     return cupy
 
 
+_get_device = None
+
+
 def current_device() -> int:
     """The calling thread's current CUDA device (the runtime's, which CuPy and torch share). A
     module's functions launch only in their own device's context (CUDA_ERROR_INVALID_HANDLE
-    otherwise), so callers holding x on another GPU make that GPU current first."""
-    from cupy.cuda import runtime
+    otherwise), so callers holding x on another GPU make that GPU current first. (Every call of
+    linear() asks: the function is looked up once, not imported each time.)"""
+    global _get_device
+    if _get_device is None:
+        from cupy.cuda import runtime
 
-    return runtime.getDevice()
+        _get_device = runtime.getDevice
+    return _get_device()
 
 
 def is_capturing(stream_ptr: int) -> bool:
