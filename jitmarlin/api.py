@@ -175,11 +175,6 @@ def _linear_torch(x, qw, bias, out, pdl=False):
     if act is None:
         raise InputError(f"x must be float16 or bfloat16, got {x.dtype}")
     dev = x.device.index
-    if launch.current_device() != dev:   # x's GPU current while its kernels launch (as for CuPy arrays)
-        import cupy
-
-        with cupy.cuda.Device(dev):
-            return _linear_torch(x, qw, bias, out, pdl)
     shape = tuple(x.shape)
     m, lda = _rows(shape, x.stride(), qw.in_features)
     out_shape = shape[:-1] + (qw.out_features,)

@@ -132,18 +132,18 @@ class DequantLauncher:
         self.gscale = float(gscale)
 
     def __call__(self, x_ptr: int, lda: int, out_ptr: int, bias_ptr: int) -> None:
+        if current_device() != self.device:   # its kernels and cuBLAS handle belong to this device
+            with _cp().cuda.Device(self.device):
+                self._run(x_ptr, lda, out_ptr, bias_ptr)
+        else:
+            self._run(x_ptr, lda, out_ptr, bias_ptr)
+
+    def _run(self, x_ptr: int, lda: int, out_ptr: int, bias_ptr: int) -> None:
         self.dequant(self.grid, self.block, self.dq_args, stream=self.stream)
         if bias_ptr:
             self.bias(self.bias_grid, self.block,
                       (np.uint64(bias_ptr), np.uint64(out_ptr), self.m32, self.n_out32),
                       stream=self.stream)
-        if current_device() != self.device:   # the cuBLAS handle belongs to this device
-            with _cp().cuda.Device(self.device):
-                self._gemm(x_ptr, lda, out_ptr, bias_ptr)
-        else:
-            self._gemm(x_ptr, lda, out_ptr, bias_ptr)
-
-    def _gemm(self, x_ptr: int, lda: int, out_ptr: int, bias_ptr: int) -> None:
         # Only the caller's k_in columns and n_out rows of the padded weight take part.
         self.blas.linear(self.stream_ptr, self.act, self.m, self.n_out, self.k_in, x_ptr, lda,
                          self.w_ptr, self.ldw, out_ptr, self.n_out, alpha=self.gscale,

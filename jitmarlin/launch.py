@@ -39,8 +39,8 @@ _get_device = None
 def current_device() -> int:
     """The calling thread's current CUDA device (the runtime's, which CuPy and torch share). A
     module's functions launch only in their own device's context (CUDA_ERROR_INVALID_HANDLE
-    otherwise), so callers holding x on another GPU make that GPU current first. (Every call of
-    linear() asks: the function is looked up once, not imported each time.)"""
+    otherwise), so the launchers make their device current where it is not. (Every launch asks:
+    the function is looked up once, not imported each time.)"""
     global _get_device
     if _get_device is None:
         from cupy.cuda import runtime
@@ -371,6 +371,13 @@ class Launcher:
                 args += (*self.w_maps, *maps)
         elif self.w_maps:
             args += self.w_maps
+        if current_device() != self.device:   # (x on a GPU that is not the caller's current one)
+            with _cp().cuda.Device(self.device):
+                self._launch(args)
+        else:
+            self._launch(args)
+
+    def _launch(self, args) -> None:
         if self.pdl is not None:
             self.pdl(args)
         else:

@@ -28,6 +28,7 @@ def no_device(monkeypatch):
 
     cupy_like = types.SimpleNamespace(cuda=types.SimpleNamespace(Device=lambda d: contextlib.nullcontext()))
     monkeypatch.setattr(launch, "_cp", lambda: cupy_like)
+    monkeypatch.setattr(launch, "current_device", lambda: 0)
     monkeypatch.setattr(launch, "stream_object", lambda s: "stream")
     from cupy.cuda import driver as drv
 
@@ -109,6 +110,37 @@ def test_mma_sync_launches_take_no_tensor_map(no_device):
     assert not pl.spec.wgmma
     lz(0x1000, 4096, 0x9000, 0)
     assert no_device == [] and len(f.calls[0]) == 16 and lz.w_maps == ()
+
+
+def test_a_launch_makes_its_device_current_where_another_is(no_device, monkeypatch):
+    """x on GPU 0 while GPU 1 is current: the kernel (a function of GPU 0's module) launches
+    inside GPU 0's device context, and where GPU 0 is current already no context is entered."""
+    import contextlib
+
+    entered = []
+
+    @contextlib.contextmanager
+    def device(d):
+        entered.append(d)
+        yield
+        entered.append(("left", d))
+
+    monkeypatch.setattr(launch, "_cp", lambda: types.SimpleNamespace(cuda=types.SimpleNamespace(Device=device)))
+    lz, f, _ = _launcher(16)
+    entered.clear()
+
+    class _Recording(_Func):
+        def __call__(self, grid, block, args, shared_mem, stream):
+            self.calls.append(list(entered))
+
+    lz.func = rec = _Recording()
+    monkeypatch.setattr(launch, "current_device", lambda: 1)
+    lz(0x1000, 4096, 0x9000, 0)
+    assert rec.calls == [[0]] and entered == [0, ("left", 0)]
+    monkeypatch.setattr(launch, "current_device", lambda: 0)
+    entered.clear()
+    lz(0x1000, 4096, 0x9000, 0)
+    assert rec.calls[1] == [] and entered == []
 
 
 # ---- programmatic dependent launch --------------------------------------------------------------
