@@ -15,30 +15,30 @@ compiling. The on-disk layout and formats are described in cache/README.md.
 """
 from __future__ import annotations
 
-import base64
 import contextlib
-import fcntl
 import hashlib
-import json
 import logging
 import os
-import pickle
-import re
+import shutil
 import sqlite3
 import time
-import zlib
 from collections import Counter
 from pathlib import Path
 
 from . import nvrtc
-from ._version import __version__
+from .cache_entries import (  # noqa: F401  (re-exported: jitmarlin.cache is the public module)
+    _KEY_RE, ENTRY_DIR, ENTRY_FORMAT, LEGACY_DIRS, STORE_DIR, TUNE_PREFIX, TUNED_MEMBER,
+    USAGE_PREFIX, _TREE, ReadOnlyTier, _current_inputs, _from_entry, _is_entry_key,
+    _is_tune_key, _to_entry, _usage_row, cache_key, entry_from_json, entry_key_inputs,
+    entry_mismatch, entry_ok, entry_problem, entry_size, entry_to_json, key_inputs, key_of,
+    key_problem, source_digest)
 from .render import render
-from .settings import cache_root
-from .spec import AnySpec, spec_from_canonical
+from .settings import cache_root, lock_timeout_s
+from .spec import AnySpec
+from .store_disk import NonRawKey, SafeDisk, create_file, flock_timeout, make_dir, tree_problem
 
 log = logging.getLogger("jitmarlin")
 
-ENTRY_FORMAT = 2   # 2: cubin and PTX stored zlib-compressed
 
 MB = 1 << 20                 # "MB" in sizes and JITMARLIN_CACHE_MAX_MB means MiB
 DEFAULT_MAX_MB = 2048
@@ -48,20 +48,6 @@ EVICT_TO = 0.9
 # last_used is rewritten on a disk hit only when it is older than this (seconds): a burst of
 # processes loading the same kernels then writes once, not once per process.
 TOUCH_RESOLUTION_S = 60.0
-# Usage rows (size, last_used, ...) live in the same diskcache store under this prefix, beside
-# the entries, so a hit opens one SQLite database, not two.
-USAGE_PREFIX = "usage:"
-# Tuned choices (jitmarlin.tune: the measured-best spec per GPU and problem bucket) live in the
-# same store under this prefix. They are not kernel entries: no usage row, never evicted by the
-# size cap, removed by clear(), carried by bundles.
-TUNE_PREFIX = "tune:"
-
-ENTRY_DIR = "entries"
-TUNED_MEMBER = "tuned.json"     # tuned choices in a bundle (jitmarlin.bundle)
-_KEY_RE = re.compile(r"[0-9a-f]{64}\Z")
-_REQUIRED = ("spec", "name", "arch", "cubin", "ptx", "log", "options", "nvrtc",
-             "compile_seconds", "sha256")
-_BLOBS = ("cubin", "ptx")    # bytes fields, base64 in bundles
 
 
 # ---- settings ------------------------------------------------------------------------------------
@@ -89,246 +75,7 @@ def default_ro_dir() -> Path | None:
     return Path(env).expanduser() if env else None
 
 
-# ---- keys ----------------------------------------------------------------------------------------
-
-def source_digest(source: str) -> str:
-    return hashlib.sha256(source.encode()).hexdigest()
-
-
-def key_inputs(spec_canonical: str, source_sha256: str, arch: str, nvrtc_version, options,
-               version: str = __version__, fmt: int = ENTRY_FORMAT) -> dict:
-    """Everything the cache key hashes (stored in each entry, so the key can be re-derived)."""
-    return {
-        "format": fmt, "spec": spec_canonical, "source": source_sha256, "arch": arch,
-        "nvrtc": list(nvrtc_version), "options": list(options), "jitmarlin": version,
-    }
-
-
-def key_of(inputs: dict) -> str:
-    """sha256 (64 hex chars) of the key inputs."""
-    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
-
-
-def _current_inputs(spec: AnySpec, source: str, arch: str) -> dict:
-    return key_inputs(spec.canonical(), source_digest(source), arch, nvrtc.version(),
-                      nvrtc.options_for(arch))
-
-
-def cache_key(spec: AnySpec, source: str, arch: str) -> str:
-    return key_of(_current_inputs(spec, source, arch))
-
-
-def entry_key_inputs(e: dict, *, render_missing: bool = True) -> dict | None:
-    """The key inputs of entry `e`: stored ones, or for an entry written before they were stored
-    by this jitmarlin version, rebuilt by rendering its spec (render_missing). None otherwise."""
-    inputs = e.get("key_inputs")
-    if isinstance(inputs, dict):
-        return inputs
-    if not render_missing or e.get("jitmarlin") != __version__:
-        return None
-    source = render(spec_from_canonical(e["spec"]))
-    return key_inputs(e["spec"], source_digest(source), e["arch"], e["nvrtc"], e["options"],
-                      e["jitmarlin"], e["format"])
-
-
-def key_problem(key: str, e: dict, *, render_missing: bool = True, strict: bool = False):
-    """Why `key` is not the key `e`'s own inputs hash to, or None when it is. An entry too old to
-    tell counts as fine unless `strict`."""
-    try:
-        inputs = entry_key_inputs(e, render_missing=render_missing)
-    except Exception as exc:  # spec that no longer renders
-        return f"spec cannot be rendered to recompute the key ({exc})"
-    if inputs is None:
-        return "key cannot be recomputed (entry has no key inputs)" if strict else None
-    # nvrtc is not compared: the key uses the NVRTC wheel's version, the entry the library's
-    for f in ("format", "spec", "arch", "options", "jitmarlin"):
-        if inputs.get(f) != e.get(f):
-            return f"key inputs disagree with the entry's {f}"
-    if key_of(inputs) != key:
-        return "key does not match the entry's spec/arch/options/nvrtc"
-    return None
-
-
-# ---- entries -------------------------------------------------------------------------------------
-
-def _checksum(cubin: bytes, ptx: str) -> str:
-    h = hashlib.sha256(cubin)
-    h.update(ptx.encode())
-    return h.hexdigest()
-
-
-def _to_entry(spec: AnySpec, art: nvrtc.Artifact, inputs: dict | None = None) -> dict:
-    e = {
-        "format": ENTRY_FORMAT, "spec": spec.canonical(), "name": art.name, "arch": art.arch,
-        "cubin": zlib.compress(art.cubin, 6), "ptx": zlib.compress(art.ptx.encode(), 6),
-        "log": art.log, "options": list(art.options),
-        "nvrtc": list(art.nvrtc_version), "compile_seconds": art.seconds,
-        "resources": art.resources, "jitmarlin": __version__, "created": time.time(),
-        "sha256": _checksum(art.cubin, art.ptx),
-    }
-    if inputs is not None:
-        e["key_inputs"] = inputs
-    return e
-
-
-def _unpack(e: dict) -> tuple[bytes, str]:
-    return zlib.decompress(e["cubin"]), zlib.decompress(e["ptx"]).decode()
-
-
-def _from_entry(e: dict) -> nvrtc.Artifact:
-    cubin, ptx = _unpack(e)
-    return nvrtc.Artifact(
-        name=e["name"], arch=e["arch"], cubin=cubin, ptx=ptx, log=e["log"],
-        options=tuple(e["options"]), nvrtc_version=tuple(e["nvrtc"]),
-        seconds=e["compile_seconds"], resources=e.get("resources", {}),
-    )
-
-
-def entry_problem(e) -> str | None:
-    """What is wrong with a loaded entry (format, fields, compression, checksum), or None."""
-    if not isinstance(e, dict):
-        return f"not an entry ({type(e).__name__})"
-    if e.get("format") != ENTRY_FORMAT:
-        return f"entry format {e.get('format')!r}, this jitmarlin reads format {ENTRY_FORMAT}"
-    missing = [f for f in _REQUIRED if f not in e]
-    if missing:
-        return f"missing field(s) {', '.join(missing)}"
-    try:
-        cubin, ptx = _unpack(e)
-    except (TypeError, zlib.error, UnicodeDecodeError) as exc:
-        return f"cubin/ptx do not decompress ({exc})"
-    if _checksum(cubin, ptx) != e["sha256"]:
-        return "checksum mismatch (cubin/ptx altered)"
-    return None
-
-
-def entry_ok(e) -> bool:
-    """A loaded entry is whole: right format and its checksum matches its contents."""
-    return entry_problem(e) is None
-
-
-def entry_size(e: dict) -> int:
-    """Bytes the entry takes in the store (its pickle, as diskcache writes it)."""
-    return len(pickle.dumps(e, pickle.HIGHEST_PROTOCOL))
-
-
-def _usage_row(e: dict, last_used: float) -> dict:
-    """The small per-entry row kept beside each entry: size (bytes), times (epoch seconds)."""
-    return {"size": entry_size(e), "created": e.get("created", 0.0), "last_used": last_used,
-            "arch": e.get("arch", "?"), "name": e.get("name", "?")}
-
-
-# ---- bundle members ------------------------------------------------------------------------------
-
-def entry_to_json(e: dict) -> bytes:
-    """An entry as deterministic JSON bytes (cubin/ptx base64 of their zlib streams). Bundles use
-    JSON, not pickle, so importing one never runs code."""
-    d = dict(e)
-    for f in _BLOBS:
-        d[f] = base64.b64encode(e[f]).decode("ascii")
-    return json.dumps(d, sort_keys=True, separators=(",", ":")).encode()
-
-
-def entry_from_json(data: bytes) -> dict:
-    """Inverse of entry_to_json. Raises ValueError (or KeyError/TypeError) on malformed input."""
-    d = json.loads(data)
-    if not isinstance(d, dict):
-        raise ValueError("not a JSON object")
-    for f in _BLOBS:
-        d[f] = base64.b64decode(d[f], validate=True)
-    return d
-
-
-def _connect_ro(db: Path) -> sqlite3.Connection:
-    """A read-only SQLite connection. Plain mode=ro still needs to create the WAL index next to
-    the database, which a read-only mount refuses; immutable=1 then reads it as a frozen file."""
-    uri = db.resolve().as_uri()
-    try:
-        con = sqlite3.connect(uri + "?mode=ro", uri=True, check_same_thread=False)
-        con.execute("SELECT 1 FROM Cache LIMIT 1").fetchall()
-        return con
-    except sqlite3.OperationalError:
-        return sqlite3.connect(uri + "?mode=ro&immutable=1", uri=True, check_same_thread=False)
-
-
-class ReadOnlyTier:
-    """Another cache, only ever read: a jitmarlin cache directory (its kernels/ store) or an
-    unpacked bundle (manifest.json + entries/<key>.json). Entries are checked (format, checksum,
-    key) before use; nothing is written, so it may live on a read-only image mount."""
-
-    def __init__(self, directory: str | os.PathLike):
-        self.directory = Path(directory).expanduser()
-        self._db: sqlite3.Connection | None = None
-        self._store = None
-        self._warned = False
-        self._bundle_tuned: dict | None = None
-
-    def get(self, key: str) -> dict | None:
-        """The checked entry for `key`, or None (absent, unreadable or bad: warned, not fatal)."""
-        try:
-            e = self._fetch(key)
-        except Exception as exc:
-            if not self._warned:
-                self._warned = True
-                log.warning("jitmarlin: read-only cache %s unreadable (%s)", self.directory, exc)
-            return None
-        if e is None:
-            return None
-        problem = entry_problem(e) or key_problem(key, e, render_missing=False)
-        if problem:
-            log.warning("jitmarlin: read-only cache entry %s is bad (%s); ignoring it",
-                        key[:12], problem)
-            return None
-        return e
-
-    def get_tuned(self, key: str):
-        """The stored record of tuned choice `key` (unchecked: jitmarlin.tune checks it), or None."""
-        try:
-            bundled = self.directory / TUNED_MEMBER
-            if bundled.is_file():
-                if self._bundle_tuned is None:
-                    d = json.loads(bundled.read_bytes())
-                    choices = d.get("choices") if isinstance(d, dict) else None
-                    self._bundle_tuned = choices if isinstance(choices, dict) else {}
-                return self._bundle_tuned.get(key)
-            return self._row(key)
-        except Exception as exc:
-            log.warning("jitmarlin: read-only cache %s: tuned choice %s unreadable (%s)",
-                        self.directory, key, exc)
-            return None
-
-    def _fetch(self, key: str):
-        member = self.directory / ENTRY_DIR / f"{key}.json"
-        if member.is_file():
-            return entry_from_json(member.read_bytes())
-        return self._row(key)
-
-    def _row(self, key: str):
-        """The value stored under `key` in the tier's diskcache store, or None."""
-        db = self.directory / "kernels" / "cache.db"
-        if not db.is_file():
-            return None
-        if self._db is None:
-            import diskcache
-
-            # diskcache.Cache() writes its settings when it opens a store, so the row is read
-            # with SQLite directly and decoded by diskcache's own Disk.fetch.
-            self._db = _connect_ro(db)
-            self._store = diskcache.Disk(str(db.parent))
-        row = self._db.execute("SELECT mode, filename, value FROM Cache WHERE key = ? AND raw = 1",
-                               (key,)).fetchone()
-        return None if row is None else self._store.fetch(row[0], row[1], row[2], False)
-
-
 # ---- the cache -----------------------------------------------------------------------------------
-
-def _is_entry_key(k) -> bool:
-    return isinstance(k, str) and not k.startswith((USAGE_PREFIX, TUNE_PREFIX))
-
-
-def _is_tune_key(k) -> bool:
-    return isinstance(k, str) and k.startswith(TUNE_PREFIX)
-
 
 class KernelCache:
     """Disk + memory cache of compiled kernels under `directory` (default: JITMARLIN_CACHE_DIR,
@@ -350,52 +97,114 @@ class KernelCache:
         self._disk = None
         self._readonly = False
         self._warned = False
+        self.problem: str | None = None   # why the dir is not used (refused or corrupt store)
+        self.corrupt = False             # the store exists but SQLite cannot read it
 
     # ---- storage ----
     def _open(self):
         if self._disk is None and not self._readonly:
             try:
-                import diskcache
-
-                self.directory.mkdir(parents=True, exist_ok=True)
-                (self.directory / "locks").mkdir(exist_ok=True)
-                self._disk = diskcache.Cache(str(self.directory / "kernels"), eviction_policy="none")
-            except Exception as e:  # read-only or unusable directory
+                self._disk = self._open_store()
+            except Exception as e:  # read-only, unusable, refused or corrupt directory
                 self._readonly = True
+                if isinstance(e, sqlite3.DatabaseError):
+                    self.corrupt = True
+                    self.problem = f"{self.directory / STORE_DIR / 'cache.db'} is corrupt ({e})"
                 if not self._warned:
                     self._warned = True
-                    log.warning("jitmarlin: cache dir %s is not writable (%s); compiling in memory",
-                                self.directory, e)
+                    what = self.problem or f"cache dir {self.directory} is not writable ({e})"
+                    log.warning("jitmarlin: %s; compiling in memory (nothing read from or "
+                                "written to it)", what)
         return self._disk
+
+    def _open_store(self):
+        import diskcache
+
+        d = self.directory
+        make_dir(d)
+        problem = tree_problem(d, _TREE)
+        if problem:
+            self.problem = problem
+            raise PermissionError(problem)
+        if not os.access(d, os.W_OK | os.X_OK):
+            raise PermissionError(f"{d} is not writable")
+        make_dir(d / "locks")
+        make_dir(d / STORE_DIR)
+        create_file(d / STORE_DIR / "cache.db")   # 0600 before SQLite opens it
+        return diskcache.Cache(str(d / STORE_DIR), disk=SafeDisk, eviction_policy="none")
+
+    @property
+    def state(self) -> str:
+        """'ok', 'read-only' (exists, not writable), 'refused' (owner/mode check failed) or
+        'corrupt' (the store's database cannot be read)."""
+        self._open()
+        if self._disk is not None:
+            return "ok"
+        if self.corrupt:
+            return "corrupt"
+        return "refused" if self.problem else "read-only"
+
+    def integrity_problem(self) -> str | None:
+        """Why the store's database is damaged (SQLite quick_check), or None."""
+        if self.corrupt:
+            return self.problem
+        db = self.directory / STORE_DIR / "cache.db"
+        if self._open() is None or not db.is_file():
+            return None
+        try:
+            rows = self._disk._sql("PRAGMA quick_check").fetchall()
+        except sqlite3.DatabaseError as exc:
+            return f"{db} is corrupt ({exc})"
+        if rows != [("ok",)]:
+            return f"{db} is corrupt ({'; '.join(str(r[0]) for r in rows[:3])})"
+        return None
+
+    def repair(self) -> bool:
+        """Remove a broken store (and the legacy pickle-era dirs); True when something was
+        removed. Refused trees are left alone: they may not be ours."""
+        if self.problem and not self.corrupt:
+            return False
+        with contextlib.suppress(Exception):
+            if self._disk is not None:
+                self._disk.close()
+        self._disk, self._readonly, self._warned = None, False, False
+        self.problem, self.corrupt = None, False
+        removed = False
+        for name in (STORE_DIR, *LEGACY_DIRS):
+            p = self.directory / name
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+                removed = True
+        return removed
 
     @contextlib.contextmanager
     def _flight(self, key: str):
-        """Hold the per-key compile lock (released by the OS if this process dies)."""
+        """Hold the per-key compile lock (released by the OS if this process dies). Yields
+        False when not held: no store, or the lock stayed taken JITMARLIN_LOCK_TIMEOUT_S."""
         if self._readonly or self._disk is None:
-            yield
+            yield False
             return
-        path = self.directory / "locks" / f"{key[:32]}.lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+        with flock_timeout(self.directory / "locks" / f"{key[:32]}.lock") as held:
+            yield held
 
-    def _load(self, key: str):
+    def _load(self, key: str, inputs: dict | None = None):
         disk = self._open()
         if disk is None:
             return None
         try:
             e = disk.get(key)
-        except Exception as exc:  # unreadable row: treat as corrupt
+        except Exception as exc:  # unreadable or refused (pickle) row: treat as corrupt
             log.warning("jitmarlin: cache entry %s unreadable (%s); recompiling", key[:12], exc)
-            e = "corrupt"
+            self._delete(key)
+            return None
         if e is None:
             return None
-        if not entry_ok(e):
-            log.warning("jitmarlin: cache entry %s is corrupted; dropping and recompiling", key[:12])
+        problem = entry_problem(e)
+        if problem is None and inputs is not None:
+            problem = entry_mismatch(e, inputs)
+        if problem:
+            log.warning("jitmarlin: cache entry %s is corrupted (%s); dropping and recompiling",
+                        key[:12], problem)
             self._delete(key)
             return None
         self._touch(key, e)
@@ -459,12 +268,12 @@ class KernelCache:
         art = self._mem.get(key)
         if art is not None:
             return art, key, "memory"
-        art = self._load(key)
+        art = self._load(key, inputs)
         if art is not None:
             log.info("jitmarlin: cache hit %s arch=%s", spec.name, arch)
             self._mem[key] = art
             return art, key, "disk"
-        e = self._ro.get(key) if self._ro is not None else None
+        e = self._ro.get(key, inputs) if self._ro is not None else None
         if e is not None:
             log.info("jitmarlin: cache hit %s arch=%s (read-only tier %s)", spec.name, arch,
                      self.ro_dir)
@@ -475,8 +284,12 @@ class KernelCache:
         # Checked only before a compile: a hit never loads the NVRTC library (~50 ms).
         nvrtc.check_arch(arch)
         stored = False
-        with self._flight(key):
-            art = self._load(key)  # another process may have compiled it while we waited
+        with self._flight(key) as held:
+            if not held and self._disk is not None:
+                log.warning("jitmarlin: the compile lock of %s stayed held by another process for "
+                            "%.0f s (JITMARLIN_LOCK_TIMEOUT_S); compiling in memory, not stored",
+                            spec.name, lock_timeout_s())
+            art = self._load(key, inputs)  # another process may have compiled it meanwhile
             if art is not None:
                 # (no "compiled" in this line: logs are grepped for the one process that did)
                 log.info("jitmarlin: cache hit %s arch=%s (waited for another process)", spec.name, arch)
@@ -484,7 +297,8 @@ class KernelCache:
                 return art, key, "disk"
             art = nvrtc.compile_source(source, spec.name, arch, spec)
             log.info("jitmarlin: compiled %s arch=%s in %.2f s", spec.name, arch, art.seconds)
-            stored = self._store(key, _to_entry(spec, art, inputs))
+            if held:
+                stored = self._store(key, _to_entry(spec, art, inputs))
         self._mem[key] = art
         if stored:
             self.enforce_cap(keep={key})
@@ -504,14 +318,34 @@ class KernelCache:
             with contextlib.suppress(Exception):
                 yield key, disk.get(key)
 
+    def bad_rows(self) -> list[tuple[str, str, str]]:
+        """(key, '?', problem) for rows no jitmarlin writes: keys stored pickled (raw=0)."""
+        disk = self._open()
+        if disk is None:
+            return []
+        return [(repr(k), "?", "key stored pickled (refused, never loaded)")
+                for k in disk.iterkeys() if isinstance(k, NonRawKey)]
+
+    def _drop_bad_rows(self) -> None:
+        with contextlib.suppress(Exception):
+            self._disk._sql("DELETE FROM Cache WHERE raw = 0")
+
     def clear(self) -> int:
-        """Remove every entry and every tuned choice; returns how many entries there were."""
+        """Remove every entry and every tuned choice (a corrupt store and the directories of
+        older, pickle-era caches are removed whole); returns how many entries there were."""
         self._mem.clear()
         disk = self._open()
         if disk is None:
+            if self.corrupt:
+                self.repair()
             return 0
         n = len(self.keys())
+        self._drop_bad_rows()
         disk.clear()
+        for name in LEGACY_DIRS:
+            p = self.directory / name
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
         return n
 
     # ---- size cap ----
@@ -601,7 +435,9 @@ class KernelCache:
         disk = self._open()
         if disk is None:
             return []
-        bad = []
+        bad = self.bad_rows()
+        if bad and fix:
+            self._drop_bad_rows()
         for key in self.keys():
             try:
                 e = disk.get(key)
@@ -610,7 +446,7 @@ class KernelCache:
             else:
                 if e is None:
                     continue  # deleted meanwhile
-                problem = entry_problem(e) or key_problem(key, e)
+                problem = entry_problem(e) or key_problem(key, e, strict=True)
             if problem:
                 name = e.get("name", "?") if isinstance(e, dict) else "?"
                 bad.append((key, name, problem))
