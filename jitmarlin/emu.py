@@ -7,10 +7,12 @@ instruction layer differs. Meant for tests and debugging: it is slow (seconds pe
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 from pathlib import Path
@@ -30,10 +32,52 @@ def compiler() -> str | None:
     return os.environ.get("CXX") or shutil.which("g++") or shutil.which("clang++")
 
 
+class EmuBuildDirError(RuntimeError):
+    """The emulator's build directory is not this user's private directory: nothing is loaded
+    from it (a .so there would run with this process's rights)."""
+
+
+def _private(st: os.stat_result) -> str | None:
+    """Why a build-dir path with stat `st` is not safe to load from, or None."""
+    if st.st_uid != os.geteuid():
+        return f"owned by uid {st.st_uid}, not this user (uid {os.geteuid()})"
+    if stat.S_IMODE(st.st_mode) & 0o022:
+        return f"writable by group or other (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
 def _build_dir() -> Path:
-    d = Path(os.environ.get("JITMARLIN_EMU_DIR", Path(tempfile.gettempdir()) / "jitmarlin-emu"))
-    d.mkdir(parents=True, exist_ok=True)
+    """JITMARLIN_EMU_DIR, else a per-user /tmp/jitmarlin-emu-<uid> made 0700. Refused
+    (EmuBuildDirError) unless a real directory owned by this user and not writable by others:
+    a shared /tmp path with a predictable name could be planted by anyone."""
+    env = os.environ.get("JITMARLIN_EMU_DIR")
+    d = Path(env) if env else Path(tempfile.gettempdir()) / f"jitmarlin-emu-{os.geteuid()}"
+    if not d.is_dir():
+        d.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(d, 0o700)
+            os.chmod(d, 0o700)     # (mkdir's mode is masked by the umask)
+    st = os.lstat(d)
+    problem = "a symlink" if stat.S_ISLNK(st.st_mode) else (
+        None if stat.S_ISDIR(st.st_mode) else "not a directory") or _private(st)
+    if problem:
+        raise EmuBuildDirError(f"emulator build dir {d} is {problem}; refusing to load kernels "
+                               "from it (set JITMARLIN_EMU_DIR to a private directory)")
     return d
+
+
+def _load_so(so: Path) -> ctypes.CDLL | None:
+    """CDLL of a .so this user built (regular file, owned by this user, not writable by others);
+    None when it is absent or fails those checks (then it is rebuilt)."""
+    try:
+        st = os.lstat(so)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode) or _private(st):
+        with contextlib.suppress(OSError):
+            so.unlink()   # (the directory is ours: we may replace what is in it)
+        return None
+    return ctypes.CDLL(str(so))
 
 
 def build(spec: AnySpec) -> ctypes.CDLL:
@@ -48,7 +92,8 @@ def build(spec: AnySpec) -> ctypes.CDLL:
         raise RuntimeError("the CPU emulator needs a C++17 compiler (g++ or clang++)")
     d = _build_dir()
     so = d / f"{spec.name}_{digest}.so"
-    if not so.exists():
+    lib = _load_so(so)
+    if lib is None:
         cpp = d / f"{spec.name}_{digest}.cpp"
         cpp.write_text(src)
         tmp = so.with_suffix(f".{os.getpid()}.tmp")
@@ -56,8 +101,11 @@ def build(spec: AnySpec) -> ctypes.CDLL:
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode:
             raise RuntimeError(f"emulator build of {spec.name} failed:\n{r.stderr[-4000:]}")
+        os.chmod(tmp, 0o700)    # (the linker's mode follows the umask)
         os.replace(tmp, so)
-    lib = ctypes.CDLL(str(so))
+        lib = _load_so(so)
+        if lib is None:
+            raise EmuBuildDirError(f"emulator library {so} changed after it was built")
     if spec.route == "fused":
         lib.jm_emu_launch.restype = ctypes.c_int
         lib.jm_emu_launch.argtypes = [

@@ -9,14 +9,12 @@ dequantisation kernel, a DequantSpec).
 from __future__ import annotations
 
 import hashlib
-import os
 from functools import lru_cache
 from pathlib import Path
 
 import jinja2
 
 from ._version import __version__
-from .settings import cache_root
 from .spec import HYBRID_MAX_SHARERS, AnySpec, GemvSpec, KernelSpec
 
 _PKG = Path(__file__).resolve().parent
@@ -30,24 +28,14 @@ def templates_dir() -> Path:
     raise FileNotFoundError("jitmarlin templates not found next to the package or the checkout")
 
 
-def _bytecode_cache():
-    """Parsed templates are kept under the cache root (parsing costs ~20 ms in every fresh
-    process; a hit ~2 ms). Jinja keys them by template name and source checksum."""
-    try:
-        d = cache_root() / "jinja"
-        d.mkdir(parents=True, exist_ok=True)
-        if not os.access(d, os.W_OK):
-            return None
-        return jinja2.FileSystemBytecodeCache(str(d))
-    except OSError:
-        return None
-
-
 @lru_cache(maxsize=1)
 def _env() -> jinja2.Environment:
+    # No bytecode cache: Jinja's FileSystemBytecodeCache unpickles/unmarshals files, and one
+    # under the (shared) cache root ran planted code. Parsed templates live in this process's
+    # Environment only (parsing costs ~20 ms once per process; every later render reuses them).
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir())),
-        bytecode_cache=_bytecode_cache(),
+        cache_size=-1,     # never drop a parsed template (the default LRU holds 400)
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,
