@@ -10,6 +10,7 @@ computes with, and the oracle every converter and kernel test is checked against
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,7 +18,7 @@ import numpy as np
 from . import halves, packing
 from .arrays import to_host
 from .errors import InputError, UnsupportedError
-from .qtypes import GROUP_SIZES, get_qtype
+from .qtypes import TILE, check_group, check_shape, get_qtype, kernel_dims
 
 # ---- value decoders (host) -----------------------------------------------------------------------
 
@@ -86,8 +87,24 @@ class QuantizedWeight:
     _gather: dict = field(default_factory=dict, repr=False)   # act-order buffers (api.py)
 
     def __post_init__(self):
-        self.out_features = self.out_features or self.n
-        self.in_features = self.in_features or self.k
+        if _is_int(self.n) and _is_int(self.k):
+            self.out_features = self.out_features or self.n
+            self.in_features = self.in_features or self.k
+        _validate(self)
+        object.__setattr__(self, "_checked", True)
+
+    def __setattr__(self, name, value):
+        # A field changed after construction is checked again before the weight reaches a
+        # device (to_device); the planner also rejects dims it cannot take on its own.
+        object.__setattr__(self, name, value)
+        if name in _CHECKED_FIELDS and self.__dict__.get("_checked"):
+            object.__setattr__(self, "_checked", False)
+
+    def validate(self) -> None:
+        """Check every invariant of the layout (see the class docstring); InputError if any fails.
+        Runs at construction and again before upload when a field was changed since."""
+        _validate(self)
+        object.__setattr__(self, "_checked", True)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -115,6 +132,8 @@ class QuantizedWeight:
         key = (device, act)
         d = self._device.get(key)
         if d is None:
+            if not self.__dict__.get("_checked"):
+                self.validate()
             import cupy as cp
 
             from .launch import private_stream
@@ -129,6 +148,92 @@ class QuantizedWeight:
             s.synchronize()
             self._device[key] = d
         return d
+
+
+_CHECKED_FIELDS = frozenset(("qtype", "group_size", "n", "k", "packed", "scales", "scale_dtype", "offsets",
+                             "global_scale", "perm", "out_features", "in_features", "layout"))
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _dtype(a):
+    """NumPy dtype of a NumPy, CuPy or torch array (None if `a` is not an array)."""
+    dt = getattr(a, "dtype", None)
+    if dt is None or not hasattr(a, "shape"):
+        return None
+    if isinstance(dt, np.dtype):
+        return dt
+    try:
+        return np.dtype(str(dt).replace("torch.", ""))
+    except TypeError:
+        return None
+
+
+def _check_array(a, what: str, dtype, shape: tuple) -> None:
+    dt = _dtype(a)
+    if dt is None:
+        raise InputError(f"QuantizedWeight.{what} must be an array (NumPy, CuPy or torch), got {type(a).__name__}")
+    if dt != np.dtype(dtype):
+        raise InputError(f"QuantizedWeight.{what} must be {np.dtype(dtype)}, got {dt}")
+    if tuple(a.shape) != shape:
+        raise InputError(f"QuantizedWeight.{what} must have shape {shape}, got {tuple(a.shape)}")
+
+
+def _validate(w: "QuantizedWeight") -> None:
+    """Every invariant a kernel relies on: the dims, and each array's dtype and exact shape for
+    them, so that no kernel reads past a buffer. O(n) host work (O(k) with a permutation); device
+    arrays are checked by shape and dtype only, never copied."""
+    qt = get_qtype(w.qtype)
+    gs = check_group(w.qtype, w.group_size)
+    if w.layout != packing.LAYOUT:
+        raise InputError(f"QuantizedWeight.layout must be {packing.LAYOUT!r}, got {w.layout!r}")
+    for name in ("n", "k"):
+        v = getattr(w, name)
+        if not _is_int(v) or v <= 0 or v % TILE:
+            raise InputError(f"QuantizedWeight.{name} (the kernel's padded dim) must be a positive "
+                             f"multiple of {TILE}, got {v!r}")
+    n, k = int(w.n), int(w.k)
+    for name, v, top in (("out_features", w.out_features, n), ("in_features", w.in_features, k)):
+        if not _is_int(v) or not 0 < v <= top:
+            raise InputError(f"QuantizedWeight.{name} must be in 1..{'n' if top == n else 'k'}={top}, got {v!r}")
+    check_shape(int(w.out_features), int(w.in_features))
+    if (n, k) != kernel_dims(int(w.out_features), int(w.in_features), gs):
+        raise InputError(f"QuantizedWeight (n, k) = ({n}, {k}) is not the padded shape "
+                         f"{kernel_dims(int(w.out_features), int(w.in_features), gs)} of a "
+                         f"({w.out_features}, {w.in_features}) weight with group_size={gs}")
+    if w.scale_dtype not in ("float16", "bfloat16"):
+        raise InputError(f"QuantizedWeight.scale_dtype must be float16 or bfloat16, got {w.scale_dtype!r}")
+    _check_array(w.packed, "packed", np.int32, (k // 16, (2 if qt.bits == 4 else 4) * n))
+    g = 1 if gs == -1 else k // gs
+    sshape = (n,) if gs == -1 and not qt.zero_points else (g, n)
+    _check_array(w.scales, "scales", np.uint16, sshape)
+    if qt.zero_points and w.offsets is None:
+        raise InputError(f"QuantizedWeight: {w.qtype} has zero points: offsets are required")
+    if not qt.zero_points and w.offsets is not None:
+        raise InputError(f"QuantizedWeight: {w.qtype} has no zero points: offsets must be None")
+    if w.offsets is not None:
+        _check_array(w.offsets, "offsets", np.uint16, sshape)
+    try:
+        ok = not isinstance(w.global_scale, (bool, str, bytes)) and math.isfinite(float(w.global_scale))
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise InputError(f"QuantizedWeight.global_scale must be a finite number, got {w.global_scale!r}")
+    if w.perm is not None:
+        _check_perm(w.perm, int(w.in_features))
+
+
+def _check_perm(perm, k_in: int) -> None:
+    dt = _dtype(perm)
+    if dt is None or dt.kind not in "iu":
+        raise InputError(f"QuantizedWeight.perm must be an integer array, got {dt or type(perm).__name__}")
+    if tuple(perm.shape) != (k_in,):
+        raise InputError(f"QuantizedWeight.perm must have shape (in_features,) = ({k_in},), got {tuple(perm.shape)}")
+    p = np.asarray(to_host(perm)).astype(np.int64)
+    if p.size and (p.min() < 0 or p.max() >= k_in or np.bincount(p, minlength=k_in).max() != 1):
+        raise InputError(f"QuantizedWeight.perm must be a permutation of range(in_features={k_in})")
 
 
 def _half_for(bits, have: str, want: str, what: str):
@@ -147,8 +252,35 @@ def _half_for(bits, have: str, want: str, what: str):
 # ---- construction ------------------------------------------------------------------------------
 
 
-def _round64(v: int, multiple: int = 64) -> int:
-    return -(-v // multiple) * multiple
+def _host_array(a, what: str, kinds: str) -> np.ndarray:
+    """`a` on the host, refused unless its dtype kind is in `kinds` (no complex, object or
+    string arrays: casting would drop an imaginary part or fail obscurely)."""
+    if a is None:
+        raise InputError(f"{what} is required")
+    try:
+        h = np.asarray(to_host(a))
+    except (TypeError, ValueError) as e:
+        raise InputError(f"{what} must be a numeric array: {e}") from None
+    if h.dtype.kind not in kinds:
+        want = {"iub": "integer", "fiu": "real (float or integer)", "fiub": "real"}.get(kinds, kinds)
+        raise InputError(f"{what} must be a {want} array, got dtype {h.dtype}")
+    if h.size == 0:
+        raise InputError(f"{what} is empty (shape {h.shape})")
+    return h
+
+
+def _fit(values: np.ndarray, scale_dtype: str, what: str) -> np.ndarray:
+    """Bit patterns of `values` in `scale_dtype`; InputError where a finite value overflows it."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        bits = halves.to_bits(values, scale_dtype)
+    back = halves.from_bits(bits, scale_dtype)
+    bad = np.isfinite(values) & ~np.isfinite(back)
+    if np.any(bad):
+        big = float(np.abs(values[bad]).max())
+        hint = ("; pass scale_dtype='bfloat16' (float16 tops out at 65504)" if scale_dtype == "float16"
+                else "; the weights are too large for any half-precision scale")
+        raise InputError(f"{what} overflow {scale_dtype} (largest {big:.4g}){hint}")
+    return bits
 
 
 def from_codes(qtype: str, codes, scales, group_size: int, *, zeros=None, offsets=None,
@@ -165,16 +297,12 @@ def from_codes(qtype: str, codes, scales, group_size: int, *, zeros=None, offset
     output. Scales/offsets are stored as `scale_dtype` (rounded).
     """
     qt = get_qtype(qtype)
-    codes = np.asarray(to_host(codes))
+    group_size = check_group(qtype, group_size)
+    codes = _host_array(codes, "codes", "iub")
     if codes.ndim != 2:
         raise InputError(f"codes must be 2-D (out_features, in_features), got {codes.shape}")
     n0, k0 = codes.shape
-    if group_size not in GROUP_SIZES + (16,) and not (qt.fixed_group and group_size == qt.fixed_group):
-        raise InputError(f"group_size must be one of {GROUP_SIZES} (or 16), got {group_size}")
-    if qt.fixed_group and group_size != qt.fixed_group:
-        raise InputError(f"{qtype} uses groups of {qt.fixed_group}, got group_size={group_size}")
-    if n0 % 8 or k0 % 8:
-        raise InputError(f"out_features and in_features must be multiples of 8 (16-byte rows), got {codes.shape}")
+    check_shape(n0, k0)
     top = (1 << qt.bits) - 1
     if codes.size and (codes.min() < 0 or codes.max() > top):
         raise InputError(f"{qtype} codes must lie in [0, {top}]")
@@ -184,7 +312,10 @@ def from_codes(qtype: str, codes, scales, group_size: int, *, zeros=None, offset
         raise InputError(f"scale_dtype must be float16 or bfloat16, got {scale_dtype}")
     gs = k0 if group_size == -1 else group_size
     g0 = -(-k0 // gs)
-    s = np.asarray(to_host(scales), dtype=np.float64).reshape(-1, n0)
+    s = _host_array(scales, "scales", "fiu").astype(np.float64)
+    if s.size % n0:
+        raise InputError(f"scales must have shape ({g0}, {n0}) (groups of {gs} over {k0} inputs), got {s.shape}")
+    s = s.reshape(-1, n0)
     if s.shape[0] != g0:
         raise InputError(f"scales must have {g0} rows (groups of {gs} over {k0} inputs), got {s.shape[0]}")
     if not np.all(np.isfinite(s)):
@@ -215,23 +346,31 @@ def from_codes(qtype: str, codes, scales, group_size: int, *, zeros=None, offset
             perm = None                                     # already in order: no gather needed
 
     # offsets m (w = decode(q) * s + m) in float64, before rounding to the scale dtype
-    s_bits = halves.to_bits(s, scale_dtype)
+    s_bits = _fit(s, scale_dtype, "scales")
     s_used = halves.from_bits(s_bits, scale_dtype).astype(np.float64)
     m = None
     if affine:
         if zeros is not None:
-            z = np.asarray(to_host(zeros), dtype=np.float64).reshape(-1, n0)
+            z = _host_array(zeros, "zeros", "fiu").astype(np.float64)
+            if z.size != g0 * n0:
+                raise InputError(f"zeros must have shape ({g0}, {n0}), got {z.shape}")
+            z = z.reshape(-1, n0)
+            if not np.all(np.isfinite(z)):
+                raise InputError("zeros contain NaN or Inf")
             if z.shape[0] != g0:
                 raise InputError(f"zeros must have {g0} rows, got {z.shape[0]}")
             m = (implicit_bias(qtype) - z) * s_used
         else:
-            m = np.asarray(to_host(offsets), dtype=np.float64).reshape(-1, n0)
-            if m.shape[0] != g0:
-                raise InputError(f"offsets must have {g0} rows, got {m.shape[0]}")
+            m = _host_array(offsets, "offsets", "fiu").astype(np.float64)
+            if m.size != g0 * n0:
+                raise InputError(f"offsets must have shape ({g0}, {n0}), got {m.shape}")
+            m = m.reshape(-1, n0)
+            if not np.all(np.isfinite(m)):
+                raise InputError("offsets contain NaN or Inf")
+        _fit(m, scale_dtype, "offsets (zero points times scales)")
 
     # pad: N to 64, K to 64 and to whole groups (padded inputs are zero in the kernel)
-    n = _round64(n0)
-    k = _round64(k0, int(np.lcm(64, gs)) if group_size != -1 else 64)
+    n, k = kernel_dims(n0, k0, group_size)
     g = 1 if group_size == -1 else k // gs
     if (n, k) != (n0, k0):
         codes = np.pad(codes, ((0, n - n0), (0, k - k0)))
@@ -247,6 +386,8 @@ def from_codes(qtype: str, codes, scales, group_size: int, *, zeros=None, offset
     else:
         sc = packing.permute_scales(s_bits)
         off = None if m is None else packing.permute_scales(halves.to_bits(m, scale_dtype))
+    if not math.isfinite(float(global_scale)) or not math.isfinite(float(np.float32(global_scale))):
+        raise InputError(f"global_scale must be a finite float32, got {global_scale!r}")
     return QuantizedWeight(qtype, group_size, n, k, packed, sc, scale_dtype, off,
                            float(np.float32(global_scale)), None if perm is None else perm.astype(np.int32),
                            n0, k0)
@@ -269,30 +410,38 @@ def _nearest(values: np.ndarray, table: np.ndarray) -> np.ndarray:
 QUANTIZE_QTYPES = ("uint4b8", "uint4", "uint8b128", "uint8", "float8_e4m3fn", "nvfp4", "mxfp4")
 
 
-def quantize(weight, qtype: str = "uint4b8", group_size: int = 128, *,
+def quantize(weight, qtype: str = "uint4b8", group_size: int | None = None, *,
              scale_dtype: str = "float16") -> QuantizedWeight:
     """Round-to-nearest quantization of `weight` (out_features, in_features) (NumPy, CuPy or
-    torch; any float dtype), one scale per group of `group_size` inputs (-1: per channel).
+    torch; any real dtype), one scale per group of `group_size` inputs (-1: per channel; default
+    128, or the format's own group for nvfp4 (16) and mxfp4 (32), the only ones they take).
+    out_features and in_features must be positive multiples of 8 (qtypes.shape_problem); a last
+    partial group is padded with zeros.
 
     uint4b8 / uint8b128: symmetric, s = max|w| / 7.5 (127.5). uint4 / uint8: asymmetric with an
     integer zero point, s = (max - min) / 15 (255). float8_e4m3fn: s = max|w| / 448, nearest e4m3.
     nvfp4: groups of 16, s = max|w| / 6 rounded to e4m3 under a global scale max|w| / (448 * 6).
     mxfp4: groups of 32, s = a power of two (e8m0) with max|w| / s <= 6.
+    Scales that overflow `scale_dtype` (float16: |w| beyond about 4.9e5 for uint4b8) raise
+    InputError: pass scale_dtype="bfloat16".
     """
     qt = get_qtype(qtype)
-    if qt.fixed_group:
-        group_size = qt.fixed_group
-    w = np.asarray(to_host(weight), dtype=np.float64)
+    if group_size is None:
+        group_size = qt.fixed_group or 128
+    group_size = check_group(qtype, group_size)
+    if scale_dtype not in ("float16", "bfloat16"):
+        raise InputError(f"scale_dtype must be float16 or bfloat16, got {scale_dtype!r}")
+    w = _host_array(weight, "weight", "fiu").astype(np.float64)
     if w.ndim != 2:
         raise InputError(f"weight must be 2-D (out_features, in_features), got shape {w.shape}")
     if not np.all(np.isfinite(w)):
         raise InputError("weight contains NaN or Inf")
-    n, k = w.shape
-    if group_size not in GROUP_SIZES + (16,):
-        raise InputError(f"group_size must be one of {GROUP_SIZES}, got {group_size}")
-    gs = k if group_size == -1 else group_size
-    if k % gs:
-        raise InputError(f"in_features={k} is not a multiple of group_size={group_size}")
+    n, k0 = w.shape
+    check_shape(n, k0)
+    gs = k0 if group_size == -1 else group_size
+    k = -(-k0 // gs) * gs
+    if k != k0:                      # a last partial group: zero columns change no scale
+        w = np.pad(w, ((0, 0), (0, k - k0)))
     grp = w.reshape(n, k // gs, gs)
     amax = np.abs(grp).max(axis=2)                                   # (n, G)
     global_scale, zeros = 1.0, None
@@ -309,7 +458,7 @@ def quantize(weight, qtype: str = "uint4b8", group_size: int = 128, *,
     else:  # mxfp4
         s = 2.0 ** np.ceil(np.log2(np.maximum(amax, 1e-30) / 6))
     s = np.where(s == 0, 1.0, s)
-    s_used = halves.from_bits(halves.to_bits(s, scale_dtype), scale_dtype).astype(np.float64)
+    s_used = halves.from_bits(_fit(s, scale_dtype, "scales"), scale_dtype).astype(np.float64)
     s_used = np.where(s_used == 0, np.finfo(np.float16).tiny, s_used)
     eff = s_used[:, :, None] * global_scale                           # (n, G, 1)
     if qt.kind == "int":
@@ -324,7 +473,7 @@ def quantize(weight, qtype: str = "uint4b8", group_size: int = 128, *,
         q = _nearest(np.clip(grp / eff, -448, 448), E4M3)
     else:
         q = _nearest(np.clip(grp / eff, -6, 6), E2M1)
-    codes = q.reshape(n, k).astype(np.uint8)
+    codes = q.reshape(n, k)[:, :k0].astype(np.uint8)
     return from_codes(qtype, codes, s.T, group_size, zeros=zeros, global_scale=global_scale,
                       scale_dtype=scale_dtype)
 
