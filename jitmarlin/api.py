@@ -17,7 +17,7 @@ from .cache import KernelCache, default_cache
 from .errors import CaptureError, InputError
 from .problem import Problem
 from .profiles import DeviceProfile, live_profile, planning_profile
-from .qtypes import normalize_act
+from .qtypes import check_shape, kernel_dims, normalize_act
 from .quant import QuantizedWeight
 
 _TORCH_ACT: dict = {}
@@ -291,7 +291,11 @@ class PrewarmResult:
 
 def plan_for(profile: DeviceProfile, m: int, n: int, k: int, act: str = "float16",
              qtype: str = "uint4b8", group_size: int = 128) -> planner.Plan:
-    """The plan linear() would use for this shape on `profile` (no GPU needed)."""
+    """The plan linear() would use for a weight of (n, k) = (out_features, in_features) on
+    `profile` (no GPU needed): n and k must pass the shape rule (qtypes.shape_problem) and are
+    padded as the weight is (qtypes.kernel_dims), so the plan is the padded weight's."""
+    check_shape(n, k)
+    n, k = kernel_dims(n, k, group_size if isinstance(group_size, int) else -1)
     return planner.plan(profile, Problem(m, n, k, act, qtype, group_size))
 
 

@@ -8,6 +8,7 @@ import sys
 import time
 
 from . import __version__
+from .cli_args import HelpFormatter, arch_notes, group_size, jobs, positive_int, run_main
 
 
 def _gpus():
@@ -35,6 +36,7 @@ def cmd_info(args) -> int:
     try:
         info["nvrtc"] = ".".join(map(str, nvrtc.version()))
         info["nvrtc_archs"] = list(nvrtc.supported_archs())
+        info["arch_profiles"] = arch_notes()     # plannable (its profile) or compile-only
     except Exception as e:
         info["nvrtc"] = f"unavailable ({e})"
     for mod in ("cuda.bindings", "cupy", "numpy", "jinja2", "diskcache", "torch"):
@@ -66,6 +68,10 @@ def cmd_info(args) -> int:
         return 0
     w = max(len(k) for k in info)
     for k, v in info.items():
+        if k == "arch_profiles":
+            continue
+        if k == "nvrtc_archs":
+            v = ", ".join(f"{a} ({info['arch_profiles'].get(a, '?')})" for a in v)
         if isinstance(v, list):
             v = ", ".join(str(x if not isinstance(x, dict) else f"[{x['index']}] {x['name']} (cc {x['cc']})") for x in v) or "none"
         print(f"{k:<{w}}  {v}")
@@ -73,9 +79,14 @@ def cmd_info(args) -> int:
 
 
 def _profile_from(args):
+    from .errors import InputError
     from .profiles import get_profile
 
-    return get_profile(args.profile or args.arch)
+    prof = get_profile(args.profile or args.arch)
+    if args.profile and args.arch and args.arch.strip().lower() != prof.arch:
+        raise InputError(f"--profile {args.profile} is {prof.arch}, not --arch {args.arch}: give one "
+                         "of them (or both naming the same arch)")
+    return prof
 
 
 def cmd_inspect(args) -> int:
@@ -140,9 +151,12 @@ def _parse_shapes(text: str):
             continue
         k, _, n = part.partition("x")
         try:
-            shapes.append((int(k), int(n)))
+            kn = (int(k), int(n))
         except ValueError:
             raise InputError(f"--shapes takes KxN pairs such as 4096x14336, got {part!r}") from None
+        if min(kn) < 1:
+            raise InputError(f"--shapes: K and N must be positive integers, got {part!r}")
+        shapes.append(kn)
     if not shapes:
         raise InputError("--shapes is empty")
     return shapes
@@ -196,6 +210,10 @@ def cmd_prewarm(args) -> int:
     shapes, skipped = _selected_shapes(args)
     jobs = args.jobs if args.jobs > 0 else (os.cpu_count() or 1)
     cache = KernelCache(args.cache_dir) if args.cache_dir else default_cache()
+    if not cache.writable:   # compiling kernels nobody can keep would only waste the time
+        print(f"jitmarlin: error: prewarm cannot save any kernel: {_unwritable(cache)}; set "
+              "--cache-dir or JITMARLIN_CACHE_DIR to a directory this user can write", file=sys.stderr)
+        return 1
     bar = fleet.TextProgress(sys.stderr)
     try:
         report = fleet.prewarm_fleet(
@@ -207,7 +225,23 @@ def cmd_prewarm(args) -> int:
     report.skipped[:0] = skipped     # TP splits that were skipped before planning
     bar.finish(report)
     print(fleet.format_report(report, cache.directory))
+    if not report.results:
+        why = "every shape was skipped" if not report.unsupported else \
+            "every problem was skipped or is unsupported on these GPUs"
+        print(f"jitmarlin: error: prewarm compiled nothing: {why} (reasons above)", file=sys.stderr)
+        return 1
     return 1 if report.failed else 0
+
+
+def _unwritable(cache) -> str:
+    """Why `cache`'s directory cannot be written (for prewarm's error)."""
+    if cache.problem:
+        return cache.problem
+    try:
+        os.makedirs(cache.directory, exist_ok=True)
+    except OSError as e:
+        return f"cannot create {cache.directory} ({e.strerror or e})"
+    return f"{cache.directory} is not writable"
 
 
 def cmd_tune(args) -> int:
@@ -251,16 +285,19 @@ def cmd_tune(args) -> int:
     profile, arch = planning_profile(dev), live_profile(dev).arch
     cache = default_cache()
     problems: dict[str, Problem] = {}     # one per tune key, in selection order
+    from .qtypes import kernel_dims
+
     for sh in map(fleet._as_shape, shapes):
+        why = fleet.shape_problem(sh.k, sh.n)
+        if why:
+            skipped.append(fleet.Skipped(sh.label, sh.k, sh.n, why))
+            continue
         for g in groups:
-            why = fleet.shape_problem(sh.k, sh.n, g)
-            if why:
-                skipped.append(fleet.Skipped(sh.label, sh.k, sh.n, why, g))
-                continue
+            n, k = kernel_dims(sh.n, sh.k, g)     # the padded dims linear() plans with
             for act in acts:
                 for q in quants:
                     for m in ms:
-                        p = Problem(tune.shape_bucket(m), sh.n, sh.k, act, q, g)
+                        p = Problem(tune.shape_bucket(m), n, k, act, q, g)
                         problems.setdefault(tune.tune_key(profile.name, arch, p), p)
     if not args.json:
         print(f"tuning on [{dev}] {profile.name} ({arch}); choices stored in {cache.directory}",
@@ -455,36 +492,51 @@ def _shape_args(s, m_help: str) -> None:
     """The problem-selection options prewarm and tune share."""
     s.add_argument("--model", default=None, help="manifest names, e.g. llama-3-8b,qwen2.5-7b (see prewarm --list-models)")
     s.add_argument("--manifest", default=None, help="a manifest JSON file (format: cache/README.md)")
-    s.add_argument("--shapes", default=None, help="per-rank KxN list, e.g. 4096x4096,4096x14336")
+    s.add_argument("--shapes", default=None, help="per-rank KxN list (K = in_features, N = "
+                   "out_features, positive multiples of 8), e.g. 4096x4096,4096x14336")
     s.add_argument("--tp", default=None, help="tensor-parallel degrees, e.g. 1,2 (default: the manifest's)")
-    s.add_argument("--quant", default="uint4b8", help="quant types, comma list")
-    s.add_argument("--group", default="128", help="group sizes, comma list (-1: per channel)")
-    s.add_argument("--act", default="float16", help="activation dtypes: float16,bfloat16")
+    s.add_argument("--quant", default="uint4b8", help="quant types, comma list (uint4b8, uint4, "
+                   "uint8b128, uint8, float8_e4m3fn, nvfp4, mxfp4)")
+    s.add_argument("--group", default="128", help="group sizes, comma list (-1: per channel; nvfp4 "
+                   "takes 16, mxfp4 32)")
+    s.add_argument("--act", default="float16", help="activation dtypes, comma list: float16,bfloat16")
     s.add_argument("--m", default="1,16,64", help=m_help)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="jitmarlin", description=f"jitmarlin {__version__}")
-    sub = p.add_subparsers(dest="cmd", required=True)
+class _Parser(argparse.ArgumentParser):
+    """Every (sub)parser shows option defaults in --help (subparsers are made of the parent's
+    class, so this reaches them all)."""
 
-    s = sub.add_parser("info", help="versions, NVRTC archs, GPUs, cache")
-    s.add_argument("--json", action="store_true")
+    def __init__(self, *a, **kw):
+        kw.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*a, **kw)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="jitmarlin", description=f"jitmarlin {__version__}: runtime-JIT quantized GEMM kernels")
+    p.add_argument("--version", action="version", version=f"jitmarlin {__version__}")
+    sub = p.add_subparsers(dest="cmd", required=True)   # every subparser is a _Parser too
+
+    s = sub.add_parser("info", help="versions, NVRTC archs (with the profile each plans for), GPUs, cache")
+    s.add_argument("--json", action="store_true", help="print JSON")
     s.set_defaults(func=cmd_info)
 
     def problem_args(s):
-        s.add_argument("--arch", default=None, help="target arch, e.g. sm_90 (uses its reference GPU)")
-        s.add_argument("--profile", default=None, help="named GPU profile, e.g. h100, v100, rtx-pro-6000")
-        s.add_argument("--quant", default="uint4b8")
-        s.add_argument("--group", type=int, default=128)
-        s.add_argument("--act", default="float16", choices=["float16", "bfloat16"])
+        s.add_argument("--arch", default=None, help="target arch, e.g. sm_90 (uses its reference GPU; "
+                       "default sm_90 when --profile is not given either)")
+        s.add_argument("--profile", default=None, help="named GPU profile, e.g. h100, v100, rtx-pro-6000 "
+                       "(with --arch: must be that arch)")
+        s.add_argument("--quant", default="uint4b8", help="quant type")
+        s.add_argument("--group", type=group_size, default=128, help="group size (-1: per channel)")
+        s.add_argument("--act", default="float16", choices=["float16", "bfloat16"], help="activation dtype")
 
     s = sub.add_parser("inspect", help="show the kernel for a problem: source, PTX or resources (no GPU "
                        "needed); where the planner takes the dequant + cuBLAS route (large M), its "
                        "dequantisation kernel")
     problem_args(s)
-    s.add_argument("--m", type=int, default=16)
-    s.add_argument("--n", type=int, default=4096)
-    s.add_argument("--k", type=int, default=4096)
+    s.add_argument("--m", type=positive_int, default=16, help="rows of x (batch x tokens)")
+    s.add_argument("--n", type=positive_int, default=4096, help="out_features (a multiple of 8)")
+    s.add_argument("--k", type=positive_int, default=4096, help="in_features (a multiple of 8)")
     g = s.add_mutually_exclusive_group()
     g.add_argument("--source", action="store_true", help="the generated CUDA source")
     g.add_argument("--ptx", action="store_true", help="the PTX")
@@ -492,15 +544,16 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--resources", action="store_true", help="registers, shared memory, spills (default)")
     s.add_argument("--pdl", action="store_true",
                    help="the kernel built for programmatic dependent launch (linear(enable_pdl=True))")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print JSON")
     s.set_defaults(func=cmd_inspect)
 
     s = sub.add_parser("prewarm", help="compile the kernels a fleet will need (no GPU needed)")
     s.add_argument("--arch", default=None, help="target archs, e.g. sm_70,sm_90 (each as its reference GPU)")
     s.add_argument("--profile", default=None, help="GPU profiles, e.g. v100,t4,h100,rtx-pro-6000")
     _shape_args(s, "batch sizes (M buckets) to plan for")
-    s.add_argument("--jobs", type=int, default=1, help="compile processes (0: one per CPU)")
-    s.add_argument("--cache-dir", default=None)
+    s.add_argument("--jobs", type=jobs, default=1, help="compile processes, >= 1 or 'auto' (one per CPU)")
+    s.add_argument("--cache-dir", default=None, help="cache to compile into (default: "
+                   "JITMARLIN_CACHE_DIR or ~/.cache/jitmarlin)")
     s.add_argument("--list-models", action="store_true", help="list the shipped manifests and exit")
     s.add_argument("--pdl", action="store_true", help="also the sm_90+ builds for programmatic dependent "
                    "launch (linear(enable_pdl=True))")
@@ -510,9 +563,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "per shape bucket (used by linear(); carried by cache export)")
     _shape_args(s, "batch sizes; each tunes its M bucket (power of two)")
     s.add_argument("--device", type=int, default=0, help="GPU index")
-    s.add_argument("--jobs", type=int, default=0, help="compile processes (0: one per CPU)")
+    s.add_argument("--jobs", type=jobs, default="auto", help="compile processes, >= 1 or 'auto' (one per CPU)")
     s.add_argument("--force", action="store_true", help="re-tune problems that have a stored choice")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print JSON")
     s.add_argument("--cache-dir", default=None, help="cache to store the choices in (default: "
                    "JITMARLIN_CACHE_DIR or ~/.cache/jitmarlin)")
     s.set_defaults(func=cmd_tune)
@@ -541,23 +594,19 @@ def build_parser() -> argparse.ArgumentParser:
     cache_action("import", "merge a bundle into the cache").add_argument("file")
     s = sub.add_parser("bench", help="quick GPU benchmark: time vs byte floor and fp16 cuBLAS, host overhead")
     s.add_argument("--shapes", default="4096x4096,4096x14336", help="KxN list")
-    s.add_argument("--m", default="1,16,64")
-    s.add_argument("--act", default="float16", choices=["float16", "bfloat16"])
-    s.add_argument("--group", type=int, default=128)
+    s.add_argument("--m", default="1,16,64", help="batch sizes, comma list")
+    s.add_argument("--act", default="float16", choices=["float16", "bfloat16"], help="activation dtype")
+    s.add_argument("--group", type=group_size, default=128, help="group size (-1: per channel)")
     s.add_argument("--overhead", action="store_true", help="also host overhead per eager call")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print JSON")
     s.set_defaults(func=cmd_bench)
     return p
 
 
 def main(argv=None) -> int:
+    """The `jitmarlin` command. Returns the exit status: 0 ok, 1 failed (or nothing done), 2 bad
+    arguments or an unsupported request, 130 interrupted, 141 stdout closed early."""
     args = build_parser().parse_args(argv)
     if getattr(args, "func", None) is cmd_inspect and not (args.arch or args.profile):
         args.arch = "sm_90"
-    from .errors import JitMarlinError
-
-    try:
-        return args.func(args)
-    except JitMarlinError as e:
-        print(f"jitmarlin: {e}", file=sys.stderr)
-        return 2
+    return run_main(args.func, args)

@@ -20,7 +20,7 @@ from itertools import product
 from pathlib import Path
 from typing import Callable, Iterable
 
-from . import nvrtc
+from . import nvrtc, qtypes
 from .api import PrewarmResult, plan_for
 from .cache import KernelCache, default_cache
 from .errors import InputError, JitMarlinError
@@ -31,8 +31,9 @@ from .spec import AnySpec
 
 _PKG = Path(__file__).resolve().parent
 
-# The kernel tiles N and K in multiples of 64 and has no partial tiles yet.
-SHAPE_MULTIPLE = 64
+# Layer dims are multiples of this (qtypes.FEATURE_MULTIPLE); the planner sees them padded to
+# the kernel's tiles (qtypes.kernel_dims), as linear() does.
+SHAPE_MULTIPLE = qtypes.FEATURE_MULTIPLE
 SPLITS = ("column", "row")
 
 
@@ -212,15 +213,11 @@ def expand_shapes(manifest: Manifest, tp: Iterable[int] | None = None) -> tuple[
     return shapes, skipped
 
 
-def shape_problem(k: int, n: int, group_size: int) -> str | None:
-    """Why the kernel cannot run a K x N weight with `group_size` on any GPU (None if it can)."""
-    bad = [f"{d}={v}" for d, v in (("N", n), ("K", k)) if v % SHAPE_MULTIPLE]
-    if bad:
-        return (f"{' and '.join(bad)} not a multiple of {SHAPE_MULTIPLE} "
-                f"(the kernel needs multiples of {SHAPE_MULTIPLE} for now)")
-    if group_size > 0 and k % group_size:
-        return f"K={k} is not a multiple of group size {group_size}"
-    return None
+def shape_problem(k: int, n: int, group_size: int | None = None) -> str | None:
+    """Why no GPU can run a K x N weight (None if one can): the one shape rule linear() and
+    quantize() apply too (qtypes.shape_problem). K is padded to whole groups and N, K to the
+    kernel's tiles as the weight would be, so group_size no longer matters here."""
+    return qtypes.shape_problem(n, k)
 
 
 # ---- planning ------------------------------------------------------------------------------------
@@ -240,6 +237,7 @@ class FleetReport:
     skipped: list[Skipped] = field(default_factory=list)
     archs: dict[str, list[str]] = field(default_factory=dict)   # arch -> profile names
     seconds: float = 0.0
+    duplicates: int = 0    # planned problems whose kernel another problem had already asked for
 
     def count(self, status: str, arch: str | None = None) -> int:
         """Kernels with `status` ('compiled', 'cached', 'failed'), or unsupported problems."""
@@ -292,7 +290,10 @@ def plan_fleet(profiles, shapes, ms, acts, qtypes, group_sizes, report: FleetRep
     _check_choices(ms, acts, qtypes, group_sizes)
     # The same (K, N) often comes from several layers or TP degrees: plan it once.
     unique: dict[tuple[int, int], Shape] = {}
+    repeats: Counter = Counter()
     for s in map(_as_shape, shapes):
+        if (s.k, s.n) in unique:
+            repeats[(s.k, s.n)] += 1
         unique.setdefault((s.k, s.n), s)
     jobs: dict[tuple[AnySpec, str], list[str]] = {}
     for p in profs:
@@ -300,11 +301,11 @@ def plan_fleet(profiles, shapes, ms, acts, qtypes, group_sizes, report: FleetRep
         if p.name not in names:
             names.append(p.name)
     for (k, n), s in unique.items():
+        why = shape_problem(k, n)
+        if why:
+            report.skipped.append(Skipped(s.label, k, n, why))
+            continue
         for g in group_sizes:
-            why = shape_problem(k, n, g)
-            if why:
-                report.skipped.append(Skipped(s.label, k, n, why, g))
-                continue
             for p, m, act, q in product(profs, ms, acts, qtypes):
                 try:
                     spec = plan_for(p, m, n, k, act, q, g).spec
@@ -315,6 +316,8 @@ def plan_fleet(profiles, shapes, ms, acts, qtypes, group_sizes, report: FleetRep
                 if pdl and spec.route == "fused" and p.cc >= PDL_MIN_CC:
                     builds.append(replace(spec, pdl=True))
                 for b in builds:
+                    # a repeated shape asks for each of its kernels once more per repeat
+                    report.duplicates += ((b, p.arch) in jobs) + repeats[(k, n)]
                     users = jobs.setdefault((b, p.arch), [])
                     if p.name not in users:
                         users.append(p.name)
@@ -348,6 +351,31 @@ def _worker_compile(cache_dir: str, spec: AnySpec, arch: str) -> tuple[str, floa
     return _compile(cache, spec, arch)
 
 
+def _die_with_parent(parent: int) -> None:
+    """Worker initializer: end this worker when the prewarm process dies, even by SIGKILL (no
+    orphaned compiles). Linux: the kernel sends SIGKILL (prctl PR_SET_PDEATHSIG); elsewhere a
+    daemon thread polls the parent pid."""
+    import signal
+
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:   # 1 = PR_SET_PDEATHSIG
+            raise OSError(ctypes.get_errno(), "prctl")
+    except (OSError, AttributeError):
+        import threading
+
+        def watch():
+            while os.getppid() == parent:
+                time.sleep(1.0)
+            os._exit(1)
+
+        threading.Thread(target=watch, daemon=True, name="jitmarlin-parent-watch").start()
+    if os.getppid() != parent:     # the parent died before prctl took effect
+        os._exit(1)
+
+
 def _run_jobs(todo: list[tuple[AnySpec, str]], jobs: int, cache: KernelCache):
     """Yield ((spec, arch), (status, seconds, reason)) as kernels finish."""
     if jobs > 1:
@@ -370,7 +398,8 @@ def _run_jobs(todo: list[tuple[AnySpec, str]], jobs: int, cache: KernelCache):
     # 'spawn' rather than fork: NVRTC and CUDA libraries are not fork-safe once loaded, and
     # spawn behaves the same on every platform.
     ctx = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx)
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx,
+                               initializer=_die_with_parent, initargs=(os.getpid(),))
     try:
         pending = {pool.submit(_worker_compile, str(cache.directory), *key): key for key in todo}
         while pending:
@@ -445,21 +474,44 @@ def prewarm_fleet(profiles, shapes, ms=(1, 16, 64), acts=("float16",), qtypes=("
 # ---- text output (the CLI's) ---------------------------------------------------------------------
 
 class TextProgress:
-    """progress callback for prewarm_fleet: one bar line on `stream`, redrawn with \\r.
-
-    Draws only when the stream is a terminal (logs and CI output stay clean); finish() always
-    writes one final line.
+    """progress callback for prewarm_fleet: on a terminal one bar line on `stream`, redrawn with
+    \\r; otherwise (CI logs) plain lines: one when compiling starts, then one every
+    `every_s` seconds or tenth of the kernels, whichever comes first. finish() always writes one
+    final line.
     """
 
-    def __init__(self, stream, width: int = 28):
+    def __init__(self, stream, width: int = 28, every_s: float = 5.0):
         self.stream = stream
         self.tty = bool(getattr(stream, "isatty", lambda: False)())
         self.width = width
+        self.every_s = every_s
         self.t0 = time.perf_counter()
         self._shown = 0     # characters on the line now, to blank out a longer previous line
+        self._last = (0, self.t0)            # (done, time) of the last plain line
+        self._counts: Counter = Counter()
+
+    def _line(self, done: int, total: int, result: PrewarmResult | None) -> None:
+        now = time.perf_counter()
+        if result is not None:
+            self._counts[result.status] += 1
+        if result is None:
+            text = f"prewarm: {total} kernels to compile or find in the cache"
+        elif done < total and (done - self._last[0] < max(1, total // 10)
+                               and now - self._last[1] < self.every_s):
+            return
+        elif done == total:
+            return                      # finish() writes the last line
+        else:
+            c = self._counts
+            text = (f"prewarm: {done}/{total} kernels ({c['compiled']} compiled, {c['cached']} "
+                    f"cached, {c['failed']} failed) {now - self.t0:.1f} s")
+        self._last = (done, now)
+        self.stream.write(text + "\n")
+        self.stream.flush()
 
     def __call__(self, done: int, total: int, result: PrewarmResult | None) -> None:
         if not self.tty:
+            self._line(done, total, result)
             return
         fill = self.width * done // total if total else self.width
         last = f"  {result.status} {result.arch} {result.kernel}" if result else ""
@@ -507,7 +559,7 @@ def format_report(report: FleetReport, cache_dir: str | os.PathLike = "") -> str
     fmt = "{:<8} {:<%d} {:>7} {:>8} {:>6} {:>6} {:>11} {:>9}" % w1
     out = [fmt.format(*head)] + [fmt.format(*r) for r in rows]
     if report.skipped:
-        out += ["", f"skipped {len(report.skipped)} shapes (no GPU can run them yet):"]
+        out += ["", f"skipped {len(report.skipped)} shapes (before planning, for every GPU):"]
         for s in report.skipped:
             g = f" group {s.group_size}" if s.group_size is not None else ""
             out.append(f"  {s.label} (K={s.k} N={s.n}{g}): {s.reason}")
@@ -525,7 +577,8 @@ def format_report(report: FleetReport, cache_dir: str | os.PathLike = "") -> str
             out.append(f"  {arch} ({rs[0].profile}) {names}:\n      {_indent(reason)}")
     where = f" -> {cache_dir}" if cache_dir else ""
     out += ["", f"prewarm: {report.count('compiled')} compiled, {report.count('cached')} already "
-                f"cached, {report.count('unsupported')} unsupported, {report.count('failed')} failed; "
+                f"cached, {report.duplicates} asked twice (the same kernel as another problem), "
+                f"{report.count('unsupported')} unsupported, {report.count('failed')} failed; "
                 f"{len(report.results)} kernels for {len(report.archs)} archs in "
                 f"{report.seconds:.1f} s wall{where}"]
     return "\n".join(out)

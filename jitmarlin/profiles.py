@@ -79,6 +79,12 @@ PROFILES: dict[str, DeviceProfile] = {
         DeviceProfile("rtx4090", (8, 9), 128, 99 * KB, 100 * KB, 72 * 1024 * KB, max_threads_per_sm=1536),
         DeviceProfile("h100", (9, 0), 132, 227 * KB, 228 * KB, 50 * 1024 * KB, clusters=GH100_132_CLUSTERS),
         DeviceProfile("h200", (9, 0), 132, 227 * KB, 228 * KB, 60 * 1024 * KB, clusters=GH100_132_CLUSTERS),
+        # Blackwell datacenter parts (B200 / GB200: sm_100, B300: sm_103): 148 SMs, 228 KB shared
+        # memory an SM (227 KB a block), 126 MB L2 (B300's assumed like B200's until measured).
+        # Planned like sm_80-class GPUs (mma.sync and GEMV, no wgmma, no measured cluster counts).
+        DeviceProfile("b200", (10, 0), 148, 227 * KB, 228 * KB, 126 * 1024 * KB),
+        DeviceProfile("gb200", (10, 0), 148, 227 * KB, 228 * KB, 126 * 1024 * KB),
+        DeviceProfile("b300", (10, 3), 148, 227 * KB, 228 * KB, 126 * 1024 * KB),
         DeviceProfile("rtx-pro-6000", (12, 0), 188, 99 * KB, 100 * KB, 128 * 1024 * KB, max_threads_per_sm=1536),
         DeviceProfile("rtx5090", (12, 0), 170, 99 * KB, 100 * KB, 96 * 1024 * KB, max_threads_per_sm=1536),
         DeviceProfile("gb10", (12, 1), 48, 99 * KB, 100 * KB, 24 * 1024 * KB, max_threads_per_sm=1536),
@@ -87,7 +93,7 @@ PROFILES: dict[str, DeviceProfile] = {
 
 ARCH_DEFAULT_PROFILE = {
     "sm_70": "v100", "sm_75": "t4", "sm_80": "a100", "sm_86": "a10", "sm_89": "l4",
-    "sm_90": "h100", "sm_120": "rtx-pro-6000", "sm_121": "gb10",
+    "sm_90": "h100", "sm_100": "b200", "sm_103": "b300", "sm_120": "rtx-pro-6000", "sm_121": "gb10",
 }
 
 

@@ -59,8 +59,11 @@ def test_prewarm_pdl_adds_the_sm90_pdl_builds(capsys, tmp_path):
 
 
 def test_bad_arguments_are_clear(capsys):
-    assert main(["inspect", "--arch", "sm_90", "--act", "bfloat16", "--profile", "t4"]) == 2
+    assert main(["inspect", "--act", "bfloat16", "--profile", "t4"]) == 2
     assert "bfloat16" in capsys.readouterr().err
+    # --profile and --arch that disagree were once resolved silently in favour of --profile
+    assert main(["inspect", "--arch", "sm_90", "--act", "bfloat16", "--profile", "t4"]) == 2
+    assert "--profile t4 is sm_75, not --arch sm_90" in capsys.readouterr().err
 
 
 def test_inspect_sass_or_clear_hint(capsys, monkeypatch):
