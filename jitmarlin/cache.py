@@ -144,6 +144,15 @@ class KernelCache:
             return "corrupt"
         return "refused" if self.problem else "read-only"
 
+    def health(self) -> tuple[str, str | None]:
+        """(state, problem): state as `state`, with 'corrupt' also when SQLite's quick_check
+        finds a damaged database that still opens."""
+        st = self.state
+        if st == "ok":
+            problem = self.integrity_problem()
+            return ("corrupt", problem) if problem else ("ok", None)
+        return st, self.problem
+
     def integrity_problem(self) -> str | None:
         """Why the store's database is damaged (SQLite quick_check), or None."""
         if self.corrupt:
@@ -176,6 +185,10 @@ class KernelCache:
                 shutil.rmtree(p, ignore_errors=True)
                 removed = True
         return removed
+
+    def readonly_view(self) -> ReadOnlyTier:
+        """This directory read as a read-only tier (for `cache` commands on a read-only dir)."""
+        return ReadOnlyTier(self.directory)
 
     @contextlib.contextmanager
     def _flight(self, key: str):

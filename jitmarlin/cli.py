@@ -385,6 +385,17 @@ def cmd_cache(args) -> int:
     def when(t):  # epoch seconds -> local time, '-' when unknown
         return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else "-"
 
+    if args.action in ("export", "import"):
+        from .bundle import BundleError
+
+        try:
+            return _cache_bundle(cache, args)
+        except BundleError as e:   # a bad bundle or an empty export: one line, exit 1
+            print(f"jitmarlin: error: {e}", file=sys.stderr)
+            return 1
+    state, problem = cache.health()
+    if state != "ok":
+        return _cache_unhealthy(cache, args.action, state, problem, getattr(args, "fix", False))
     if args.action == "ls":
         rows = sorted(cache.usage().items(), key=lambda kv: (kv[1]["arch"], kv[1]["name"], kv[0]))
         print(f"{'key':16}  {'arch':7} {'KiB':>8}  {'created':16}  {'last used':16}  kernel")
@@ -423,7 +434,12 @@ def cmd_cache(args) -> int:
         n = cache.clear()
         tuned = f" and {t} tuned choices" if t else ""
         print(f"removed {n} entries{tuned} from {cache.directory}")
-    elif args.action == "export":
+    return 0
+
+
+def _cache_bundle(cache, args) -> int:
+    """`cache export` / `cache import` (BundleError propagates: cmd_cache prints it)."""
+    if args.action == "export":
         archs = [a.strip() for a in args.arch.split(",") if a.strip()] if args.arch else None
         from .bundle import export_bundle
 
@@ -432,17 +448,65 @@ def cmd_cache(args) -> int:
             print(f"skipped {_short(key)}  {why}", file=sys.stderr)
         tuned = f" and {r['tuned']} tuned choices" if r["tuned"] else ""
         print(f"exported {r['exported']} kernels{tuned} to {r['path']}")
-    elif args.action == "import":
-        from .bundle import import_bundle
+        return 0
+    from .bundle import import_bundle
 
-        r = import_bundle(cache, args.file)
-        for key, why in r.rejected:
-            print(f"rejected {_short(key)}  {why}", file=sys.stderr)
-        tuned = (f"; tuned choices: imported {r.tuned_imported}, already present "
-                 f"{r.tuned_present}" if r.tuned_imported or r.tuned_present else "")
-        print(f"imported {r.imported}, already present {r.present}, rejected {len(r.rejected)} "
-              f"into {cache.directory}{tuned}")
-        return 1 if r.rejected else 0
+    r = import_bundle(cache, args.file, sha256=args.sha256)
+    for key, why in r.rejected:
+        print(f"rejected {_short(key)}  {why}", file=sys.stderr)
+    for key, why in r.skipped:
+        print(f"skipped {_short(key)}  {why}", file=sys.stderr)
+    tuned = (f"; tuned choices: imported {r.tuned_imported}, already present "
+             f"{r.tuned_present}" if r.tuned_imported or r.tuned_present else "")
+    skipped = f", skipped {len(r.skipped)} (other jitmarlin/NVRTC/format)" if r.skipped else ""
+    print(f"imported {r.imported}, already present {r.present}, rejected {len(r.rejected)}"
+          f"{skipped} into {cache.directory}{tuned}")
+    return 1 if r.rejected or (r.skipped and not r.imported) else 0
+
+
+def _cache_unhealthy(cache, action: str, state: str, problem, fix: bool) -> int:
+    """`cache ls/stats/verify/clear` on a cache that is refused, corrupt or read-only: say so
+    (never "0 entries"); verify --fix and clear remove a corrupt store."""
+    d = cache.directory
+    if state == "refused":
+        print(f"jitmarlin: error: cache dir {d} refused: {problem}", file=sys.stderr)
+        return 1
+    if state == "corrupt":
+        if action == "clear" or (action == "verify" and fix):
+            cache.repair()
+            print(f"{d}: removed the corrupt store ({problem})")
+            return 0 if action == "clear" else 1
+        print(f"jitmarlin: error: {problem}; `jitmarlin cache verify --fix` or `cache clear` "
+              "removes it", file=sys.stderr)
+        return 1
+    # read-only: what is there is listed through the read-only reader (nothing written)
+    from .cache import entry_problem, key_problem
+
+    if action == "clear" or (action == "verify" and fix):
+        print(f"jitmarlin: error: cache dir {d} is read-only: nothing removed", file=sys.stderr)
+        return 1
+    view = cache.readonly_view()
+    keys = view.keys()
+    bad = []
+    for key in keys:
+        try:
+            e = view._fetch(key)
+            why = entry_problem(e) or key_problem(key, e, render_missing=False, strict=True)
+        except Exception as exc:   # (a pickle row is refused here too: never unpickled)
+            e, why = None, f"unreadable ({exc})"
+        if action == "ls":
+            name = e.get("name", "?") if isinstance(e, dict) else "?"
+            arch = e.get("arch", "?") if isinstance(e, dict) else "?"
+            print(f"{key[:16]}  {arch:7}  {name}" + (f"  BAD: {why}" if why else ""))
+        if why:
+            bad.append((key, why))
+    if action == "verify":
+        for key, why in bad:
+            print(f"{_short(key)}  {why}")
+        print(f"{len(keys)} entries checked, {len(bad)} bad in {d} (read-only)")
+        return 1 if bad else 0
+    print(f"{len(keys)} entries in {d} (read-only: not writable by this user; listed, not used "
+          "as this process's cache)")
     return 0
 
 
@@ -591,7 +655,10 @@ def build_parser() -> argparse.ArgumentParser:
     a = cache_action("export", "write a portable bundle (tar) of the cached kernels")
     a.add_argument("file")
     a.add_argument("--arch", default=None, help="only these archs, e.g. sm_90,sm_80")
-    cache_action("import", "merge a bundle into the cache").add_argument("file")
+    a = cache_action("import", "merge a bundle into the cache")
+    a.add_argument("file")
+    a.add_argument("--sha256", default=None, metavar="HEX",
+                   help="import only if the bundle's sha256 digest is HEX (pins it)")
     s = sub.add_parser("bench", help="quick GPU benchmark: time vs byte floor and fp16 cuBLAS, host overhead")
     s.add_argument("--shapes", default="4096x4096,4096x14336", help="KxN list")
     s.add_argument("--m", default="1,16,64", help="batch sizes, comma list")

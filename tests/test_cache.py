@@ -364,8 +364,9 @@ def test_cli_cache_subcommands(tmp_path, seed, capsys):
     bundle = str(tmp_path / "k.tar")
     assert main(["cache", "export", bundle, "--arch", "sm_90", "--cache-dir", d]) == 0
     assert "exported 2 kernels" in capsys.readouterr().out
-    assert main(["cache", "export", str(tmp_path / "none.tar"), "--arch", "sm_80", "--cache-dir", d]) == 0
-    assert "exported 0 kernels" in capsys.readouterr().out
+    # an export that would be empty is an error, and writes nothing (issue #57)
+    assert main(["cache", "export", str(tmp_path / "none.tar"), "--arch", "sm_80", "--cache-dir", d]) == 1
+    assert "nothing to export" in capsys.readouterr().err and not (tmp_path / "none.tar").exists()
     other = str(tmp_path / "other")
     assert main(["cache", "import", bundle, "--cache-dir", other]) == 0
     assert "imported 2, already present 0, rejected 0" in capsys.readouterr().out
