@@ -612,8 +612,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_inspect)
 
     s = sub.add_parser("prewarm", help="compile the kernels a fleet will need (no GPU needed)")
-    s.add_argument("--arch", default=None, help="target archs, e.g. sm_70,sm_90 (each as its reference GPU)")
-    s.add_argument("--profile", default=None, help="GPU profiles, e.g. v100,t4,h100,rtx-pro-6000")
+    s.add_argument("--arch", default=None, help="target archs, e.g. sm_70,sm_90 (each as its reference "
+                   "GPU; `jitmarlin info` lists the plannable ones)")
+    s.add_argument("--profile", default=None, help="GPU profiles, e.g. v100,t4,h100,rtx-pro-6000 (with "
+                   "--arch: the GPUs of both lists are prewarmed)")
     _shape_args(s, "batch sizes (M buckets) to plan for")
     s.add_argument("--jobs", type=jobs, default=1, help="compile processes, >= 1 or 'auto' (one per CPU)")
     s.add_argument("--cache-dir", default=None, help="cache to compile into (default: "

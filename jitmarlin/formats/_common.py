@@ -131,6 +131,9 @@ def group_size_of(k: int, g: int, group_size, g_idx=None) -> int:
     """The checkpoint's group size: `group_size` if given; -1 for one group; else the number
     of columns in group 0 of g_idx, or K / G."""
     if group_size is not None:
+        if isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer)):
+            raise InputError(f"group_size must be an int (-1: one group), got "
+                             f"{type(group_size).__name__} {group_size!r}")
         gs = int(group_size)
         want = 1 if gs == -1 else (-(-k // gs) if gs > 0 else None)
         if want != g:
