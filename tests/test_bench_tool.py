@@ -450,14 +450,13 @@ def test_full_data_gives_cublas_its_own_fp16_x_in_bf16_rows(tmp_path, monkeypatc
     assert [log[i + 1] for i in x_draws] == [("to", "f16"), ("to", "bf16"), ("to", "f16")]
 
 
-def test_bf16_rounded_values_are_exact_in_fp16():
+def test_bf16_rounded_values_are_exact_in_fp16(rng):
     """What 'shared' data rests on: bf16-rounded normal draws (x, 0.02 W) and scales
     (0.001..0.011) survive a trip through fp16 unchanged."""
     import numpy as np
 
     from jitmarlin import halves
 
-    rng = np.random.default_rng()
     for v in (rng.standard_normal(1 << 16), 0.02 * rng.standard_normal(1 << 16),
               rng.random(1 << 16) * 0.01 + 0.001):
         v = v[np.abs(v) > 2.0 ** -14]              # fp16's normal range (smaller ones: subnormal)

@@ -85,7 +85,7 @@ def check_dense(w_bits: np.ndarray, qw, act: str) -> None:
     # padded rows have zero scales (and offsets); padded columns (codes 0, not zero weights for
     # every type) are never read: the GEMM takes W[:n_out, :k_in]
     assert np.all(halves.from_bits(w_bits[n0:], act) == 0)
-    assert not np.any(w_bits[:, k0:] == 0x7E00)      # but written (no poison left)
+    assert not np.any(w_bits[:, k0:] == 0xFFFF)      # but written (no poison left)
 
 
 # ---- emulator: every quant type, group size and activation dtype ----------------------------------

@@ -204,23 +204,25 @@ def test_every_plan_fits_the_workspace_of_its_gpu():
 
     shapes = [(4096, 6144), (4096, 28672), (14336, 4096), (8192, 10240), (8192, 57344), (28672, 8192),
               (512, 512), (2048, 8000)]
-    seen = {"o2": 0, "hybrid": 0}
+    seen = {"o2": 0, "hybrid": 0, "problems": 0, "plans": 0}
     for prof in PROFILES.values():
         cap = launch.workspace_capacity(prof.sms)
         for k, n in shapes:
             for m in (1, 16, 33, 64, 128, 256, 1024):
-                for qt, g in (("uint4b8", 128), ("fp8", -1), ("nvfp4", 16)):
+                for qt, g in (("uint4b8", 128), ("float8_e4m3fn", -1), ("nvfp4", 16)):
                     p = Problem(m, n, k, "float16", qt, g)
-                    try:
-                        specs = [planner.plan(prof, p).spec, *planner.candidate_specs(prof, p)]
-                    except ValueError:
-                        continue
+                    specs = [planner.plan(prof, p).spec, *planner.candidate_specs(prof, p)]
+                    seen["problems"] += 1
+                    seen["plans"] += len(specs)
                     for spec in specs:
                         pl = planner.plan(prof, p, spec)
                         assert launch.workspace_misfit(pl, cap) is None, (prof.name, p)
                         seen["o2"] += pl.grid > prof.sms
                         seen["hybrid"] += getattr(spec, "spread", 0) == 2
     assert seen["o2"] > 0 and seen["hybrid"] > 0          # the grids past one block an SM were there
+    # every problem planned (none skipped): profiles x 8 shapes x 7 Ms x 3 quant types
+    assert seen["problems"] == len(PROFILES) * len(shapes) * 7 * 3
+    assert seen["plans"] > seen["problems"]
 
 
 def test_launcher_refuses_a_plan_past_its_workspace(no_device):
