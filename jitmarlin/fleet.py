@@ -278,8 +278,9 @@ def _check_choices(ms, acts, qtypes, group_sizes) -> None:
     for q in qtypes:
         get_qtype(q)
     for g in group_sizes:
-        if g not in GROUP_SIZES:
-            raise InputError(f"group size must be one of {GROUP_SIZES} (-1 = per output channel), got {g!r}")
+        if g not in GROUP_SIZES + (16,):     # 16: nvfp4's groups
+            raise InputError(f"group size must be one of {GROUP_SIZES} (-1 = per output channel) or 16 "
+                             f"(nvfp4), got {g!r}")
 
 
 def plan_fleet(profiles, shapes, ms, acts, qtypes, group_sizes, report: FleetReport, pdl: bool = False):

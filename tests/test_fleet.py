@@ -161,3 +161,10 @@ def test_cli_prewarm_llama3_8b_on_seven_archs(capsys, tmp_path):
     assert main(args) == 0
     again = _table(capsys.readouterr().out)["total"]
     assert again["compiled"] == 0 and again["cached"] == total["kernels"]
+
+
+def test_nvfp4_prewarms_with_its_own_group(tmp_path):
+    # group 16 (nvfp4's) was refused as a typo, so nvfp4 kernels could not be prewarmed at all
+    report = fleet.prewarm_fleet(["sm_90"], [(4096, 4096)], [1], qtypes=["nvfp4"], group_sizes=[16],
+                                 cache=KernelCache(tmp_path))
+    assert [r.status for r in report.results] == ["compiled"] and not report.unsupported
