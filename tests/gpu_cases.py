@@ -73,9 +73,45 @@ def run_forced(qw, m, act, spec, rng, bias=True, lda=None, pad=0.0, x_mean=0.0):
     lz(xs.data_ptr(), lda, out.data_ptr(), 0 if bt is None else bt.data_ptr())
     torch.cuda.synchronize()
     y = out.double().cpu().numpy()
-    assert not np.isnan(y).any(), "unwritten output elements"
+    bad = np.argwhere(np.isnan(y))
+    assert not len(bad), (f"{spec.name} M={m}: {len(bad)} unwritten (NaN) output elements, first at "
+                          f"row {bad[0][0]}, column {bad[0][1]}")
     check_workspace_clean(lz)
     return y, ref
+
+
+def check_forced(qw, m, act, spec, rng, *, what="", seed=None, **kw):
+    """run_forced(qw, m, act, spec, rng, **kw), its output checked element by element against the
+    float64 reference (jitmarlin.reference.check_output: every element written, finite and within
+    the bound; the margin recorded under spec's family). Returns (y, ref). GPU only."""
+    from jitmarlin.reference import check_output
+
+    y, ref = run_forced(qw, m, act, spec, rng, **kw)
+    check_output(y, ref, act, what=what or f"M={m}", seed=seed, spec=spec)
+    return y, ref
+
+
+def launched_spec(qw, act, m, device=0):
+    """The kernel spec of the launcher linear() last prepared for (device, act, M rows) on `qw`
+    (any stream, with or without PDL), or None where it prepared none."""
+    specs = [lz.plan.spec for key, lz in getattr(qw, "_launchers", {}).items()
+             if tuple(key[:3]) == (device, act, m) and hasattr(lz, "plan")]
+    return specs[-1] if specs else None
+
+
+def check_linear(y, ref, act, qw, m, *, what="", seed=None, device=0):
+    """check_output for an output of jitmarlin.linear() (or of a module over it) against the
+    float64 reference `ref` (NumPy or CuPy): the margin is recorded under the family of the
+    kernel linear() ran for these M rows of `qw`, or under 'linear' where that is unknown."""
+    import numpy as np
+
+    from jitmarlin.arrays import to_host
+    from jitmarlin.reference import check_output
+
+    ref = np.asarray(to_host(ref), dtype=np.float64)
+    spec = launched_spec(qw, act, m, device)
+    return check_output(y, ref, act, what=what or f"M={m}", seed=seed, spec=spec,
+                        family=None if spec is not None else "linear")
 
 
 def check_workspace_clean(lz) -> None:
@@ -94,6 +130,8 @@ def check_workspace_clean(lz) -> None:
 
 
 def rel(y, ref) -> float:
+    """||y - ref|| / ||ref||: for comparisons of errors (tools, and one kernel's error against
+    another's); a kernel output's correctness goes through check_forced / check_linear."""
     import numpy as np
 
     return float(np.linalg.norm(y - ref) / np.linalg.norm(ref))

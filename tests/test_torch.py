@@ -18,7 +18,7 @@ import jitmarlin  # noqa: E402
 import jitmarlin.torch as jmt  # noqa: E402
 from jitmarlin import CaptureError, InputError  # noqa: E402
 
-TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
+ACT = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 OP = torch.ops.jitmarlin.linear
 
 
@@ -251,88 +251,114 @@ def _bf16_unsupported() -> bool:
     return planning_profile(0).path in ("sm70", "sm75")   # no bf16 tensor cores (real or emulated)
 
 
-def _reference(m: "jmt.MarlinLinear", x):
-    """float64 x @ W.T + b, W from the exact dequantizer with x's scale rounding."""
-    act = {torch.float16: "float16", torch.bfloat16: "bfloat16"}[x.dtype]
-    w = torch.from_numpy(jitmarlin.dequantize(m.qweight, act)).to(x.device, torch.float64)
-    ref = x.double() @ w.T
-    if m.bias is not None:
-        ref = ref + m.bias.to(x.dtype).double()
-    return ref
+def _reference(m: "jmt.MarlinLinear", x) -> np.ndarray:
+    """float64 x @ W.T + b on the host (NumPy), W from the exact dequantizer with x's scale
+    rounding, b rounded to x's dtype."""
+    from jitmarlin.reference import linear_reference
+
+    bias = None if m.bias is None else m.bias.to(x.dtype)
+    return linear_reference(x, m.qweight, bias, ACT[x.dtype])
 
 
-def _rel_err(y, ref) -> float:
-    return float(torch.linalg.norm(y.double() - ref) / torch.linalg.norm(ref))
+def _check(y, m: "jmt.MarlinLinear", x, what="", seed=None):
+    """The module's output y for input x against the float64 reference, element by element
+    (tests/gpu_cases.py's check_linear: the margin recorded under the family of the kernel that
+    ran for x's rows)."""
+    from gpu_cases import check_linear
+
+    rows = x.numel() // x.shape[-1]
+    return check_linear(y.reshape(rows, -1), _reference(m, x).reshape(rows, -1), ACT[x.dtype], m.qweight,
+                        rows, what=what or f"M={rows}", seed=seed)
+
+
+def _randn(*shape, dtype, seed_or_gen):
+    """Standard normal CUDA tensor from a seeded torch.Generator (reproducible from the test's seed)."""
+    gen = seed_or_gen
+    if isinstance(gen, int):
+        gen = torch.Generator(device="cuda").manual_seed(gen)
+    return torch.randn(*shape, device="cuda", dtype=dtype, generator=gen)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_forward_matches_float64_reference(dtype):
+def test_forward_matches_float64_reference(dtype, seed):
     if dtype == torch.bfloat16 and _bf16_unsupported():
         pytest.skip("bf16 needs sm_80+ code paths")
-    m = jmt.MarlinLinear.from_linear(_linear(1024, 512, dtype)).cuda()
+    m = jmt.MarlinLinear.from_linear(_linear(1024, 512, dtype, seed=seed)).cuda()
     assert m.bias.is_cuda
-    x = torch.randn(2, 3, 1024, device="cuda", dtype=dtype)
+    x = _randn(2, 3, 1024, dtype=dtype, seed_or_gen=seed)
     y = m(x)
     assert y.shape == (2, 3, 512) and y.dtype == dtype
-    assert _rel_err(y, _reference(m, x)) <= TOL[dtype]
+    _check(y, m, x, seed=seed)
 
 
 @pytest.mark.gpu
-def test_forward_strided_input_and_fp32_bias():
+def test_forward_strided_input_and_fp32_bias(seed):
     """Like nn.Linear: any input layout (copied when the kernel cannot read it in place), and a
     bias of another dtype (kept from an fp32 model) is cast to x's."""
-    m = jmt.MarlinLinear.from_linear(_linear(1024, 512, torch.float32)).cuda()
-    x = torch.randn(1024, 6, device="cuda", dtype=torch.float16).t()    # stride (1, 6)
+    m = jmt.MarlinLinear.from_linear(_linear(1024, 512, torch.float32, seed=seed)).cuda()
+    x = _randn(1024, 6, dtype=torch.float16, seed_or_gen=seed).t()    # stride (1, 6)
     y = m(x)
-    assert _rel_err(y, _reference(m, x)) <= TOL[torch.float16]
+    _check(y, m, x, seed=seed)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_compile_fullgraph_matches_eager(dtype):
+def test_compile_fullgraph_matches_eager(dtype, seed):
+    """The compiled two-layer model and the eager one, each against the float64 reference of its
+    last layer at the dtype's bound. That reference takes the eager hidden activations
+    (GELU(layer 1), rounded to the dtype; layer 1 itself checked against its own reference): the
+    compiled graph's GELU (inductor's) may round a hidden value differently by an ulp, which moves
+    the output far less than the bound, so compiled and eager are not compared bit for bit."""
     if dtype == torch.bfloat16 and _bf16_unsupported():
         pytest.skip("bf16 needs sm_80+ code paths")
     torch._dynamo.reset()
     model = _two_layer_model(dtype).cuda()
     compiled = torch.compile(model, fullgraph=True)
+    gen = torch.Generator(device="cuda").manual_seed(seed)
     for shape in ((5, 256), (9, 256), (2, 9, 256)):   # (9, 256): recompiled with a dynamic batch
-        x = torch.randn(shape, device="cuda", dtype=dtype)
-        y, ref = compiled(x), model(x)
-        assert y.shape == ref.shape == shape[:-1] + (64,)
-        assert _rel_err(y, ref.double()) <= 1e-2
+        x = _randn(*shape, dtype=dtype, seed_or_gen=gen)
+        y = compiled(x)
+        h1 = model[0](x)                               # eager, layer by layer: model(x)
+        h = model[1](h1)                               # the eager hidden activations, in dtype
+        eager = model[2](h)
+        assert y.shape == eager.shape == shape[:-1] + (64,)
+        _check(h1, model[0], x, what=f"layer 1, x {tuple(shape)}", seed=seed)
+        _check(eager, model[2], h, what=f"eager, x {tuple(shape)}", seed=seed)
+        _check(y, model[2], h, what=f"compiled, x {tuple(shape)}", seed=seed)
 
 
 @pytest.mark.gpu
-def test_opcheck_cuda():
-    m = jmt.MarlinLinear.from_linear(_linear(1024, 512)).cuda()
-    x = torch.randn(4, 1024, device="cuda", dtype=torch.float16)
+def test_opcheck_cuda(seed):
+    m = jmt.MarlinLinear.from_linear(_linear(1024, 512, seed=seed)).cuda()
+    x = _randn(4, 1024, dtype=torch.float16, seed_or_gen=seed)
     torch.library.opcheck(OP, (x, m._handle, 512, m.bias))
     torch.library.opcheck(OP, (x, m._handle, 512, None))
 
 
 @pytest.mark.gpu
-def test_cuda_graph_replay():
-    m = jmt.MarlinLinear.from_linear(_linear(1024, 512)).cuda()
-    x = torch.randn(7, 1024, device="cuda", dtype=torch.float16)
+def test_cuda_graph_replay(seed):
+    m = jmt.MarlinLinear.from_linear(_linear(1024, 512, seed=seed)).cuda()
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = _randn(7, 1024, dtype=torch.float16, seed_or_gen=gen)
     m(x)                              # warm-up: compile, upload, workspace
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         y = m(x)
-    for _ in range(3):                # new inputs each replay, same buffers
-        x.copy_(torch.randn_like(x))
+    for i in range(3):                # new inputs each replay, same buffers
+        x.copy_(_randn(7, 1024, dtype=torch.float16, seed_or_gen=gen))
         y.fill_(float("nan"))
         g.replay()
         torch.cuda.synchronize()
-        assert _rel_err(y, _reference(m, x)) <= TOL[torch.float16]
+        _check(y, m, x, what=f"M=7 replay {i + 1}", seed=seed)
 
 
 @pytest.mark.gpu
-def test_capture_without_warmup_raises_capture_error():
+def test_capture_without_warmup_raises_capture_error(seed):
     # a fresh module (its weight never uploaded) on a shape no other test runs
-    m = jmt.MarlinLinear.from_linear(_linear(192, 320), group_size=64).cuda()
-    x = torch.randn(3, 192, device="cuda", dtype=torch.float16)
+    m = jmt.MarlinLinear.from_linear(_linear(192, 320, seed=seed), group_size=64).cuda()
+    x = _randn(3, 192, dtype=torch.float16, seed_or_gen=seed)
     g = torch.cuda.CUDAGraph()
     with pytest.raises(CaptureError, match="warm"):
         with torch.cuda.graph(g):

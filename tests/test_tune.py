@@ -635,22 +635,23 @@ def _gpu_setup(tmp_path, monkeypatch):
     return planning_profile(0), live_profile(0).arch
 
 
-def _check_linear(qw, m, rng, expected_spec):
+def _check_linear(qw, m, rng, expected_spec, seed=None):
     import cupy as cp
 
     import jitmarlin
-    from jitmarlin.reference import linear_reference, rel_error
+    from jitmarlin.reference import check_output, linear_reference
 
     x = cp.asarray(rng.standard_normal((m, qw.in_features)), dtype=cp.float16)
-    y = jitmarlin.linear(x, qw)
+    out = cp.full((m, qw.out_features), cp.nan, dtype=cp.float16)      # poisoned
+    y = jitmarlin.linear(x, qw, out=out)
     lz = qw._launchers[(0, "float16", m, cp.cuda.get_current_stream().ptr, False)]
     assert lz.plan.spec == expected_spec
-    err = rel_error(y, linear_reference(x, qw))
-    assert err <= 2e-3, f"{expected_spec.name}: relative error {err:.3e}"
+    check_output(y, linear_reference(x, qw, None, "float16"), "float16", what=f"M={m}", seed=seed,
+                 spec=expected_spec)
 
 
 @pytest.mark.gpu
-def test_gpu_tune_then_linear_uses_the_choice(tmp_path, monkeypatch, rng):
+def test_gpu_tune_then_linear_uses_the_choice(tmp_path, monkeypatch, seed, rng):
     """Tune M=16, 4096x4096 on four candidates (kept small: ~20 s with compiles), store it, see it
     from a second cache instance; linear() then runs the tuned kernel (or the planner's, when it
     won) and matches the float64 reference; a stored non-default choice is run and correct too."""
@@ -675,16 +676,16 @@ def test_gpu_tune_then_linear_uses_the_choice(tmp_path, monkeypatch, rng):
 
     w = rng.standard_normal((4096, 4096)).astype(np.float32)
     qw = jitmarlin.quantize(w, "uint4b8", 128)
-    _check_linear(qw, 16, rng, choice.winner() if choice.improved else default)
+    _check_linear(qw, 16, rng, choice.winner() if choice.improved else default, seed)
 
     forced = dataclasses.replace(choice, spec=pick[1].canonical(), us=choice.default_us / 2)
     tune.store(default_cache(), forced)
     qw2 = jitmarlin.quantize(w, "uint4b8", 128)
-    _check_linear(qw2, 11, rng, pick[1])                              # M=11: same bucket
+    _check_linear(qw2, 11, rng, pick[1], seed)                        # M=11: same bucket
 
 
 @pytest.mark.gpu
-def test_gpu_autotune_env_tunes_on_first_call(tmp_path, monkeypatch, rng):
+def test_gpu_autotune_env_tunes_on_first_call(tmp_path, monkeypatch, seed, rng):
     """JITMARLIN_AUTOTUNE=1: the first linear() of a new bucket tunes (three candidates here),
     stores the choice, and runs correctly."""
     import jitmarlin
@@ -700,28 +701,32 @@ def test_gpu_autotune_env_tunes_on_first_call(tmp_path, monkeypatch, rng):
     qw = jitmarlin.quantize(rng.standard_normal((1024, 2048)).astype(np.float32), "uint4b8", 128)
     import cupy as cp
 
-    from jitmarlin.reference import linear_reference, rel_error
+    from jitmarlin.reference import check_output, linear_reference
 
     x = cp.asarray(rng.standard_normal((3, 2048)), dtype=cp.float16)
-    y = jitmarlin.linear(x, qw)
+    y = jitmarlin.linear(x, qw, out=cp.full((3, 1024), cp.nan, dtype=cp.float16))   # poisoned
     stored = tune.lookup(KernelCache(tmp_path), prof.name, arch, p)
     assert stored is not None and stored.m_bucket == 4 and stored.candidates == 3
     choice_spec = stored.winner() if stored.improved else planner.plan(prof, p).spec
     lz = qw._launchers[(0, "float16", 3, cp.cuda.get_current_stream().ptr, False)]
     assert lz.plan.spec == choice_spec
-    assert rel_error(y, linear_reference(x, qw)) <= 2e-3
+    check_output(y, linear_reference(x, qw, None, "float16"), "float16", what="M=3", seed=seed, spec=choice_spec)
 
 
 @pytest.mark.gpu
-def test_gpu_tuner_checks_a_winner_against_the_planners_kernel(monkeypatch):
-    """GpuMeasure.verify: a real candidate agrees with the planner's kernel; a kernel that
-    leaves the output unwritten, or writes zeros, is rejected, and select() then takes the next
-    fastest (here: a broken candidate measured as the fastest never becomes the choice)."""
+def test_gpu_tuner_checks_a_winner_against_the_planners_kernel(monkeypatch, seed, rng):
+    """GpuMeasure.verify: a real candidate agrees with the planner's kernel (and both match the
+    float64 reference element by element); a kernel that leaves the output unwritten, or writes
+    zeros, is rejected, and select() then takes the next fastest (here: a broken candidate
+    measured as the fastest never becomes the choice)."""
     pytest.importorskip("torch")
     import cupy as cp
 
+    import jitmarlin
     from jitmarlin.measure import GpuMeasure
     from jitmarlin.profiles import planning_profile
+
+    from gpu_cases import check_forced
 
     prof = planning_profile(0)
     for act in planner.PATH_ACTS[prof.path]:   # (JITMARLIN_EMULATE=t4 / v100: fp16 only)
@@ -730,6 +735,9 @@ def test_gpu_tuner_checks_a_winner_against_the_planners_kernel(monkeypatch):
         others = [c for c in planner.candidate_specs(prof, p) if c != default][:3]
         m = GpuMeasure(p, 0)
         assert 0 <= m.verify(others[0], default) <= 2e-3 * (5 if act == "bfloat16" else 1)
+        qw = jitmarlin.quantize(rng.standard_normal((p.n, p.k)) * 0.05, "uint4b8", 128, scale_dtype=act)
+        for spec in (default, others[0]):     # each against the oracle, not only against each other
+            check_forced(qw, p.m, act, spec, rng, seed=seed)
         real = api._prepare
         broken = {others[1]: "skip", others[2]: "zeros"}
 
@@ -755,7 +763,7 @@ def test_gpu_tuner_checks_a_winner_against_the_planners_kernel(monkeypatch):
 
 
 @pytest.mark.gpu
-def test_gpu_whole_tile_candidates_match_reference(rng):
+def test_gpu_whole_tile_candidates_match_reference(seed, rng):
     """The whole-tile plans (KernelSpec.whole) the tuner may pick run correctly through the
     launcher: 8B qkv's shape at M = 16 and 5 (96 blocks of one 64-wide tile; on a GPU or
     emulated profile of fewer SMs, one 64-wide tile an SM), a poisoned output."""
@@ -763,7 +771,7 @@ def test_gpu_whole_tile_candidates_match_reference(rng):
     import jitmarlin
     from jitmarlin.profiles import planning_profile
 
-    from gpu_cases import rel, run_forced
+    from gpu_cases import check_forced
 
     # the profile the launcher plans for (an emulated one under JITMARLIN_EMULATE: its path,
     # activation dtypes and shared memory)
@@ -777,5 +785,4 @@ def test_gpu_whole_tile_candidates_match_reference(rng):
         assert whole
         for spec in {*whole[:1], *[c for c in whole if c.tn == 4][-2:]}:
             for m in (16, 5):
-                y, ref = run_forced(qw, m, act, spec, rng)
-                assert rel(y, ref) <= (2e-3 if act == "float16" else 1e-2), f"{spec.name} M={m}"
+                check_forced(qw, m, act, spec, rng, seed=seed)
