@@ -547,12 +547,12 @@ def test_prepare_builds_the_launcher_of_the_chosen_route(tmp_path, monkeypatch):
     monkeypatch.setattr(QuantizedWeight, "to_device", lambda self, d, a: (ptr, ptr, None, None))
     # N = 896: at 2048 rows its 56 wgmma tiles fill less than one wave of SMs and do not deal
     # whole (a Stream-K plan), so the planner takes the route there (planner.dequant_route)
-    qw = QuantizedWeight("uint4b8", 128, 896, 2048, np.zeros(1), np.zeros(1), out_features=850,
-                         in_features=2000, global_scale=0.5)
+    qw = QuantizedWeight("uint4b8", 128, 896, 2048, np.zeros((128, 1792), np.int32), np.zeros((16, 896), np.uint16),
+                         out_features=848, in_features=2000, global_scale=0.5)
     threshold = planner.dequant_min_m(prof)
     route, p, args = api._prepare(qw, 0, "float16", threshold, 0)
     assert route == "dequant" and p.route == "dequant" and grown == [896 * 2048]
-    assert args[-3:] == (850, 2000, 0.5)                 # n_out, k_in, global scale
+    assert args[-3:] == (848, 2000, 0.5)                 # n_out, k_in, global scale
     assert api._prepare(qw, 0, "float16", threshold - 1, 0)[0] == "fused"
     # a stored tuned choice: the dequant route wins the M=256 bucket
     bp = Problem(256, 896, 2048, "float16", "uint4b8", 128)

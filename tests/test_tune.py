@@ -492,7 +492,7 @@ def test_prepare_plans_with_the_stored_choice(tmp_path, monkeypatch):
                         (object(), "k" * 64, "memory"))
     ptr = types.SimpleNamespace(data=types.SimpleNamespace(ptr=0))
     monkeypatch.setattr(QuantizedWeight, "to_device", lambda self, d, a: (ptr, ptr, None, None))
-    qw = QuantizedWeight("uint4b8", 128, 4096, 4096, np.zeros(1), np.zeros(1))
+    qw = QuantizedWeight("uint4b8", 128, 4096, 4096, np.zeros((256, 8192), np.int32), np.zeros((32, 4096), np.uint16))
     default = planner.plan(prof, dataclasses.replace(P16, m=12)).spec
     assert api._prepare(qw, 0, "float16", 12, 0).spec == default
     c = _choice()

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The GPU test suite on a lent GPU machine, in parallel groups, with the element-wise checker's
+# margins collected per group; then the warm first call and the host overhead per call.
+#   OUT=<dir> [EMULATE="t4 v100"] [PREWARM=1] [JOBS=16] [GROUPS="api gemv ..."] bash tools/gpu_tests.sh
+# Carried wheels in .whl/ are installed to /tmp/site; the kernel cache is /tmp/jmcache (a carried
+# .jmcache is copied there first). A cold cache is filled by tools/prewarm_suite.py first.
+set -u
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/jm-out}; mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || { echo "wheel install failed"; exit 2; }
+  export PYTHONPATH="$PWD:/tmp/site"
+else
+  export PYTHONPATH="$PWD"
+fi
+if [ -d .jmcache ] && [ ! -d /tmp/jmcache ]; then cp -r .jmcache /tmp/jmcache; fi
+mkdir -p /tmp/jmcache && chmod 700 /tmp/jmcache
+export JITMARLIN_CACHE_DIR=/tmp/jmcache JITMARLIN_TEST_CACHE_DIR=/tmp/jmcache
+nvidia-smi --query-gpu=name,driver_version,temperature.gpu --format=csv,noheader
+python3 -c "import torch, cupy, jitmarlin; from jitmarlin import nvrtc; print('torch', torch.__version__, 'cupy', cupy.__version__, 'nvrtc', nvrtc.version())"
+if [ "${PREWARM:-1}" = 1 ]; then
+  t0=$(date +%s)
+  timeout ${PREWARM_TIMEOUT:-300} python3 tools/prewarm_suite.py --profile "${PROFILE:-h100}" --jobs "${JOBS:-16}" \
+    > "$OUT/prewarm.log" 2>&1
+  echo "prewarm rc=$? in $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/prewarm.log")"
+fi
+run() {   # name, pytest args...
+  local name=$1; shift
+  JITMARLIN_MARGINS_JSON="$OUT/margins-$name.json" timeout ${TEST_TIMEOUT:-420} python3 -m pytest "$@" -m gpu -q \
+    -p no:cacheprovider --maxfail=25 -o addopts="" -rfE > "$OUT/pytest-$name.log" 2>&1
+}
+t0=$(date +%s)
+for g in ${GROUPS:-api1 api2 api3 gemv tune wgmma route}; do
+  case $g in
+    api1) run api1 tests/test_api.py -k "linear and not bf" & ;;
+    api2) run api2 tests/test_api.py -k "linear and bf" & ;;
+    api3) run api3 tests/test_api.py -k "not linear" & ;;
+    gemv) run gemv tests/test_gemv.py & ;;
+    tune) run tune tests/test_tune.py tests/test_torch.py & ;;
+    wgmma) run wgmma tests/test_wgmma.py & ;;
+    route) run route tests/test_dequant_route.py & ;;
+  esac
+done
+wait
+echo "native suite: $(( $(date +%s) - t0 )) s"
+for e in ${EMULATE:-}; do
+  t0=$(date +%s)
+  JITMARLIN_EMULATE=$e run "emu-$e" tests/test_api.py tests/test_gemv.py tests/test_dequant_route.py
+  echo "EMULATE=$e: $(( $(date +%s) - t0 )) s"
+done
+if [ "${FIRST_CALL:-1}" = 1 ]; then
+  # this tree, and (where a base tree was carried as .base/, e.g. `git archive <rev> jitmarlin
+  # templates cache`) the base in the same run, each with a cache of its own
+  for tree in . .base; do
+    [ -d "$tree/jitmarlin" ] || continue
+    tag=$([ "$tree" = . ] && echo head || echo base)
+    # from /tmp: python puts the working directory first on sys.path, which would shadow the tree
+    (root=$PWD; export PYTHONPATH="$root/$tree:/tmp/site" JITMARLIN_CACHE_DIR=/tmp/jmcache-$tag
+     mkdir -p -m 700 /tmp/jmcache-$tag; cd /tmp
+     timeout 150 python3 "$root/tools/first_call.py" 5 > "$OUT/first_call-$tag.log" 2>&1
+     echo "first call ($tag): $(tail -1 "$OUT/first_call-$tag.log")"
+     timeout 150 python3 -m jitmarlin bench --m 1,16 --overhead > "$OUT/overhead-$tag.log" 2>&1
+     echo "overhead ($tag): $(grep -i "overhead" "$OUT/overhead-$tag.log" | tail -1)")
+  done
+fi
+for f in "$OUT"/pytest-*.log; do
+  echo "== $(basename "$f" .log): $(grep -E '(passed|failed|error|no tests ran)' "$f" | tail -1)"
+  grep -E "^FAILED|^ERROR" "$f" | head -8
+done
+python3 - "$OUT" <<'EOF'
+import glob, json, sys
+worst = {}
+for f in glob.glob(sys.argv[1] + "/margins-*.json"):
+    for r in json.load(open(f)):
+        k = (r["family"], r["act"])
+        w = worst.setdefault(k, {"ratio": 0.0, "rel": 0.0, "checks": 0})
+        w["ratio"], w["rel"] = max(w["ratio"], r["ratio"]), max(w["rel"], r["rel"])
+        w["checks"] += r["checks"]
+print("margins (largest |out - ref| / bound, largest rel error, checks):")
+for (fam, act), w in sorted(worst.items()):
+    print(f"  {fam:<22} {act:<9} {w['ratio']:.3f}  {w['rel']:.2e}  {w['checks']}")
+json.dump([{"family": f, "act": a, **w} for (f, a), w in sorted(worst.items())],
+          open(sys.argv[1] + "/margins.json", "w"), indent=1)
+EOF
