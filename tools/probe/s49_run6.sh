@@ -1,4 +1,0 @@
-# Session 49 device run 6 (two H200s): the final tree (launch.current_device looks runtime.getDevice
-# up once): the two-GPU tests, then the torch-facing GPU tests of test_api.py and test_torch.py.
-source tools/probe/env.sh > /dev/null
-bash tools/probe/s49_run3.sh 2>&1 | grep -v "^GPU\|cannot stat"
