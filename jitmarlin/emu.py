@@ -128,7 +128,7 @@ class EmuError(RuntimeError):
 
 
 def run(plan: Plan, x_bits: np.ndarray, qw: QuantizedWeight, bias_bits: np.ndarray | None = None,
-        *, seed: int = 1, poison: int = 0x7E00) -> np.ndarray:
+        *, seed: int = 1, poison: int = 0xFFFF) -> np.ndarray:
     """Launch `plan` on the CPU. x_bits: (M, in_features) uint16 patterns of the plan's
     activation dtype, already in the weight's column order (x[:, qw.perm] for act-order).
 
@@ -197,7 +197,7 @@ def _call(entry, name: str, grid: int, arrays: list, sizes: list[int], dims: lis
 
 
 def run_dequant(spec: DequantSpec, qw: QuantizedWeight, *, seed: int = 1,
-                poison: int = 0x7E00) -> np.ndarray:
+                poison: int = 0xFFFF) -> np.ndarray:
     """Expand `qw` with the dequantisation kernel on the CPU. Returns the (n, k) uint16 bit
     patterns of `spec.act` it wrote: the padded weight in the kernel's column order (act-order
     weights are not unpermuted), global scale not applied. The output starts poisoned (NaN) with
@@ -219,7 +219,7 @@ def run_dequant(spec: DequantSpec, qw: QuantizedWeight, *, seed: int = 1,
 
 
 def run_bias(spec: DequantSpec, bias_bits: np.ndarray, m: int, grid: int, *, seed: int = 1,
-             poison: int = 0x7E00) -> np.ndarray:
+             poison: int = 0xFFFF) -> np.ndarray:
     """Run the module's bias kernel on the CPU: returns the (m, n_out) rows it wrote."""
     lib = build(spec)
     bias = np.ascontiguousarray(bias_bits, dtype=np.uint16)
