@@ -394,6 +394,10 @@ def cmd_cache(args) -> int:
             print(f"jitmarlin: error: {e}", file=sys.stderr)
             return 1
     state, problem = cache.health()
+    if state != "ok" and getattr(args, "json", False):
+        print(json.dumps({"directory": str(cache.directory), "state": state, "problem": problem,
+                          "entries": None}, indent=2))
+        return 1
     if state != "ok":
         return _cache_unhealthy(cache, args.action, state, problem, getattr(args, "fix", False))
     if args.action == "ls":

@@ -260,6 +260,19 @@ class ReadOnlySafeDisk(SafeDisk):
 
 # ---- locks ---------------------------------------------------------------------------------------
 
+def _open_lock(path: Path) -> int:
+    """An fd to flock `path` through, created with the cache's file mode. In a group cache the
+    file may be another member's: flock needs no write access, so read-only is enough."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, file_mode())
+    except PermissionError:
+        return os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with contextlib.suppress(OSError):
+        if os.fstat(fd).st_uid == os.geteuid():
+            os.fchmod(fd, file_mode())    # (the umask applied to O_CREAT's mode)
+    return fd
+
+
 @contextlib.contextmanager
 def flock_timeout(path: Path, timeout: float | None = None):
     """Hold an exclusive flock on `path`; yields True, or False when it stayed held by another
@@ -270,7 +283,7 @@ def flock_timeout(path: Path, timeout: float | None = None):
     deadline = time.monotonic() + timeout
     delay = 0.005
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, file_mode())
+        fd = _open_lock(path)
         try:
             while True:
                 try:

@@ -552,6 +552,8 @@ def test_corrupt_store_is_reported_and_repaired(tmp_path, seed):
     for args in (("cache", "stats"), ("cache", "verify"), ("cache", "ls")):
         r = _cli(d, *args)
         assert r.returncode == 1 and "corrupt" in r.stderr and "0 entries" not in r.stdout, r
+    r = _cli(d, "cache", "stats", "--json")
+    assert r.returncode == 1 and json.loads(r.stdout)["state"] == "corrupt", r
     assert KernelCache(d).get(SPEC, "sm_90")[2] == "compiled"       # still works, in memory
     r = _cli(d, "cache", "verify", "--fix")
     assert "removed the corrupt store" in r.stdout, r
