@@ -176,7 +176,7 @@ def entry_mismatch(e: dict, inputs: dict) -> str | None:
     stored = e.get("key_inputs")
     if not isinstance(stored, dict):
         return "entry has no key inputs"
-    for f in ("spec", "arch", "format"):
+    for f in ("spec", "arch", "format", "options", "jitmarlin"):
         if e.get(f) != inputs.get(f):
             return f"entry is for {f} {e.get(f)!r}, not {inputs.get(f)!r}"
     for f in sorted(set(stored) | set(inputs)):
@@ -217,11 +217,19 @@ def _connect_ro(db: Path) -> sqlite3.Connection:
     the database, which a read-only mount refuses; immutable=1 then reads it as a frozen file."""
     uri = db.resolve().as_uri()
     try:
-        con = sqlite3.connect(uri + "?mode=ro", uri=True, check_same_thread=False)
+        con = _harden(sqlite3.connect(uri + "?mode=ro", uri=True, check_same_thread=False))
         con.execute("SELECT 1 FROM Cache LIMIT 1").fetchall()
         return con
     except sqlite3.OperationalError:
-        return sqlite3.connect(uri + "?mode=ro&immutable=1", uri=True, check_same_thread=False)
+        return _harden(sqlite3.connect(uri + "?mode=ro&immutable=1", uri=True,
+                                       check_same_thread=False))
+
+
+def _harden(con: sqlite3.Connection) -> sqlite3.Connection:
+    """The tier's database file is someone else's: its schema (views, triggers) is not trusted
+    to call SQL functions (SQLite >= 3.31; older ones ignore the pragma)."""
+    con.execute("PRAGMA trusted_schema = OFF")
+    return con
 
 
 class ReadOnlyTier:
