@@ -6,8 +6,13 @@ another machine or container hits; changing any of those inputs misses exactly w
 
 Concurrent cold starts compile once: the compile runs under an flock() on a per-key lock file,
 so other processes wait, then load the entry. The kernel drops an flock when its holder dies, so
-a killed compile never leaves a stale lock. Entries carry a checksum; a corrupted entry is
-dropped, recompiled and reported.
+a killed compile never leaves a stale lock; a stopped holder costs a waiter at most
+JITMARLIN_LOCK_TIMEOUT_S, then it compiles in memory. Entries carry a checksum and their key
+inputs; an entry that is corrupt or not the one asked for is dropped, recompiled and reported.
+
+The store is untrusted input (cache/README.md, trust model): rows are JSON only, never pickle
+(jitmarlin.store_disk.SafeDisk), the tree is private (0700/0600) and a dir owned by another user
+or writable by others is refused (compiled in memory instead) unless JITMARLIN_CACHE_SHARED=group.
 
 For fleets: a size cap with least-recently-used eviction, verify(), portable bundles
 (bundles: jitmarlin.bundle) and an optional read-only tier (JITMARLIN_CACHE_RO) looked at before
