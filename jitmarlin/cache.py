@@ -32,12 +32,13 @@ from pathlib import Path
 
 from . import nvrtc
 from .cache_entries import (  # noqa: F401  (re-exported: jitmarlin.cache is the public module)
-    _KEY_RE, ENTRY_DIR, ENTRY_FORMAT, LEGACY_DIRS, STORE_DIR, TUNE_PREFIX, TUNED_MEMBER,
+    _KEY_RE, ENTRY_DIR, ENTRY_FORMAT, LEGACY_DIRS, SOURCE_PREFIX, STORE_DIR, TUNE_PREFIX, TUNED_MEMBER,
     USAGE_PREFIX, _TREE, ReadOnlyTier, _current_inputs, _from_entry, _is_entry_key,
     _is_tune_key, _to_entry, _usage_row, cache_key, entry_from_json, entry_key_inputs,
     entry_mismatch, entry_ok, entry_problem, entry_size, entry_to_json, key_inputs, key_of,
     key_problem, source_digest)
-from .render import render
+from ._version import __version__
+from .render import render, templates_digest
 from .settings import cache_root, lock_timeout_s
 from .spec import AnySpec
 from .store_disk import NonRawKey, SafeDisk, create_file, flock_timeout, make_dir, tree_problem
@@ -263,11 +264,43 @@ class KernelCache:
             self._disk.delete(key)
             self._disk.delete(USAGE_PREFIX + key)
 
-    def _identity(self, spec: AnySpec, arch: str) -> tuple[str, str, dict]:
+    # The key hashes the rendered source's digest. Rendering costs ~17 ms in a fresh process
+    # (parsing the templates), more than the rest of a warm hit, so the digest of each spec's
+    # source under the current templates is kept in the store (SOURCE_PREFIX rows, JSON):
+    # a warm hit renders nothing. A memo that disagrees with the render is found and replaced
+    # before anything is compiled; an entry found through it is still checked against every key
+    # input, and only the store's owner can write either (cache/README.md).
+    def _memo_key(self, spec: AnySpec) -> str:
+        h = hashlib.sha256(f"{spec.canonical()}|{templates_digest()}|{__version__}".encode()).hexdigest()
+        return SOURCE_PREFIX + h
+
+    def _memo(self, spec: AnySpec) -> str | None:
+        disk = self._open()
+        if disk is None:
+            return None
+        with contextlib.suppress(Exception):
+            v = disk.get(self._memo_key(spec))
+            if isinstance(v, str) and _KEY_RE.match(v):
+                return v
+        return None
+
+    def _remember(self, spec: AnySpec, digest: str) -> None:
+        if self._disk is not None and not self._readonly:
+            with contextlib.suppress(Exception):
+                self._disk.set(self._memo_key(spec), digest)
+
+    def _identity(self, spec: AnySpec, arch: str, *, render_now: bool = False):
+        """(key, source or None, key inputs) of `spec` on `arch`; the source is rendered only
+        where no memo of its digest is stored (or render_now)."""
         known = self._keys.get((spec, arch))
-        if known is None:
-            source = render(spec)
-            inputs = _current_inputs(spec, source, arch)
+        if known is None or (render_now and known[1] is None):
+            digest = None if render_now else self._memo(spec)
+            source = None
+            if digest is None:
+                source = render(spec)
+                digest = source_digest(source)
+                self._remember(spec, digest)
+            inputs = key_inputs(spec.canonical(), digest, arch, nvrtc.version(), nvrtc.options_for(arch))
             known = self._keys[(spec, arch)] = (key_of(inputs), source, inputs)
         return known
 
@@ -299,6 +332,11 @@ class KernelCache:
             return art, key, "disk"
         if not compile_missing:
             return None, key, "missing"
+        if source is None:   # keyed by a memo: render, and start again if the memo was stale
+            key2, source, inputs = self._identity(spec, arch, render_now=True)
+            if key2 != key:
+                log.warning("jitmarlin: stale source digest memo for %s; replaced", spec.name)
+                return self.get(spec, arch, compile_missing=compile_missing)
         # Checked only before a compile: a hit never loads the NVRTC library (~50 ms).
         nvrtc.check_arch(arch)
         stored = False

@@ -30,6 +30,9 @@ USAGE_PREFIX = "usage:"
 # same store under this prefix. They are not kernel entries: no usage row, never evicted by the
 # size cap, removed by clear(), carried by bundles.
 TUNE_PREFIX = "tune:"
+# The sha256 of a spec's rendered source under the current templates (KernelCache._identity):
+# "source:" + sha256(spec canonical form, templates digest, jitmarlin version) -> 64 hex chars.
+SOURCE_PREFIX = "source:"
 
 # The diskcache store (JSON rows, jitmarlin.store_disk). Caches written before it kept pickled
 # rows in kernels/: never opened again (a miss, not an error); `cache clear` removes them.
@@ -332,7 +335,7 @@ class ReadOnlyTier:
 
 
 def _is_entry_key(k) -> bool:
-    return isinstance(k, str) and not k.startswith((USAGE_PREFIX, TUNE_PREFIX))
+    return isinstance(k, str) and not k.startswith((USAGE_PREFIX, TUNE_PREFIX, SOURCE_PREFIX))
 
 
 def _is_tune_key(k) -> bool:

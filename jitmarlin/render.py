@@ -8,6 +8,8 @@ dequantisation kernel, a DequantSpec).
 """
 from __future__ import annotations
 
+import functools
+
 import hashlib
 from functools import lru_cache
 from pathlib import Path
@@ -144,8 +146,10 @@ def render(spec: AnySpec, target: str = "cuda") -> str:
     )
 
 
+@functools.lru_cache(maxsize=1)
 def templates_digest() -> str:
-    """Hash of every template file (part of cache keys and `jitmarlin info`)."""
+    """Hash of every template file (part of the source-digest memo's key and `jitmarlin info`);
+    computed once a process, like the parsed templates."""
     h = hashlib.sha256()
     root = templates_dir()
     for p in sorted(root.rglob("*")):

@@ -464,3 +464,28 @@ def test_whole_tile_plans_share_the_stream_k_kernels_entry(tmp_path):
     s = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 4, 16, 8)
     _, key, status = c.get(replace(s, whole=True), "sm_80", compile_missing=False)
     assert status == "missing" and key == c.get(s, "sm_80", compile_missing=False)[1]
+
+
+def test_a_warm_hit_renders_nothing_and_a_stale_digest_memo_is_replaced(tmp_path, monkeypatch, caplog):
+    """The key hashes the rendered source; its digest is kept in the store so that a fresh
+    process's warm hit does not parse the templates. A memo that is wrong (stale or planted)
+    misses, and the compile path renders, finds the true key and replaces the memo."""
+    from jitmarlin import cache as cache_mod
+
+    _, key, status = KernelCache(tmp_path).get(SPEC, "sm_90")
+    assert status == "compiled" and key == cache_key(SPEC, render(SPEC), "sm_90")
+
+    def no_render(*a, **kw):
+        raise AssertionError("rendered on a warm hit")
+
+    with monkeypatch.context() as m:
+        m.setattr(cache_mod, "render", no_render)
+        _, key2, status = KernelCache(tmp_path).get(SPEC, "sm_90")   # a new process's view
+        assert (key2, status) == (key, "disk")
+    c = KernelCache(tmp_path)
+    c._open().set(c._memo_key(SPEC), "0" * 64)                       # a wrong memo
+    _, key3, status = KernelCache(tmp_path).get(SPEC, "sm_90")
+    assert key3 == key and status == "disk"                           # found again, not recompiled
+    assert "stale source digest memo" in caplog.text
+    assert KernelCache(tmp_path)._memo(SPEC) == cache_mod.source_digest(render(SPEC))
+    assert KernelCache(tmp_path).keys() == [key]                      # memo rows are not entries
