@@ -7,16 +7,16 @@ Kernels are specialised per GPU, quant type, group size and tile shape at first 
 with NVRTC, cached on disk and launched from CuPy on the caller's stream. Large batches instead
 expand the weight into a dense workspace (a generated kernel too) and multiply with cuBLAS.
 """
-from ._version import __version__
-from .api import PrewarmResult, linear, plan_for, prewarm
-from .errors import CaptureError, CompileError, InputError, JitMarlinError, UnsupportedError
-from .formats import (from_awq, from_compressed_tensors, from_gguf, from_gptq, from_hqq, from_mxfp4,
+from jitmarlin._version import __version__
+from jitmarlin.ops.linear import PrewarmResult, linear, plan_for, prewarm
+from jitmarlin.errors import CaptureError, CompileError, InputError, JitMarlinError, UnsupportedError
+from jitmarlin.weights.formats import (from_awq, from_compressed_tensors, from_gguf, from_gptq, from_hqq, from_mxfp4,
                       from_nvfp4)
-from .profiles import PROFILES as profiles
-from .profiles import DeviceProfile, get_profile
-from .qtypes import QTYPES
-from .quant import QuantizedWeight, dequantize, quantize
-from .spec import DequantSpec, KernelSpec, spec_from_canonical
+from jitmarlin.jit.profiles import PROFILES as profiles
+from jitmarlin.jit.profiles import DeviceProfile, get_profile
+from jitmarlin.weights.qtypes import QTYPES
+from jitmarlin.weights.quant import QuantizedWeight, dequantize, quantize
+from jitmarlin.kernels.spec import DequantSpec, KernelSpec, spec_from_canonical
 
 __all__ = [
     "__version__", "linear", "prewarm", "plan_for", "PrewarmResult", "quantize", "dequantize",

@@ -1,3 +1,3 @@
-from .cli import main
+from jitmarlin.service.cli import main
 
 raise SystemExit(main())

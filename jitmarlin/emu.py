@@ -19,11 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-from . import halves
-from .planner import Plan
-from .quant import QuantizedWeight
-from .render import render
-from .spec import AnySpec, DequantSpec, GemvSpec
+from jitmarlin.weights import halves
+from jitmarlin.kernels.planner import Plan
+from jitmarlin.weights.quant import QuantizedWeight
+from jitmarlin.kernels.render import render
+from jitmarlin.kernels.spec import AnySpec, DequantSpec, GemvSpec
 
 _libs: dict[str, ctypes.CDLL] = {}
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .arrays import to_host
-from .quant import QuantizedWeight, dequantize
+from jitmarlin.jit.arrays import to_host
+from jitmarlin.weights.quant import QuantizedWeight, dequantize
 
 
 def linear_reference(x, qw: QuantizedWeight, bias=None, act: str | None = None) -> np.ndarray:

@@ -22,9 +22,9 @@ from typing import Dict, List, Optional, Sequence
 import torch
 from torch import nn
 
-from . import api
-from .errors import InputError
-from .quant import QuantizedWeight, quantize
+from jitmarlin.ops import linear as api
+from jitmarlin.errors import InputError
+from jitmarlin.weights.quant import QuantizedWeight, quantize
 
 __all__ = ["MarlinLinear", "quantize_model", "select_linears", "Selection", "register", "unregister"]
 

@@ -168,8 +168,7 @@ def plant(monkeypatch):
     """plant(old, new): the CPU emulator runs kernels whose source has `old` replaced by `new`
     (a planted bug it must catch); `old` must occur in every source it renders."""
     from jitmarlin import emu
-    from jitmarlin import render as render_mod
-
+    from jitmarlin.kernels import render as render_mod
     real = render_mod.render
 
     def _plant(old: str, new: str) -> None:
@@ -189,8 +188,7 @@ def rewrite_bundle():
     through edit() first (tampered and old-format bundles)."""
     import tarfile
 
-    from jitmarlin import bundle as bundle_mod
-
+    from jitmarlin.jit import bundle as bundle_mod
     def _rewrite(src, dst, edit):
         with tarfile.open(src) as tar:
             files = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}

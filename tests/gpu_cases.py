@@ -54,8 +54,8 @@ def run_forced(qw, m, act, spec, rng, bias=True, lda=None, pad=0.0, x_mean=0.0):
     import numpy as np
     import torch
 
-    from jitmarlin import halves
-    from jitmarlin.api import _prepare, _torch_stream
+    from jitmarlin.weights import halves
+    from jitmarlin.ops.linear import _prepare, _torch_stream
     from jitmarlin.reference import linear_reference
 
     dt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[act]
@@ -105,7 +105,7 @@ def check_linear(y, ref, act, qw, m, *, what="", seed=None, device=0):
     kernel linear() ran for these M rows of `qw`, or under 'linear' where that is unknown."""
     import numpy as np
 
-    from jitmarlin.arrays import to_host
+    from jitmarlin.jit.arrays import to_host
     from jitmarlin.reference import check_output
 
     ref = np.asarray(to_host(ref), dtype=np.float64)
@@ -120,8 +120,7 @@ def check_workspace_clean(lz) -> None:
     sums before they are stored)."""
     import numpy as np
 
-    from jitmarlin import launch
-
+    from jitmarlin.jit import launch
     ws = getattr(lz, "keep", None)
     if isinstance(ws, launch.Workspace):
         assert not bool(ws.locks.any()), f"{lz.plan.spec.name}: workspace counters left non-zero"

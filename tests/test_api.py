@@ -7,7 +7,7 @@ import pytest
 
 import jitmarlin
 from jitmarlin import InputError, QuantizedWeight
-from jitmarlin.api import _rows
+from jitmarlin.ops.linear import _rows
 from gpu_cases import ACTS, Case, cases, check_forced, check_linear, rel
 
 
@@ -43,7 +43,7 @@ def test_linear_rejects_host_arrays(rng):
 def test_act_order_gather_buffer_grows_by_doubling_and_keeps_old_buffers(rng):
     """One buffer per (weight, device, stream, dtype), grown by doubling; outgrown buffers stay
     referenced (CUDA graphs captured earlier point into them); the index is made once."""
-    from jitmarlin.api import _gather_buffer
+    from jitmarlin.ops.linear import _gather_buffer
 
     qw = jitmarlin.quantize(rng.standard_normal((64, 128)), "uint4b8", 128)
     made, index_calls = [], []
@@ -87,8 +87,8 @@ def make_weight(n: int, k: int, group: int, act: str, seed: int):
         return _weights[key]
     _weights.clear()  # keep GPU memory small: one weight at a time
     cp = _cp()
-    from jitmarlin import halves, packing
-
+    from jitmarlin.weights import halves
+    from jitmarlin.weights import packing
     # one stream per (seed, shape): two weights of one test share no codes
     rs = cp.random.RandomState(int(np.random.SeedSequence([seed, n, k, group + 1, ACTS.index(act)])
                                    .generate_state(1)[0]))
@@ -146,7 +146,7 @@ def make_input(case, rng_seed):
 
 
 def _path() -> str:
-    from jitmarlin.profiles import planning_profile
+    from jitmarlin.jit.profiles import planning_profile
 
     return planning_profile(0).path
 
@@ -184,7 +184,7 @@ def test_the_planned_generation_is_the_one_that_runs(capsys, seed):
     generation's (so the suite run under JITMARLIN_EMULATE=v100 really exercises sm70 code)."""
     import os
 
-    from jitmarlin.profiles import get_profile, live_profile
+    from jitmarlin.jit.profiles import get_profile, live_profile
 
     cp = _cp()
     qw, _ = make_weight(256, 4096, 128, "float16", seed)
@@ -334,7 +334,7 @@ TYPE_CASES = [
 
 def _host_case(qw, m, act, rng, kind, bias=True):
     """x (m, in_features), bias, in the array kind; the float64 reference from dequantize()."""
-    from jitmarlin import halves
+    from jitmarlin.weights import halves
     from jitmarlin.reference import linear_reference
 
     cp = _cp()
@@ -374,7 +374,7 @@ def test_every_quant_type(qt, g, act, seed, rng):
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["cupy", "torch"])
 def test_padded_shapes_with_bias(kind, seed, rng):
-    from jitmarlin.quant import from_codes
+    from jitmarlin.weights.quant import from_codes
 
     if kind == "torch":
         pytest.importorskip("torch")
@@ -394,7 +394,7 @@ def test_padded_shapes_with_bias(kind, seed, rng):
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["cupy", "torch"])
 def test_act_order(kind, seed, rng):
-    from jitmarlin.quant import from_codes
+    from jitmarlin.weights.quant import from_codes
 
     if kind == "torch":
         pytest.importorskip("torch")
@@ -443,7 +443,7 @@ CLUSTER_CASES = [
 
 
 def cluster_case_spec(case):
-    from jitmarlin.spec import KernelSpec
+    from jitmarlin.kernels.spec import KernelSpec
 
     m, n, k, group, act, (tn, tk, st, c) = case
     return KernelSpec("sm80", "uint4b8", act, -1 if group < 0 else group // 16, 1, tn, tk, st, cluster=c)
@@ -452,9 +452,10 @@ def cluster_case_spec(case):
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", CLUSTER_CASES, ids=lambda c: f"m{c[0]}-n{c[1]}-k{c[2]}-c{c[5][3]}-{c[4]}")
 def test_cluster_decode_matches_reference(case, seed, rng, monkeypatch):
-    from jitmarlin import planner, tune
-    from jitmarlin.problem import Problem
-    from jitmarlin.profiles import planning_profile
+    from jitmarlin.kernels import planner
+    from jitmarlin.service import tune
+    from jitmarlin.kernels.problem import Problem
+    from jitmarlin.jit.profiles import planning_profile
 
     m, n, k, group, act, _ = case
     prof = planning_profile(0)
@@ -470,8 +471,8 @@ def test_cluster_decode_matches_reference(case, seed, rng, monkeypatch):
 # ---- programmatic dependent launch ------------------------------------------------------------
 
 def _pdl_gpu():
-    from jitmarlin import launch
-    from jitmarlin.profiles import live_profile
+    from jitmarlin.jit import launch
+    from jitmarlin.jit.profiles import live_profile
 
     if live_profile(0).cc < launch.PDL_MIN_CC:
         pytest.skip("programmatic dependent launch needs sm_90+")
@@ -490,7 +491,7 @@ def test_pdl_kernels_wait_for_the_kernel_before_them(m, seed, rng):
     _pdl_gpu()
     torch = pytest.importorskip("torch")
     cp = _cp()
-    from jitmarlin.profiles import planning_profile
+    from jitmarlin.jit.profiles import planning_profile
 
     # bf16 once, where the profile that plans has bf16 tensor cores (not an emulated T4)
     act = "bfloat16" if m == 5 and planning_profile(0).cc >= (8, 0) else "float16"
@@ -548,10 +549,11 @@ LATE_CASES = [
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", LATE_CASES, ids=lambda c: f"m{c[0]}-n{c[1]}-k{c[2]}-g{c[3]}-{c[4]}")
 def test_late_publish_matches_reference(case, seed, rng, monkeypatch):
-    from jitmarlin import planner, tune
-    from jitmarlin.problem import Problem
-    from jitmarlin.profiles import planning_profile
-    from jitmarlin.spec import KernelSpec
+    from jitmarlin.kernels import planner
+    from jitmarlin.service import tune
+    from jitmarlin.kernels.problem import Problem
+    from jitmarlin.jit.profiles import planning_profile
+    from jitmarlin.kernels.spec import KernelSpec
 
     m, n, k, group, act, (tn, tk, st) = case
     prof = planning_profile(0)
@@ -576,9 +578,10 @@ RAW_CASES = [(16, 4096, 14336, (16, 16, 3, False)), (11, 4160, 4096, (16, 16, 3,
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", RAW_CASES, ids=lambda c: f"m{c[0]}-n{c[1]}-k{c[2]}")
 def test_raw_codes_match_reference(case, seed, rng, monkeypatch):
-    from jitmarlin import planner, tune
-    from jitmarlin.profiles import planning_profile
-    from jitmarlin.spec import KernelSpec
+    from jitmarlin.kernels import planner
+    from jitmarlin.service import tune
+    from jitmarlin.jit.profiles import planning_profile
+    from jitmarlin.kernels.spec import KernelSpec
 
     m, n, k, (tn, tk, st, whole) = case
     prof = planning_profile(0)
@@ -597,9 +600,9 @@ def test_raw_codes_cancel_offsets_for_x_far_from_zero_mean(seed, rng):
     M = 16) the raw-code kernel stays within bf16's tolerance and within 1.5x (+1e-4) of the error
     of a kernel on 128-wide tiles, which dequantises each weight instead (the fp16 form of this,
     1024 + v against 1032, failed such a check on the gemv kernel: tools/PERF.md entry 84)."""
-    from jitmarlin import planner
-    from jitmarlin.profiles import planning_profile
-    from jitmarlin.spec import KernelSpec
+    from jitmarlin.kernels import planner
+    from jitmarlin.jit.profiles import planning_profile
+    from jitmarlin.kernels.spec import KernelSpec
     prof = planning_profile(0)
     raw = KernelSpec("sm80", "uint4b8", "bfloat16", 8, 1, 16, 16, 3)
     plain = KernelSpec("sm80", "uint4b8", "bfloat16", 8, 1, 8, 16, 4)
@@ -629,9 +632,10 @@ K512_CASES = [(16, 4096, 14336, 128, (8, 32, 3, False)), (11, 10240, 8192, 128, 
 @pytest.mark.parametrize("act", ["float16", "bfloat16"])
 @pytest.mark.parametrize("case", K512_CASES, ids=lambda c: f"m{c[0]}-n{c[1]}-k{c[2]}-g{c[3]}")
 def test_k512_tiles_match_reference(case, act, seed, rng, monkeypatch):
-    from jitmarlin import planner, tune
-    from jitmarlin.profiles import planning_profile
-    from jitmarlin.spec import KernelSpec
+    from jitmarlin.kernels import planner
+    from jitmarlin.service import tune
+    from jitmarlin.jit.profiles import planning_profile
+    from jitmarlin.kernels.spec import KernelSpec
 
     m, n, k, group, (tn, tk, st, whole) = case
     prof = planning_profile(0)
@@ -649,9 +653,9 @@ def test_k512_tiles_match_reference(case, act, seed, rng, monkeypatch):
                                   (16, 6144, 4096, 128, "float16")],
                          ids=lambda c: f"m{c[0]}-n{c[1]}-k{c[2]}-g{c[3]}-{c[4]}")
 def test_whole_decode_plans_match_reference(case, seed, rng):
-    from jitmarlin import planner
-    from jitmarlin.problem import Problem
-    from jitmarlin.profiles import planning_profile
+    from jitmarlin.kernels import planner
+    from jitmarlin.kernels.problem import Problem
+    from jitmarlin.jit.profiles import planning_profile
 
     m, n, k, group, act = case
     prof = planning_profile(0)
@@ -681,9 +685,9 @@ BULK_CASES = [(16, 7168, 8192, "uint4b8", 128, (16, 16, 3, False)), (13, 4096, 1
 @pytest.mark.parametrize("act", ["float16", "bfloat16"])
 @pytest.mark.parametrize("case", BULK_CASES, ids=lambda c: f"m{c[0]}-n{c[1]}-k{c[2]}-{c[3]}-g{c[4]}")
 def test_bulk_weight_boxes_match_reference(case, act, xbox, seed, rng):
-    from jitmarlin.profiles import planning_profile
-    from jitmarlin.qtypes import QTYPES
-    from jitmarlin.spec import KernelSpec
+    from jitmarlin.jit.profiles import planning_profile
+    from jitmarlin.weights.qtypes import QTYPES
+    from jitmarlin.kernels.spec import KernelSpec
 
     m, n, k, qtype, group, (tn, tk, st, whole) = case
     if planning_profile(0).cc != (9, 0):   # (an emulated GPU: other limits, and not measured)
@@ -699,9 +703,9 @@ def test_bulk_weight_boxes_match_reference(case, act, xbox, seed, rng):
 def test_x_boxes_stop_at_in_features(act, seed, rng):
     """KernelSpec.xbox: in_features 1000 of K 1024 and x rows 1024 apart with NaN in columns
     1000..1023: x's map ends at in_features, so the last box's 24 columns past it land as zeros."""
-    from jitmarlin.profiles import planning_profile
-    from jitmarlin.quant import from_codes
-    from jitmarlin.spec import KernelSpec
+    from jitmarlin.jit.profiles import planning_profile
+    from jitmarlin.weights.quant import from_codes
+    from jitmarlin.kernels.spec import KernelSpec
 
     if planning_profile(0).cc != (9, 0):
         pytest.skip("TMA boxes are planned on sm_90")
@@ -756,8 +760,7 @@ def _device_of(a) -> int:
 @pytest.mark.parametrize("kind", ["cupy", "torch"])
 @pytest.mark.parametrize("case", TWO_GPU_CASES, ids=lambda c: f"n{c[0]}-k{c[1]}-m{c[2]}-{c[3]}")
 def test_x_on_the_gpu_that_is_not_current(case, kind, seed, rng):
-    from jitmarlin import halves
-
+    from jitmarlin.weights import halves
     n, k, m, act = case
     if kind == "cupy" and act != "float16":
         pytest.skip("bf16 CuPy arrays need ml_dtypes; the torch case covers this route")
@@ -791,7 +794,7 @@ def test_act_order_and_graph_capture_on_the_second_gpu(seed, rng):
     """The act-order gather buffer and a CUDA graph captured and replayed on GPU 1 (torch's
     current device there, as torch.cuda.graph requires), with GPU 0 current before and after."""
     torch = pytest.importorskip("torch")
-    from jitmarlin.quant import from_codes
+    from jitmarlin.weights.quant import from_codes
 
     g_idx = rng.permutation(np.repeat(np.arange(8), 128))
     qw = from_codes("uint4b8", rng.integers(0, 16, (512, 1024)), rng.random((8, 512)) * 0.01 + 0.001, 128,

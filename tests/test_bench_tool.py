@@ -244,7 +244,7 @@ def _fake_gpu(monkeypatch, gemlite_error=None, gpu_name="Fake NVIDIA H100 80GB H
     calls cannot be captured in a graph; tinygemm's single call is 'slow' from M=1024."""
     import jitmarlin
 
-    profiles = importlib.import_module("jitmarlin.profiles")    # jitmarlin.profiles is also a name in jitmarlin
+    profiles = importlib.import_module("jitmarlin.jit.profiles")    # jitmarlin.profiles is also a name in jitmarlin
     cuda = types.SimpleNamespace(current_device=lambda: 0, get_device_name=lambda d: gpu_name,
                                  empty_cache=lambda: None, synchronize=lambda: None)
     torch = types.SimpleNamespace(
@@ -455,8 +455,7 @@ def test_bf16_rounded_values_are_exact_in_fp16(rng):
     (0.001..0.011) survive a trip through fp16 unchanged."""
     import numpy as np
 
-    from jitmarlin import halves
-
+    from jitmarlin.weights import halves
     for v in (rng.standard_normal(1 << 16), 0.02 * rng.standard_normal(1 << 16),
               rng.random(1 << 16) * 0.01 + 0.001):
         v = v[np.abs(v) > 2.0 ** -14]              # fp16's normal range (smaller ones: subnormal)
@@ -582,9 +581,9 @@ def test_thermal_slowdown_counts_heat_not_the_power_cap():
 
 
 def test_sweep_filter_keeps_gemv_kernels_out_of_tile_and_stage_filters():
-    from jitmarlin.planner import candidate_specs
-    from jitmarlin.problem import Problem
-    from jitmarlin.profiles import get_profile
+    from jitmarlin.kernels.planner import candidate_specs
+    from jitmarlin.kernels.problem import Problem
+    from jitmarlin.jit.profiles import get_profile
 
     specs = candidate_specs(get_profile("h100"), Problem(16, 8192, 28672, "float16", "uint4b8", 128))
     gemv = [s for s in specs if not hasattr(s, "stages")]

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from jitmarlin import bundle as bundle_mod
-from jitmarlin.bundle import export_bundle, import_bundle
-from jitmarlin.cache import KernelCache, cache_key
-from jitmarlin.render import render
-from jitmarlin.spec import KernelSpec
+from jitmarlin.jit import bundle as bundle_mod
+from jitmarlin.jit.bundle import export_bundle, import_bundle
+from jitmarlin.jit.cache import KernelCache, cache_key
+from jitmarlin.kernels.render import render
+from jitmarlin.kernels.spec import KernelSpec
 
 SPEC = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 8, 8, 4)
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,7 +46,7 @@ def test_key_has_no_paths_and_tracks_inputs():
     assert k != cache_key(SPEC, src + "\n", "sm_90")
     other = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 8, 8, 3)
     assert k != cache_key(other, render(other), "sm_90")
-    from jitmarlin.render import templates_dir
+    from jitmarlin.kernels.render import templates_dir
 
     assert str(templates_dir()) not in src and str(Path.home()) not in src
 
@@ -105,9 +105,9 @@ import tarfile
 import time
 import zlib
 
-from jitmarlin import cache as cache_mod
-from jitmarlin import nvrtc
-from jitmarlin.cli import main
+from jitmarlin.jit import cache as cache_mod
+from jitmarlin.jit import nvrtc
+from jitmarlin.service.cli import main
 
 SPEC3 = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 8, 8, 3)
 SPEC2 = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 8, 8, 2)
@@ -392,7 +392,7 @@ def _child_env(cache_dir):
                 PYTHONPATH=str(ROOT))
 
 
-GET_SNIPPET = ("from jitmarlin.cache import KernelCache; from jitmarlin.spec import KernelSpec; "
+GET_SNIPPET = ("from jitmarlin.jit.cache import KernelCache; from jitmarlin.kernels.spec import KernelSpec; "
                f"print(KernelCache().get({SPEC_TEXT}, 'sm_90')[2])")
 
 
@@ -410,9 +410,9 @@ def test_eight_cold_processes_compile_once(tmp_path):
 
 HOLDER_SNIPPET = f"""
 import time
-from jitmarlin import nvrtc
-from jitmarlin.cache import KernelCache
-from jitmarlin.spec import KernelSpec
+from jitmarlin.jit import nvrtc
+from jitmarlin.jit.cache import KernelCache
+from jitmarlin.kernels.spec import KernelSpec
 
 def stuck(*args, **kwargs):      # inside the compile, i.e. while holding the key's flock
     print("holding", flush=True)
@@ -470,8 +470,7 @@ def test_a_warm_hit_renders_nothing_and_a_stale_digest_memo_is_replaced(tmp_path
     """The key hashes the rendered source; its digest is kept in the store so that a fresh
     process's warm hit does not parse the templates. A memo that is wrong (stale or planted)
     misses, and the compile path renders, finds the true key and replaces the memo."""
-    from jitmarlin import cache as cache_mod
-
+    from jitmarlin.jit import cache as cache_mod
     _, key, status = KernelCache(tmp_path).get(SPEC, "sm_90")
     assert status == "compiled" and key == cache_key(SPEC, render(SPEC), "sm_90")
 

@@ -1,6 +1,6 @@
 import json
 
-from jitmarlin.cli import main
+from jitmarlin.service.cli import main
 
 
 def test_info(capsys):
@@ -52,7 +52,7 @@ def test_prewarm_pdl_adds_the_sm90_pdl_builds(capsys, tmp_path):
             "--cache-dir", str(tmp_path), "--pdl"]
     assert main(args) == 0
     assert "5 compiled" in capsys.readouterr().out   # the 3 of test_prewarm_then_cached, 2 of them again for PDL
-    from jitmarlin.cache import KernelCache
+    from jitmarlin.jit.cache import KernelCache
 
     built = sorted((e["arch"], e["name"]) for _, e in KernelCache(tmp_path).entries())
     assert [b for b in built if b[1].endswith("p")] == [(a, n + "p") for a, n in built if a == "sm_90" and not n.endswith("p")]
@@ -67,8 +67,7 @@ def test_bad_arguments_are_clear(capsys):
 
 
 def test_inspect_sass_or_clear_hint(capsys, monkeypatch):
-    from jitmarlin import nvrtc
-
+    from jitmarlin.jit import nvrtc
     if nvrtc.find_disassembler() is not None:
         assert main(["inspect", "--arch", "sm_90", "--m", "1", "--sass"]) == 0
         assert "HMMA" in capsys.readouterr().out          # the tensor-core instructions are there
@@ -163,7 +162,7 @@ def test_version_and_help_show_defaults(tmp_path):
 def test_every_option_has_help():
     import argparse
 
-    from jitmarlin.cli import build_parser
+    from jitmarlin.service.cli import build_parser
 
     def walk(parser, path):
         for a in parser._actions:
@@ -191,8 +190,7 @@ def test_a_closed_stdout_is_no_traceback(args, tmp_path):
 
 
 def test_an_unexpected_error_is_one_line(monkeypatch, capsys):
-    from jitmarlin import cli
-
+    from jitmarlin.service import cli
     def boom(args):
         raise RuntimeError("something broke")
 
@@ -207,7 +205,7 @@ def test_an_unexpected_error_is_one_line(monkeypatch, capsys):
 
 
 def test_info_explains_every_arch_it_lists(capsys):
-    from jitmarlin.profiles import get_profile
+    from jitmarlin.jit.profiles import get_profile
 
     assert main(["info", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)

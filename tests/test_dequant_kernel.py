@@ -9,14 +9,16 @@ import dataclasses
 import numpy as np
 import pytest
 
-from jitmarlin import emu, halves, nvrtc
-from jitmarlin.cache import KernelCache, entry_key_inputs, key_of
-from jitmarlin.planner import group_blocks
-from jitmarlin.problem import Problem
-from jitmarlin.profiles import ARCH_DEFAULT_PROFILE, code_path, get_profile
-from jitmarlin.quant import dequantize, from_codes
-from jitmarlin.render import dequant_partials, render
-from jitmarlin.spec import DequantSpec, KernelSpec, spec_from_canonical
+from jitmarlin import emu
+from jitmarlin.weights import halves
+from jitmarlin.jit import nvrtc
+from jitmarlin.jit.cache import KernelCache, entry_key_inputs, key_of
+from jitmarlin.kernels.planner import group_blocks
+from jitmarlin.kernels.problem import Problem
+from jitmarlin.jit.profiles import ARCH_DEFAULT_PROFILE, code_path, get_profile
+from jitmarlin.weights.quant import dequantize, from_codes
+from jitmarlin.kernels.render import dequant_partials, render
+from jitmarlin.kernels.spec import DequantSpec, KernelSpec, spec_from_canonical
 
 needs_cxx = pytest.mark.skipif(emu.compiler() is None, reason="no C++ compiler for the emulator")
 
@@ -156,7 +158,7 @@ QT_GROUP = [("uint4b8", 128), ("uint4", -1), ("uint8b128", 32), ("uint8", 128), 
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ARCHS)
 def test_dequant_kernel_compiles_for_every_arch_and_type(arch):
-    from jitmarlin.cache import default_cache
+    from jitmarlin.jit.cache import default_cache
 
     if arch not in nvrtc.supported_archs():
         pytest.skip(f"NVRTC {nvrtc.version()} cannot target {arch}")
@@ -241,7 +243,7 @@ def test_every_named_profile_has_a_dequant_kernel():
 def test_inspect_shows_the_large_m_route(capsys):
     import json
 
-    from jitmarlin.cli import main
+    from jitmarlin.service.cli import main
 
     # N = 896: no whole-tile or hybrid wgmma plan at 4096 rows (112 tiles), so the route
     assert main(["inspect", "--arch", "sm_90", "--m", "4096", "--n", "896", "--quant", "uint4", "--group",

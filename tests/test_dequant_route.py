@@ -16,14 +16,18 @@ import numpy as np
 import pytest
 
 import jitmarlin
-from jitmarlin import cublas, dequant_gemm, emu, halves, planner
+from jitmarlin import emu
+from jitmarlin.kernels import cublas
+from jitmarlin.kernels import dequant_gemm
+from jitmarlin.weights import halves
+from jitmarlin.kernels import planner
 from jitmarlin.errors import CaptureError, UnsupportedError
 from jitmarlin.reference import check_output
 
 # ---- CPU: the cuBLAS binding against a fake libcublas ---------------------------------------------
 
 FAKE_CUBLAS = r"""
-// A stand-in for libcublas: the five entry points jitmarlin.cublas uses, on host memory. A GEMM
+// A stand-in for libcublas: the five entry points jitmarlin.kernels.cublas uses, on host memory. A GEMM
 // without a caller workspace fails (the real one would allocate: not allowed in graph capture);
 // leading dimensions are checked as cuBLAS checks them.
 #include <cstddef>
@@ -184,9 +188,9 @@ def test_workspace_per_stream_graph_workspace_and_capture(monkeypatch):
 def test_launcher_call_sequence(monkeypatch):
     from types import SimpleNamespace
 
-    from jitmarlin.planner import plan
-    from jitmarlin.problem import Problem
-    from jitmarlin.profiles import get_profile
+    from jitmarlin.kernels.planner import plan
+    from jitmarlin.kernels.problem import Problem
+    from jitmarlin.jit.profiles import get_profile
 
     calls = []
 
@@ -231,7 +235,7 @@ def _cp():
 
 
 def _path() -> str:
-    from jitmarlin.profiles import planning_profile
+    from jitmarlin.jit.profiles import planning_profile
 
     return planning_profile(0).path
 
@@ -259,7 +263,7 @@ def _torch_dtype(act):
 def _case(qw, m, act, kind, rng, *, bias=True, poison=True, lda=None):
     """(x, bias, out) in the array kind, x rounded to act (row stride lda when given), out
     poisoned with NaN; and the float64 reference on the GPU from the exact dequantized weight."""
-    from jitmarlin.quant import dequantize
+    from jitmarlin.weights.quant import dequantize
 
     cp = _cp()
     k, n = qw.in_features, qw.out_features
@@ -362,7 +366,7 @@ def test_dense_weight_is_bitwise_the_oracle_on_gpu(qt, group, act, seed, rng, la
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["cupy", "torch"])
 def test_large_m_act_order_and_padding(kind, seed, rng, large_m_from_256):
-    from jitmarlin.quant import from_codes
+    from jitmarlin.weights.quant import from_codes
 
     if kind == "torch":
         pytest.importorskip("torch")
@@ -395,7 +399,7 @@ def test_large_m_strided_rows(seed, rng, large_m_from_256):
     big = cp.asarray(rng.standard_normal((2, 600, 1024 + 128)), dtype=cp.float16)
     x3 = big[:, :, :1024]                                  # (2, 600, 1024), rows 1152 apart
     y3 = jitmarlin.linear(x3, qw)
-    from jitmarlin.quant import dequantize
+    from jitmarlin.weights.quant import dequantize
 
     ref3 = x3.reshape(1200, 1024).astype(cp.float64) @ cp.asarray(dequantize(qw, dtype=np.float64)).T
     assert y3.shape == (2, 600, 512)
@@ -437,7 +441,7 @@ def test_large_m_cuda_graph_replay(seed, rng, large_m_from_256):
     with torch.cuda.graph(g):                       # a new capture stream: the graph workspace
         h = jitmarlin.linear(x, q1, bias=b1)
         y = jitmarlin.linear(h, q2)
-    from jitmarlin.quant import dequantize
+    from jitmarlin.weights.quant import dequantize
 
     cp = _cp()
     w1 = cp.asarray(dequantize(q1, act, dtype=np.float64))
@@ -502,7 +506,7 @@ def test_workspace_grows_and_keeps_outgrown_buffers(seed, rng, large_m_from_256)
 # ---- CPU: the autotuner can pick the route ---------------------------------------------------------
 
 def test_spec_kinds_read_back_either_kind():
-    from jitmarlin.spec import DequantSpec, KernelSpec, spec_from_canonical, spec_kind
+    from jitmarlin.kernels.spec import DequantSpec, KernelSpec, spec_from_canonical, spec_kind
 
     d = DequantSpec("sm80", "nvfp4", "bfloat16", 1)
     k = KernelSpec("sm80", "nvfp4", "bfloat16", 1, 1, 8, 8, 4)
@@ -523,12 +527,14 @@ def test_prepare_builds_the_launcher_of_the_chosen_route(tmp_path, monkeypatch):
     import dataclasses
     import types
 
-    from jitmarlin import api, launch, tune
-    from jitmarlin.cache import KernelCache
-    from jitmarlin.problem import Problem
-    from jitmarlin.profiles import get_profile
-    from jitmarlin.quant import QuantizedWeight
-    from jitmarlin.spec import DequantSpec
+    from jitmarlin.ops import linear as api
+    from jitmarlin.jit import launch
+    from jitmarlin.service import tune
+    from jitmarlin.jit.cache import KernelCache
+    from jitmarlin.kernels.problem import Problem
+    from jitmarlin.jit.profiles import get_profile
+    from jitmarlin.weights.quant import QuantizedWeight
+    from jitmarlin.kernels.spec import DequantSpec
 
     monkeypatch.setenv("JITMARLIN_CACHE_DIR", str(tmp_path))
     prof = dataclasses.replace(get_profile("h100"), name="NVIDIA H100 80GB HBM3")

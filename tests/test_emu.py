@@ -7,13 +7,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from jitmarlin import emu, halves
-from jitmarlin.planner import plan
-from jitmarlin.problem import Problem
-from jitmarlin.profiles import get_profile
-from jitmarlin.quant import quantize
+from jitmarlin import emu
+from jitmarlin.weights import halves
+from jitmarlin.kernels.planner import plan
+from jitmarlin.kernels.problem import Problem
+from jitmarlin.jit.profiles import get_profile
+from jitmarlin.weights.quant import quantize
 from jitmarlin.reference import check_output, fails_check, linear_reference
-from jitmarlin.spec import KernelSpec
+from jitmarlin.kernels.spec import KernelSpec
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(emu.compiler() is None, reason="no C++ compiler for the emulator")]
@@ -100,7 +101,7 @@ LATE_CASES = [(1, 512, 1024, 128, "float16", 3, ("sm80", 1, 8, 16, 3)),
 
 @pytest.mark.parametrize("case", LATE_CASES, ids=lambda c: f"m{c[0]}{c[4][:2]}{c[6][0]}")
 def test_late_publish_on_emulator(case, rng):
-    from jitmarlin.planner import late_contributors
+    from jitmarlin.kernels.planner import late_contributors
 
     pl, out, ref = _run_case(*case, rng, late=True)
     assert pl.spec.late and late_contributors(pl.problem, pl.spec, pl.grid, pl.iters) > 0
@@ -309,7 +310,7 @@ def test_every_quant_type_on_emulator(case, rng):
 
 
 def test_padded_shapes_and_float_zero_points_on_emulator(rng):
-    from jitmarlin.quant import from_codes
+    from jitmarlin.weights.quant import from_codes
 
     qw = from_codes("uint4b8", rng.integers(0, 16, (200, 136)), rng.random((1, 200)) * 0.01 + 0.001, -1)
     assert (qw.n, qw.k) == (256, 192)
@@ -324,7 +325,7 @@ def test_padded_shapes_and_float_zero_points_on_emulator(rng):
 
 
 def test_act_order_on_emulator(rng):
-    from jitmarlin.quant import from_codes
+    from jitmarlin.weights.quant import from_codes
 
     g_idx = rng.permutation(np.repeat(np.arange(4), 64))
     qw = from_codes("uint4b8", rng.integers(0, 16, (128, 256)), rng.random((4, 128)) * 0.01 + 0.001, 64,
@@ -356,7 +357,7 @@ def test_bulk_weight_boxes_on_emulator(case, xbox, rng):
 def test_x_boxes_past_in_features_on_emulator(rng):
     # in_features 1000 of K 1024: the last box of x covers columns 960..1023, 24 of them past x's
     # rows (the emulator faults a read past x's buffer and fills the box's outside part with zeros)
-    from jitmarlin.quant import from_codes
+    from jitmarlin.weights.quant import from_codes
 
     qw = from_codes("uint4b8", rng.integers(0, 16, (512, 1000)), rng.random((1, 512)) * 0.01 + 0.001, -1)
     assert (qw.k, qw.in_features) == (1024, 1000)

@@ -4,9 +4,10 @@ import re
 
 import pytest
 
-from jitmarlin import fleet, nvrtc
-from jitmarlin.cache import KernelCache
-from jitmarlin.cli import main
+from jitmarlin.service import fleet
+from jitmarlin.jit import nvrtc
+from jitmarlin.jit.cache import KernelCache
+from jitmarlin.service.cli import main
 from jitmarlin.errors import InputError
 
 MODELS = {"llama-3-8b", "llama-3-70b", "qwen2.5-7b", "qwen2.5-32b", "qwen2.5-72b", "mistral-7b"}

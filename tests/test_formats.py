@@ -9,8 +9,9 @@ import pytest
 
 import jitmarlin
 from jitmarlin import (InputError, UnsupportedError, from_awq, from_compressed_tensors, from_gguf,
-                       from_gptq, from_hqq, from_mxfp4, from_nvfp4, halves)
-from jitmarlin.quant import E2M1, E4M3
+                       from_gptq, from_hqq, from_mxfp4, from_nvfp4)
+from jitmarlin.weights import halves
+from jitmarlin.weights.quant import E2M1, E4M3
 
 # ---- helpers ---------------------------------------------------------------------------------
 

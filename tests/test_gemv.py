@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from jitmarlin import InputError, UnsupportedError
-from jitmarlin.planner import (ALL_QTYPES, GEMV_PLAN_MAX_M, _gemv_shape, candidate_specs, gemv_specs,
+from jitmarlin.kernels.planner import (ALL_QTYPES, GEMV_PLAN_MAX_M, _gemv_shape, candidate_specs, gemv_specs,
                                group_blocks, plan)
-from jitmarlin.problem import Problem
-from jitmarlin.profiles import PROFILES, get_profile
-from jitmarlin.render import render
-from jitmarlin.spec import GemvSpec, spec_from_canonical
+from jitmarlin.kernels.problem import Problem
+from jitmarlin.jit.profiles import PROFILES, get_profile
+from jitmarlin.kernels.render import render
+from jitmarlin.kernels.spec import GemvSpec, spec_from_canonical
 
 from gpu_cases import check_forced, check_linear
 
@@ -201,8 +201,9 @@ def test_gemv_spec_round_trips_and_checks():
 def test_every_type_on_emulator(qt, seed, rng):
     from dataclasses import replace
 
-    from jitmarlin import emu, halves
-    from jitmarlin.quant import quantize
+    from jitmarlin import emu
+    from jitmarlin.weights import halves
+    from jitmarlin.weights.quant import quantize
     from jitmarlin.reference import check_output, linear_reference
 
     if emu.compiler() is None:
@@ -231,8 +232,9 @@ def test_spread_runs_cross_column_blocks_on_emulator(cl, seed, rng):
     line up in the other; K not a multiple of a run; rows in one and in both token blocks."""
     from dataclasses import replace
 
-    from jitmarlin import emu, halves
-    from jitmarlin.quant import quantize
+    from jitmarlin import emu
+    from jitmarlin.weights import halves
+    from jitmarlin.weights.quant import quantize
     from jitmarlin.reference import check_output, linear_reference
 
     if emu.compiler() is None:
@@ -258,8 +260,9 @@ def test_hybrid_plans_on_emulator(seed, rng):
     workspace's tagged slots must be empty after each launch (emu.run checks)."""
     from dataclasses import replace
 
-    from jitmarlin import emu, halves
-    from jitmarlin.quant import quantize
+    from jitmarlin import emu
+    from jitmarlin.weights import halves
+    from jitmarlin.weights.quant import quantize
     from jitmarlin.reference import check_output, linear_reference
 
     if emu.compiler() is None:
@@ -302,8 +305,9 @@ def test_pair_plans_on_emulator(seed, rng):
     empty after each launch (emu.run checks)."""
     from dataclasses import replace
 
-    from jitmarlin import emu, halves
-    from jitmarlin.quant import quantize
+    from jitmarlin import emu
+    from jitmarlin.weights import halves
+    from jitmarlin.weights.quant import quantize
     from jitmarlin.reference import check_output, linear_reference
 
     if emu.compiler() is None:
@@ -361,7 +365,7 @@ def test_emulator_catches_a_pair_protocol_slip(which, rng, plant):
     from dataclasses import replace
 
     from jitmarlin import emu
-    from jitmarlin.quant import quantize
+    from jitmarlin.weights.quant import quantize
     from jitmarlin.reference import linear_reference
 
     if emu.compiler() is None:
@@ -386,8 +390,9 @@ def test_group_scales_on_the_sums_with_runs_off_the_groups(kind, seed, rng):
     8 rows hold two groups of 64."""
     from dataclasses import replace
 
-    from jitmarlin import emu, halves
-    from jitmarlin.quant import quantize
+    from jitmarlin import emu
+    from jitmarlin.weights import halves
+    from jitmarlin.weights.quant import quantize
     from jitmarlin.reference import check_output, linear_reference
 
     if emu.compiler() is None:
@@ -429,7 +434,7 @@ def test_emulator_catches_a_hybrid_protocol_slip(which, rng, monkeypatch):
     from dataclasses import replace
 
     from jitmarlin import emu
-    from jitmarlin.quant import quantize
+    from jitmarlin.weights.quant import quantize
     from jitmarlin.reference import linear_reference
 
     if emu.compiler() is None:
@@ -468,7 +473,7 @@ def test_emulator_catches_a_missing_cluster_barrier(which, rng, monkeypatch):
     from dataclasses import replace
 
     from jitmarlin import emu
-    from jitmarlin.quant import quantize
+    from jitmarlin.weights.quant import quantize
     from jitmarlin.reference import linear_reference
 
     if emu.compiler() is None:
@@ -506,7 +511,7 @@ def test_gemv_source_has_no_shared_memory_pipeline():
 # ---- compilation (NVRTC, no GPU) ---------------------------------------------------------------
 
 def _compile(spec, arch):
-    from jitmarlin.cache import default_cache
+    from jitmarlin.jit.cache import default_cache
 
     art, _, _ = default_cache().get(spec, arch)
     return art
@@ -570,9 +575,10 @@ def test_pdl_kernels_on_emulator_wait_before_x(m, seed, rng, plant):
     caught."""
     from dataclasses import replace
 
-    from jitmarlin import emu, halves
-    from jitmarlin.planner import choose_fused_spec
-    from jitmarlin.quant import quantize
+    from jitmarlin import emu
+    from jitmarlin.weights import halves
+    from jitmarlin.kernels.planner import choose_fused_spec
+    from jitmarlin.weights.quant import quantize
     from jitmarlin.reference import check_output, linear_reference
 
     if emu.compiler() is None:
@@ -604,8 +610,9 @@ def test_pdl_spread_and_hybrid_plans_on_emulator(seed, rng):
     run then crossing column blocks) give the right sums, with the emulator's wait check on."""
     from dataclasses import replace
 
-    from jitmarlin import emu, halves
-    from jitmarlin.quant import quantize
+    from jitmarlin import emu
+    from jitmarlin.weights import halves
+    from jitmarlin.weights.quant import quantize
     from jitmarlin.reference import check_output, linear_reference
 
     if emu.compiler() is None:
@@ -697,8 +704,8 @@ def test_act_order_through_linear(seed, rng):
     import cupy
 
     import jitmarlin
-    from jitmarlin.profiles import live_profile
-    from jitmarlin.quant import from_codes
+    from jitmarlin.jit.profiles import live_profile
+    from jitmarlin.weights.quant import from_codes
     from jitmarlin.reference import linear_reference
 
     # 96 column blocks: the gemv kernel on an H100 (checked below), x gathered into the weight's
@@ -752,8 +759,7 @@ def test_hybrid_plans_match_reference(qt, seed, rng):
     import cupy
 
     import jitmarlin
-    from jitmarlin import launch
-
+    from jitmarlin.jit import launch
     sms = cupy.cuda.Device(0).attributes["MultiProcessorCount"]
     g = GROUP_OF.get(qt, 128)
     k_in = {16: 2032, 64: 1984}.get(g, 2000 if g < 0 else 4096)   # >= 2 batches a warp of its own column block
@@ -802,8 +808,8 @@ def test_pair_plan_through_linear_and_a_cuda_graph(seed, rng):
     import torch
 
     import jitmarlin
-    from jitmarlin.api import plan_for
-    from jitmarlin.profiles import live_profile
+    from jitmarlin.ops.linear import plan_for
+    from jitmarlin.jit.profiles import live_profile
     from jitmarlin.reference import linear_reference
 
     prof = live_profile(0)
@@ -840,8 +846,8 @@ def test_hybrid_plan_replays_in_a_cuda_graph(seed, rng):
     import torch
 
     import jitmarlin
-    from jitmarlin.api import plan_for
-    from jitmarlin.profiles import live_profile
+    from jitmarlin.ops.linear import plan_for
+    from jitmarlin.jit.profiles import live_profile
     from jitmarlin.reference import linear_reference
 
     prof = live_profile(0)

@@ -2,13 +2,13 @@
 main before the package was split into layers (issue #58): the move changed no key."""
 import pytest
 
-from jitmarlin import planner
-from jitmarlin.cache import key_inputs, key_of, source_digest
-from jitmarlin.problem import Problem
-from jitmarlin.profiles import get_profile
-from jitmarlin.render import render, templates_digest
-from jitmarlin.spec import spec_from_canonical, spec_kind
-from jitmarlin.tune import tune_key
+from jitmarlin.kernels import planner
+from jitmarlin.jit.cache import key_inputs, key_of, source_digest
+from jitmarlin.kernels.problem import Problem
+from jitmarlin.jit.profiles import get_profile
+from jitmarlin.kernels.render import render, templates_digest
+from jitmarlin.kernels.spec import spec_from_canonical, spec_kind
+from jitmarlin.service.tune import tune_key
 
 # templates_digest() when the values below were computed: the rendered sources' digests are
 # compared only while the templates are those (a template edit changes them, as it should).

@@ -7,9 +7,10 @@ import types
 import numpy as np
 import pytest
 
-from jitmarlin import launch, planner
-from jitmarlin.problem import Problem
-from jitmarlin.profiles import get_profile
+from jitmarlin.jit import launch
+from jitmarlin.kernels import planner
+from jitmarlin.kernels.problem import Problem
+from jitmarlin.jit.profiles import get_profile
 
 
 class _Func:
@@ -200,7 +201,7 @@ def test_every_plan_fits_the_workspace_of_its_gpu():
     """Every kernel the planner or the autotuner may launch, on every profile, stays inside the
     workspace made for that GPU: a counter for each block (two-block-an-SM plans have grids of
     2 x SMs), a tile-sized partial slot for each, a tagged slot for each hybrid gemv block."""
-    from jitmarlin.profiles import PROFILES
+    from jitmarlin.jit.profiles import PROFILES
 
     shapes = [(4096, 6144), (4096, 28672), (14336, 4096), (8192, 10240), (8192, 57344), (28672, 8192),
               (512, 512), (2048, 8000)]
@@ -247,7 +248,7 @@ def test_pdl_specs_keep_the_old_text_and_name_their_variant():
     keys from before stay valid); pdl=True ones round-trip and are named apart."""
     from dataclasses import replace
 
-    from jitmarlin.spec import GemvSpec, KernelSpec, spec_from_canonical
+    from jitmarlin.kernels.spec import GemvSpec, KernelSpec, spec_from_canonical
 
     specs = [KernelSpec("sm80", "uint4b8", "float16", 8, 1, 16, 16, 3),
              KernelSpec("sm90", "uint4b8", "bfloat16", 8, 16, 8, 4, 4, occupancy=1),
@@ -263,8 +264,7 @@ def test_pdl_specs_keep_the_old_text_and_name_their_variant():
 
 
 def test_pdl_default_comes_from_the_environment(monkeypatch):
-    from jitmarlin import api
-
+    from jitmarlin.ops import linear as api
     monkeypatch.delenv("JITMARLIN_PDL", raising=False)
     assert api._pdl(None) is False and api._pdl(True) is True
     for v, want in (("1", True), (" On ", True), ("yes", True), ("0", False), ("off", False), ("", False)):

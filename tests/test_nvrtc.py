@@ -4,14 +4,14 @@ from dataclasses import replace
 
 import pytest
 
-from jitmarlin import nvrtc
-from jitmarlin.cache import default_cache
+from jitmarlin.jit import nvrtc
+from jitmarlin.jit.cache import default_cache
 from jitmarlin.errors import UnsupportedError
-from jitmarlin.planner import plan
-from jitmarlin.problem import Problem
-from jitmarlin.profiles import get_profile
-from jitmarlin.render import partials, render
-from jitmarlin.spec import GemvSpec
+from jitmarlin.kernels.planner import plan
+from jitmarlin.kernels.problem import Problem
+from jitmarlin.jit.profiles import get_profile
+from jitmarlin.kernels.render import partials, render
+from jitmarlin.kernels.spec import GemvSpec
 
 SM80_ARCHS = ["sm_80", "sm_86", "sm_89", "sm_90", "sm_120", "sm_121"]
 CASES = [(1, "float16", 128), (16, "bfloat16", -1), (64, "float16", 32), (200, "bfloat16", 64)]
@@ -111,7 +111,7 @@ def test_l2_policies_of_the_mma_kernel_from_sm80(prof, arch):
 
 
 def test_partials_select_per_path():
-    from jitmarlin.spec import KernelSpec
+    from jitmarlin.kernels.spec import KernelSpec
 
     s80 = KernelSpec("sm80", "uint4b8", "bfloat16", 8, 1, 8, 8, 4)
     assert partials(s80)["mma"] == "mma/sm80.cuh"
@@ -127,7 +127,7 @@ def test_partials_select_per_path():
 
 
 def test_source_is_readable_and_self_describing():
-    from jitmarlin.spec import KernelSpec
+    from jitmarlin.kernels.spec import KernelSpec
 
     s = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 8, 8, 4)
     src = render(s)
@@ -138,7 +138,7 @@ def test_source_is_readable_and_self_describing():
 
 def test_compile_error_names_spec_and_arch():
     from jitmarlin.errors import CompileError
-    from jitmarlin.spec import KernelSpec
+    from jitmarlin.kernels.spec import KernelSpec
 
     s = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 8, 8, 4)
     with pytest.raises(CompileError) as ei:
@@ -173,7 +173,7 @@ def test_cluster_decode_compiles_for_sm90(act, k, n):
     compile-time cluster dims, partial sums through mapa + st.shared::cluster, an mbarrier waited
     on at cluster scope, the split cluster barrier; no global workspace traffic (no fence, no
     polled counter)."""
-    from jitmarlin.spec import KernelSpec
+    from jitmarlin.kernels.spec import KernelSpec
 
     if "sm_90" not in nvrtc.supported_archs():
         pytest.skip(f"NVRTC {nvrtc.version()} cannot target sm_90")
@@ -203,7 +203,7 @@ def test_stream_k_contributors_count_in_with_one_release(path, arch, m):
     with one thread's release fence (fence.acq_rel.gpu, then the atomic add), not with every
     thread's sequentially consistent fence (membar.gl / fence.sc.gpu): PERF.md entry 72. The
     finisher acquires the counter."""
-    from jitmarlin.spec import KernelSpec
+    from jitmarlin.kernels.spec import KernelSpec
 
     if arch not in nvrtc.supported_archs():
         pytest.skip(f"NVRTC {nvrtc.version()} cannot target {arch}")
@@ -224,8 +224,8 @@ def test_stream_k_contributors_count_in_with_one_release(path, arch, m):
 def test_k512_tiles_compile_clean(arch, act):
     """K-tiles of 512 (tk 32): on sm_90 the planner's kernel for Llama-3-8B qkv at M = 16, on the
     other archs the autotuner's deepest such candidate that fits; no spills, no stack."""
-    from jitmarlin.planner import _fits
-    from jitmarlin.spec import KernelSpec
+    from jitmarlin.kernels.planner import _fits
+    from jitmarlin.kernels.spec import KernelSpec
 
     if arch not in nvrtc.supported_archs():
         pytest.skip(f"NVRTC {nvrtc.version()} cannot target {arch}")

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 
 from jitmarlin import InputError, UnsupportedError
-from jitmarlin.planner import (GEMV_MIN_FILL, GEMV_PLAN_MAX_M, GEMV_SCALED_MIN_FILL, WGMMA_MIN_M, _gemv_fill, candidate_specs, choose_fused_spec,
+from jitmarlin.kernels.planner import (GEMV_MIN_FILL, GEMV_PLAN_MAX_M, GEMV_SCALED_MIN_FILL, WGMMA_MIN_M, _gemv_fill, candidate_specs, choose_fused_spec,
                                dequant_min_m, dequant_route, plan, spread_clusters)
-from jitmarlin.problem import Problem
-from jitmarlin.profiles import PROFILES, get_profile
-from jitmarlin.spec import DequantSpec, GemvSpec, KernelSpec, spec_from_canonical
+from jitmarlin.kernels.problem import Problem
+from jitmarlin.jit.profiles import PROFILES, get_profile
+from jitmarlin.kernels.spec import DequantSpec, GemvSpec, KernelSpec, spec_from_canonical
 
 @pytest.mark.parametrize("prof", list(PROFILES.values()), ids=lambda p: p.name)
 def test_every_plan_fits_the_profile(prof):
@@ -88,8 +88,7 @@ def test_every_plan_fits_the_profile(prof):
 
 
 def test_decode_tiles_follow_layer_size(monkeypatch):
-    from jitmarlin import planner
-
+    from jitmarlin.kernels import planner
     monkeypatch.setattr(planner, "WHOLE_DECODE", False)    # (the Stream-K tile choice)
     h100 = get_profile("h100")
     # (M <= 8 takes the gemv kernel on these layers: tests/test_gemv.py)
@@ -113,8 +112,7 @@ BENCH_LAYERS = {"8B qkv": (4096, 6144), "8B o": (4096, 4096), "8B gate_up": (409
 @pytest.mark.parametrize("m", [9, 16])   # (M <= 8: the gemv kernel on these layers)
 @pytest.mark.parametrize("act", ["float16", "bfloat16"])
 def test_decode_clusters_where_tiles_deal_evenly(m, act, monkeypatch):
-    from jitmarlin import planner
-
+    from jitmarlin.kernels import planner
     h100 = get_profile("h100")
     # off by default (measured slower on H100, tools/PERF.md entry 29): Stream-K everywhere
     for k, n in BENCH_LAYERS.values():
@@ -192,7 +190,7 @@ def test_spec_identity():
 
 
 def test_pre_volta_is_rejected():
-    from jitmarlin.profiles import code_path
+    from jitmarlin.jit.profiles import code_path
 
     with pytest.raises(UnsupportedError, match="older than sm_70"):
         code_path((6, 1))
@@ -341,8 +339,7 @@ def _late_blocks_by_simulation(p, spec, grid, iters):
 
 
 def test_late_publish_where_short_runs_go_on_past_a_split_tile(monkeypatch):
-    from jitmarlin import planner
-
+    from jitmarlin.kernels import planner
     monkeypatch.setattr(planner, "WHOLE_DECODE", False)     # (8B qkv and gate_up take whole tiles)
     h = get_profile("h100")
     layers = {"8B qkv": (4096, 6144), "8B o": (4096, 4096), "8B gate_up": (4096, 28672),
@@ -372,7 +369,7 @@ def test_late_publish_where_short_runs_go_on_past_a_split_tile(monkeypatch):
 
 
 def render_late(spec):
-    from jitmarlin.render import render
+    from jitmarlin.kernels.render import render
 
     return "red_publish_late(red, late)" in render(spec)
 
@@ -380,8 +377,7 @@ def render_late(spec):
 def test_k512_tiles_for_64_wide_whole_decode_plans(monkeypatch):
     """planner.WHOLE_DECODE_TK32: a whole decode plan of 64-wide tiles (Llama-3-8B qkv on H100)
     takes K-tiles of 512 in 6 stages where K is a multiple of 512; other plans keep theirs."""
-    from jitmarlin import planner
-
+    from jitmarlin.kernels import planner
     h = get_profile("h100")
     for m in (9, 12, 16):
         for act in ("float16", "bfloat16"):
@@ -411,8 +407,7 @@ def test_narrow_deep_tiles_where_a_tile_splits_over_eight_blocks(monkeypatch):
     """planner.NARROW_DEEP_DECODE: a Stream-K decode plan of 256-wide tiles that splits each tile over
     8 blocks or more (Llama-3-8B down, Qwen2.5-7B down on H100) takes 128 x 512 tiles in 3 stages,
     for the same steps a block and half the blocks a tile; plans of fewer sharers keep theirs."""
-    from jitmarlin import planner
-
+    from jitmarlin.kernels import planner
     h = get_profile("h100")
     for n, k in ((4096, 14336), (3584, 18944)):
         for m in (9, 16):
@@ -435,8 +430,7 @@ def test_narrow_deep_tiles_where_a_tile_splits_over_eight_blocks(monkeypatch):
 
 
 def test_late_publish_is_a_candidate_beside_its_stream_k_plan(monkeypatch):
-    from jitmarlin import planner
-
+    from jitmarlin.kernels import planner
     h = get_profile("h100")
     p = Problem(16, 28672, 4096, "float16", "uint4b8", 128)      # 8B gate_up: the planner says no
     assert not choose_fused_spec(h, p).late
@@ -449,8 +443,7 @@ def test_late_publish_is_a_candidate_beside_its_stream_k_plan(monkeypatch):
 
 
 def test_whole_tiles_at_decode_where_one_tile_a_block_stays_light(monkeypatch):
-    from jitmarlin import planner
-
+    from jitmarlin.kernels import planner
     h = get_profile("h100")
     for k, n, tn in ((4096, 28672, 16),   # 8B gate_up: 112 tiles of 256 columns, 16 steps (1.14x)
                      (2048, 28672, 16),   # 8 steps
@@ -483,7 +476,7 @@ def test_whole_tiles_at_decode_where_one_tile_a_block_stays_light(monkeypatch):
 
 
 def test_whole_tile_plans_run_the_stream_k_kernel():
-    from jitmarlin.render import render
+    from jitmarlin.kernels.render import render
 
     s = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 4, 16, 8)
     assert render(replace(s, whole=True)) == render(s)
@@ -496,8 +489,7 @@ def test_hybrid_plans_deal_every_k_step_once():
     (Plan.block_ranges, wgmma.cu.j2): every K-step once, whole runs cover whole tiles in step,
     the busiest block gets the even share, and the finisher the kernel derives for a striped tile
     (its first step's block) waits for the right number of contributors."""
-    from jitmarlin import planner
-
+    from jitmarlin.kernels import planner
     h = get_profile("h100")
     rng = np.random.default_rng(11)
     seen = 0
@@ -553,8 +545,7 @@ def test_half_tile_plans():
     both start it together and it has exactly one contributor. Simulated as the kernel deals
     (Plan.block_ranges); never more than HALF_TILES_MAX_EXTRA K-steps (or HALF_TILES_MAX_LOAD x)
     over the even Stream-K share; never where a whole-tile plan is at hand."""
-    from jitmarlin import planner
-
+    from jitmarlin.kernels import planner
     h = get_profile("h100")
     # the bench rows it takes on a 132-SM H100 (tools/PERF.md entry 73)
     for m, n, k, geom in [(1024, 6144, 4096, (128, 32, 1)),     # 8B qkv: 192 tiles = 128 x 1.5
@@ -612,8 +603,7 @@ def test_tall_tiles_where_no_tile_is_chained():
     """Up to 256 rows, below the tall-tile bar, the planner takes 256 x 128 tiles where their plan
     is whole tiles a block or halves in clusters of two (planner._tall_unsplit), with at least
     TALL_UNSPLIT_MIN_STEPS K-steps a block; elsewhere 128 x 128 tiles as before."""
-    from jitmarlin import planner
-
+    from jitmarlin.kernels import planner
     h = get_profile("h100")
     for m, n, k, geom in [(256, 8192, 8192, ("m16n8k4s4c2", 128, 64)),   # 70B o: 64 tiles in halves
                           (160, 8192, 6144, ("m16n8k4s4c2", 128, 48)),
@@ -638,8 +628,7 @@ def test_wide3_tiles_where_n_is_a_multiple_of_192():
     192 wgmma tiles (three warpgroups, 384 threads) where N is a multiple of 192 and their plan has
     no chained tile (halves in clusters of two, or whole tiles a block) on >= 0.9 x SMs blocks
     (planner._wide3); elsewhere the tiles it took before."""
-    from jitmarlin import planner
-
+    from jitmarlin.kernels import planner
     h = get_profile("h100")
     for m, n, k, qt, g, act, geom in [
             (256, 6144, 4096, "uint4b8", 128, "float16", ("m8n12k4s6c2", 128, 32, 0)),   # 8B qkv: 64 tiles in halves
@@ -677,8 +666,7 @@ def test_whole_tile_plans_keep_the_blocks_in_step():
     """Of the whole-tile counts a block within WHOLE_TILES_MAX_LOAD, the planner takes the fewest
     that keep the blocks on the same weight columns (planner.tiles_in_step): 70B gate_up at 4096
     rows, 7168 tiles of 448 columns, 56 a block on 128 blocks instead of 55 on 131."""
-    from jitmarlin import planner
-
+    from jitmarlin.kernels import planner
     h = get_profile("h100")
     pl = plan(h, Problem(4096, 57344, 8192, "float16", "uint4b8", 128))
     assert (pl.grid, pl.iters, pl.whole) == (128, 56 * 128, 0)
@@ -733,7 +721,7 @@ def test_xbox_spec_identity_and_checks():
 def test_bulk_weights_where_a_stage_holds_32_kb(k, n, bulk):
     """On H100 the decode plans whose stages hold >= 32 KB of weights take TMA boxes (256-wide tiles
     of K 256, 128 x 512); the 16 KB stages of 8B o (128 x 256) and 8B qkv (64 x 512) do not."""
-    from jitmarlin.planner import BULK_MIN_STAGE_BYTES
+    from jitmarlin.kernels.planner import BULK_MIN_STAGE_BYTES
 
     for act in ("float16", "bfloat16"):
         p = Problem(16, n, k, act, "uint4b8", 128)

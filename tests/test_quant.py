@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 
 import jitmarlin
-from jitmarlin import InputError, halves, packing
-
-
+from jitmarlin import InputError
+from jitmarlin.weights import halves
+from jitmarlin.weights import packing
 @pytest.mark.parametrize("group", [-1, 32, 64, 128])
 @pytest.mark.parametrize("sdt", ["float16", "bfloat16"])
 def test_quantize_dequantize(rng, group, sdt):
@@ -73,7 +73,7 @@ def test_every_type_quantizes_within_its_step(qtype, rng):
 def test_dequantize_is_the_formula_on_the_codes(qtype, bits, rng):
     """dequantize(from_codes(...)) equals decode(q) * s + m computed here from the raw inputs,
     on a shape that needs padding (N=72, K=208) and, for mxfp4, a partial last group."""
-    from jitmarlin.quant import E2M1, E4M3, from_codes
+    from jitmarlin.weights.quant import E2M1, E4M3, from_codes
 
     n, k = 72, 208
     g = 32 if qtype == "mxfp4" else 16
@@ -107,7 +107,7 @@ def test_dequantize_is_the_formula_on_the_codes(qtype, bits, rng):
 
 
 def test_act_order_round_trip(rng):
-    from jitmarlin.quant import from_codes
+    from jitmarlin.weights.quant import from_codes
 
     g_idx = rng.permutation(np.repeat(np.arange(4), 32))
     codes = rng.integers(0, 16, (64, 128))
@@ -123,7 +123,7 @@ def test_act_order_round_trip(rng):
 
 
 def test_from_codes_rejects_bad_input(rng):
-    from jitmarlin.quant import from_codes
+    from jitmarlin.weights.quant import from_codes
 
     c = rng.integers(0, 16, (64, 128))
     s = np.ones((1, 64))

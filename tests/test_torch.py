@@ -246,7 +246,7 @@ def test_quantize_model_keeps_shared_layers_shared():
 # ---- GPU ---------------------------------------------------------------------------------------
 
 def _bf16_unsupported() -> bool:
-    from jitmarlin.profiles import planning_profile
+    from jitmarlin.jit.profiles import planning_profile
 
     return planning_profile(0).path in ("sm70", "sm75")   # no bf16 tensor cores (real or emulated)
 

@@ -22,13 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from jitmarlin import bundle as bundle_mod
+from jitmarlin.jit import bundle as bundle_mod
 from jitmarlin import emu
-from jitmarlin import nvrtc
-from jitmarlin.bundle import BundleError, export_bundle, import_bundle
-from jitmarlin.cache import STORE_DIR, KernelCache, key_of
-from jitmarlin.cli import main
-from jitmarlin.spec import KernelSpec
+from jitmarlin.jit import nvrtc
+from jitmarlin.jit.bundle import BundleError, export_bundle, import_bundle
+from jitmarlin.jit.cache import STORE_DIR, KernelCache, key_of
+from jitmarlin.service.cli import main
+from jitmarlin.kernels.spec import KernelSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 8, 8, 4)
@@ -165,7 +165,7 @@ def test_jinja_bytecode_files_are_never_read(tmp_path):
     import jinja2
     from jinja2.bccache import bc_magic
 
-    from jitmarlin.render import templates_dir
+    from jitmarlin.kernels.render import templates_dir
 
     marker = tmp_path / "MARKER"
     d = tmp_path / "c"
@@ -180,7 +180,7 @@ def test_jinja_bytecode_files_are_never_read(tmp_path):
             (jd / (bcc.pattern % key)).write_bytes(bc_magic + payload(marker))
     r = _cli(d, "inspect", "--source", "--arch", "sm_80")
     assert r.returncode == 0 and "__global__" in r.stdout, r.stderr
-    code = ("from jitmarlin.render import render; from jitmarlin.spec import KernelSpec; "
+    code = ("from jitmarlin.kernels.render import render; from jitmarlin.kernels.spec import KernelSpec; "
             "render(KernelSpec('sm80', 'uint4b8', 'float16', 8, 1, 8, 8, 4))")
     subprocess.run([sys.executable, "-c", code], env=_env(d), check=True, timeout=120)
     assert not marker.exists()
@@ -189,7 +189,7 @@ def test_jinja_bytecode_files_are_never_read(tmp_path):
 def test_render_keeps_parsed_templates_in_memory():
     import time as _t
 
-    from jitmarlin.render import _env, render
+    from jitmarlin.kernels.render import _env, render
 
     render(SPEC)
     t0 = _t.perf_counter()
@@ -237,8 +237,8 @@ def test_entry_under_another_specs_key_is_never_served(tmp_path, seed, caplog):
 UMASK_SNIPPET = """
 import os, sys
 os.umask(0)
-from jitmarlin.cache import KernelCache
-from jitmarlin.spec import KernelSpec
+from jitmarlin.jit.cache import KernelCache
+from jitmarlin.kernels.spec import KernelSpec
 c = KernelCache(sys.argv[1], ro_dir='')
 print(c.get(KernelSpec('sm80', 'uint4b8', 'float16', 8, 1, 8, 8, 4), 'sm_90')[2])
 c.put_tuned('tune:x', {'a': 1})
@@ -319,7 +319,7 @@ def test_emulator_build_dir_is_private(tmp_path, monkeypatch):
 
 @pytest.mark.skipif(emu.compiler() is None, reason="needs a C++ compiler")
 def test_planted_emulator_library_is_not_loaded(tmp_path, monkeypatch):
-    from jitmarlin.render import render
+    from jitmarlin.kernels.render import render
 
     marker = tmp_path / "MARKER"
     d = tmp_path / "emu"
@@ -357,8 +357,8 @@ def _header(name, size) -> bytes:
 
 BOMB_SNIPPET = """
 import resource, sys, time
-from jitmarlin.bundle import BundleError, import_bundle
-from jitmarlin.cache import KernelCache
+from jitmarlin.jit.bundle import BundleError, import_bundle
+from jitmarlin.jit.cache import KernelCache
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t0 = time.monotonic()
 try:
@@ -516,8 +516,8 @@ def test_export_unknown_arch_or_empty_is_an_error(tmp_path, seed, capsys):
 def test_lock_held_too_long_compiles_in_memory(tmp_path, monkeypatch, caplog):
     import fcntl
 
-    from jitmarlin.cache import cache_key
-    from jitmarlin.render import render
+    from jitmarlin.jit.cache import cache_key
+    from jitmarlin.kernels.render import render
 
     d = tmp_path / "c"
     KernelCache(d, ro_dir="")._open()

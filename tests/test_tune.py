@@ -14,14 +14,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jitmarlin import api, planner, tune
-from jitmarlin.bundle import export_bundle, import_bundle
-from jitmarlin.cache import KernelCache
-from jitmarlin.cli import main
+from jitmarlin.ops import linear as api
+from jitmarlin.kernels import planner
+from jitmarlin.service import tune
+from jitmarlin.jit.bundle import export_bundle, import_bundle
+from jitmarlin.jit.cache import KernelCache
+from jitmarlin.service.cli import main
 from jitmarlin.errors import InputError, TuneError
-from jitmarlin.problem import Problem
-from jitmarlin.profiles import get_profile
-from jitmarlin.spec import KernelSpec, spec_from_canonical, spec_kind
+from jitmarlin.kernels.problem import Problem
+from jitmarlin.jit.profiles import get_profile
+from jitmarlin.kernels.spec import KernelSpec, spec_from_canonical, spec_kind
 
 ROOT = Path(__file__).resolve().parents[1]
 H100 = get_profile("h100")
@@ -247,8 +249,8 @@ def test_tuned_choice_survives_a_new_cache_and_a_new_process(tmp_path):
     assert again == c
     assert tune.lookup(KernelCache(tmp_path), GPU, "sm_90", dataclasses.replace(P16, m=17)) is None
     assert tune.lookup(KernelCache(tmp_path), "NVIDIA A100", "sm_80", P16) is None
-    code = ("from jitmarlin import tune; from jitmarlin.cache import KernelCache; "
-            "from jitmarlin.problem import Problem; "
+    code = ("from jitmarlin.service import tune; from jitmarlin.jit.cache import KernelCache; "
+            "from jitmarlin.kernels.problem import Problem; "
             f"c = tune.lookup(KernelCache({str(tmp_path)!r}), {GPU!r}, 'sm_90', "
             "Problem(16, 4096, 4096, 'float16', 'uint4b8', 128)); print(c.spec, c.us)")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -477,8 +479,8 @@ def test_a_failed_autotune_falls_back_and_is_not_retried(tmp_path, caplog, monke
 def test_prepare_plans_with_the_stored_choice(tmp_path, monkeypatch):
     """api._prepare asks choose_for before planning: with the GPU parts faked, the plan handed to
     the Launcher carries the tuned spec; an explicit spec (the tuner's own path) wins over it."""
-    from jitmarlin import launch
-    from jitmarlin.quant import QuantizedWeight
+    from jitmarlin.jit import launch
+    from jitmarlin.weights.quant import QuantizedWeight
 
     monkeypatch.setenv("JITMARLIN_CACHE_DIR", str(tmp_path))
     prof = _gpu_profile()
@@ -506,8 +508,7 @@ def test_prepare_plans_with_the_stored_choice(tmp_path, monkeypatch):
 # ---- CLI -----------------------------------------------------------------------------------------
 
 def test_cli_tune_without_a_gpu_is_clear(capsys, monkeypatch):
-    from jitmarlin import cli
-
+    from jitmarlin.service import cli
     monkeypatch.setattr(cli, "_gpus", lambda: [])
     assert main(["tune", "--shapes", "4096x4096", "--m", "16"]) == 1
     err = capsys.readouterr().err
@@ -521,9 +522,9 @@ def test_cli_tune_with_a_faked_gpu(tmp_path, capsys, monkeypatch):
     choices reused unless --force, unsupported and failed problems reported, exit 1 on failure."""
     import importlib
 
-    from jitmarlin import cli, measure
-
-    profiles = importlib.import_module("jitmarlin.profiles")   # (jitmarlin.profiles is the dict)
+    from jitmarlin.service import cli
+    from jitmarlin.service import measure
+    profiles = importlib.import_module("jitmarlin.jit.profiles")   # (jitmarlin.profiles is the dict)
     prof = _gpu_profile()
     monkeypatch.setattr(cli, "_gpus", lambda: [(0, GPU, "9.0")])
     monkeypatch.setattr(profiles, "planning_profile", lambda d: prof)
@@ -589,7 +590,7 @@ def test_cli_cache_lists_exports_and_clears_tuned_choices(tmp_path, capsys, monk
 
 
 def test_random_weights_for_every_quant_type():
-    from jitmarlin.measure import random_weight, weight_copies
+    from jitmarlin.service.measure import random_weight, weight_copies
 
     for q, g in (("uint4b8", 128), ("uint4", 64), ("uint8b128", -1), ("uint8", 128),
                  ("float8_e4m3fn", 32), ("nvfp4", 16), ("mxfp4", 32)):
@@ -604,8 +605,8 @@ def test_random_weights_for_every_quant_type():
 def test_precompile_in_worker_processes(tmp_path, monkeypatch):
     """Candidates compile in fresh `python -c` workers into the disk cache (no multiprocessing:
     it would re-import the caller's script); a worker that dies fails its share with a reason."""
-    from jitmarlin import measure, nvrtc
-
+    from jitmarlin.service import measure
+    from jitmarlin.jit import nvrtc
     specs = [KernelSpec("sm80", "uint4b8", "float16", 8, 1, 8, 16, st) for st in (2, 3, 4)]
     cache = KernelCache(tmp_path / "c")
     cache.get(specs[0], "sm_90")                                     # one already cached
@@ -630,7 +631,7 @@ def test_precompile_in_worker_processes(tmp_path, monkeypatch):
 
 def _gpu_setup(tmp_path, monkeypatch):
     monkeypatch.setenv("JITMARLIN_CACHE_DIR", str(tmp_path))      # kernels and choices of its own
-    from jitmarlin.profiles import live_profile, planning_profile
+    from jitmarlin.jit.profiles import live_profile, planning_profile
 
     return planning_profile(0), live_profile(0).arch
 
@@ -658,8 +659,8 @@ def test_gpu_tune_then_linear_uses_the_choice(tmp_path, monkeypatch, seed, rng):
     import time
 
     import jitmarlin
-    from jitmarlin.cache import default_cache
-    from jitmarlin.measure import tune_on_gpu
+    from jitmarlin.jit.cache import default_cache
+    from jitmarlin.service.measure import tune_on_gpu
 
     prof, arch = _gpu_setup(tmp_path, monkeypatch)
     default = planner.plan(prof, P16).spec
@@ -723,8 +724,8 @@ def test_gpu_tuner_checks_a_winner_against_the_planners_kernel(monkeypatch, seed
     import cupy as cp
 
     import jitmarlin
-    from jitmarlin.measure import GpuMeasure
-    from jitmarlin.profiles import planning_profile
+    from jitmarlin.service.measure import GpuMeasure
+    from jitmarlin.jit.profiles import planning_profile
 
     from gpu_cases import check_forced
 
@@ -769,7 +770,7 @@ def test_gpu_whole_tile_candidates_match_reference(seed, rng):
     emulated profile of fewer SMs, one 64-wide tile an SM), a poisoned output."""
     pytest.importorskip("torch")
     import jitmarlin
-    from jitmarlin.profiles import planning_profile
+    from jitmarlin.jit.profiles import planning_profile
 
     from gpu_cases import check_forced
 

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 import jitmarlin
-from jitmarlin import InputError, halves
-from jitmarlin.qtypes import shape_problem
-from jitmarlin.quant import QuantizedWeight, from_codes, quantize
+from jitmarlin import InputError
+from jitmarlin.weights import halves
+from jitmarlin.weights.qtypes import shape_problem
+from jitmarlin.weights.quant import QuantizedWeight, from_codes, quantize
 
 FIELDS = ("qtype", "group_size", "n", "k", "packed", "scales", "scale_dtype", "offsets",
           "global_scale", "perm", "out_features", "in_features")
@@ -19,7 +20,7 @@ FIELDS = ("qtype", "group_size", "n", "k", "packed", "scales", "scale_dtype", "o
 def _fields(qtype="uint4b8", group=128, n0=128, k0=256, act_order=False, rng=None):
     """Keyword arguments of a valid QuantizedWeight, made by from_codes."""
     rng = rng or np.random.default_rng(0)
-    bits = jitmarlin.quant.get_qtype(qtype).bits
+    bits = jitmarlin.weights.quant.get_qtype(qtype).bits
     gs = k0 if group == -1 else group
     G = -(-k0 // gs)
     codes = rng.integers(0, 1 << bits, (n0, k0))
@@ -183,9 +184,9 @@ def test_nvfp4_and_mxfp4_default_to_their_own_group():
 def test_one_shape_rule_with_one_message(capsys, tmp_path):
     """quantize, from_codes, the planner entry (plan_for, used by inspect and prewarm) and the
     CLI all say the same thing about a shape the kernels cannot take."""
-    from jitmarlin.api import plan_for
-    from jitmarlin.cli import main
-    from jitmarlin.profiles import get_profile
+    from jitmarlin.ops.linear import plan_for
+    from jitmarlin.service.cli import main
+    from jitmarlin.jit.profiles import get_profile
 
     want = shape_problem(100, 128)
     assert want and "multiples of 8" in want
@@ -226,11 +227,11 @@ def test_200_random_valid_weights_stay_in_bounds_on_the_emulator(rng):
     from dataclasses import replace
 
     from jitmarlin import emu
-    from jitmarlin.planner import plan
-    from jitmarlin.problem import Problem
-    from jitmarlin.profiles import get_profile
+    from jitmarlin.kernels.planner import plan
+    from jitmarlin.kernels.problem import Problem
+    from jitmarlin.jit.profiles import get_profile
     from jitmarlin.reference import linear_reference, rel_error
-    from jitmarlin.spec import KernelSpec
+    from jitmarlin.kernels.spec import KernelSpec
 
     if emu.compiler() is None:
         pytest.skip("no C++ compiler for the emulator")
@@ -239,7 +240,7 @@ def test_200_random_valid_weights_stay_in_bounds_on_the_emulator(rng):
     planned = 0
     for case in range(200):
         qtype, group, act = EMU_CONFIGS[case % len(EMU_CONFIGS)]
-        bits = jitmarlin.quant.get_qtype(qtype).bits
+        bits = jitmarlin.weights.quant.get_qtype(qtype).bits
         n0 = 8 * int(rng.integers(1, 25))                  # 8 .. 192 outputs
         k0 = 8 * int(rng.integers(1, 41))                  # 8 .. 320 inputs
         m = int(rng.integers(1, 40))
@@ -282,10 +283,10 @@ def test_the_emulator_catches_a_lying_weight_that_slips_past(field, rng):
     from dataclasses import replace
 
     from jitmarlin import emu
-    from jitmarlin.planner import plan
-    from jitmarlin.problem import Problem
-    from jitmarlin.profiles import get_profile
-    from jitmarlin.spec import KernelSpec
+    from jitmarlin.kernels.planner import plan
+    from jitmarlin.kernels.problem import Problem
+    from jitmarlin.jit.profiles import get_profile
+    from jitmarlin.kernels.spec import KernelSpec
 
     if emu.compiler() is None:
         pytest.skip("no C++ compiler for the emulator")
@@ -299,8 +300,8 @@ def test_the_emulator_catches_a_lying_weight_that_slips_past(field, rng):
 
 
 def test_converters_refuse_empty_complex_and_loose_group_sizes():
-    from jitmarlin.formats import from_mxfp4, from_nvfp4
-    from jitmarlin.formats._common import group_size_of
+    from jitmarlin.weights.formats import from_mxfp4, from_nvfp4
+    from jitmarlin.weights.formats._common import group_size_of
 
     w = np.zeros((64, 64), np.uint8)                  # 64 x 128 e2m1 codes
     sb = np.full((64, 8), 0x38, np.uint8)             # e4m3 1.0

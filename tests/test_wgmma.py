@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from jitmarlin import UnsupportedError
-from jitmarlin.launch import MAX_SLOT_FLOATS
-from jitmarlin.planner import (ALL_QTYPES, WGMMA_MIN_M, candidate_specs, choose_fused_spec,
+from jitmarlin.jit.launch import MAX_SLOT_FLOATS
+from jitmarlin.kernels.planner import (ALL_QTYPES, WGMMA_MIN_M, candidate_specs, choose_fused_spec,
                                dequant_min_m, group_blocks, plan)
-from jitmarlin.problem import Problem
-from jitmarlin.profiles import PROFILES, get_profile
-from jitmarlin.render import render
-from jitmarlin.spec import KernelSpec
+from jitmarlin.kernels.problem import Problem
+from jitmarlin.jit.profiles import PROFILES, get_profile
+from jitmarlin.kernels.render import render
+from jitmarlin.kernels.spec import KernelSpec
 
 from gpu_cases import check_forced
 
@@ -88,8 +88,7 @@ def test_whole_tiles_a_block_where_they_cost_little(monkeypatch):
     """Without hybrid plans: tile counts that are multiples of 128 on a 132-SM H100 get whole
     tiles a block (no split tile, no partial sums); the others keep Stream-K. Never more than
     WHOLE_TILES_MAX_LOAD x the Stream-K plan's K-steps for the busiest block."""
-    from jitmarlin import planner
-
+    from jitmarlin.kernels import planner
     monkeypatch.setattr(planner, "HYBRID_PLANS", False)
     h = get_profile("h100")
     for (k, n), m, grid, iters in [((4096, 4096), 1024, 128, 64),        # 8B o: 128 tiles
@@ -221,8 +220,7 @@ def test_half_tile_plans_run_in_clusters_of_two(monkeypatch):
     distributed shared memory, KernelSpec.cluster_bytes more shared memory); the same plan. A
     cluster kernel on a problem without a half-tile plan, or on a GPU without clusters: a clear
     error before anything launches."""
-    from jitmarlin import planner
-
+    from jitmarlin.kernels import planner
     h = get_profile("h100")
     rows = [((1024, 6144, 4096), (128, 32, 1)),   # 8B qkv: 1 whole tile a block + a half
             ((256, 4096, 14336), (128, 112, 0)),  # 8B down: 64 tiles of 128 x 128, halved
@@ -263,7 +261,7 @@ def test_emulator_refuses_wgmma():
 # ---- compilation for sm_90a (NVRTC, no GPU) ------------------------------------------------------
 
 def _compile(spec):
-    from jitmarlin.cache import default_cache
+    from jitmarlin.jit.cache import default_cache
 
     art, _, _ = default_cache().get(spec, "sm_90")
     return art
@@ -298,8 +296,7 @@ def test_short_row_block_specs():
     block short of the tile (planner.tail_spec) and only then; the flag names the kernel and
     enters its canonical text only when set; the mma.sync kernels refuse it; the source takes the
     second map and the row count only with it."""
-    from jitmarlin import planner
-
+    from jitmarlin.kernels import planner
     h = get_profile("h100")
     for m, tile_m in [(136, 128), (200, 128), (256, 128), (300, 256), (1024, 256), (40, 64), (64, 64), (17, 32)]:
         spec = choose_fused_spec(h, Problem(m, 8192, 4096, "float16", "uint4b8", 128))
@@ -479,8 +476,7 @@ def _inflight_overwrites(sass: str) -> list[str]:
 def test_no_register_of_an_inflight_wgmma_is_overwritten(tm, tn):
     """The dequant of step t may overlap the wgmmas of step t - 1 only if it never writes their
     A registers (a race no CPU test and few GPU runs would catch): checked in the SASS."""
-    from jitmarlin import nvrtc
-
+    from jitmarlin.jit import nvrtc
     # the test extra installs nvdisasm: a missing one is a broken set-up, not a reason to skip
     assert nvrtc.find_disassembler() is not None, "no SASS disassembler: pip install -e '.[test]'"
     for stages in (2, 3, 4, 5):
@@ -499,8 +495,7 @@ def test_small_token_tiles_compile_clean(tm, tn):
     m64n16 / m64n32 wgmmas, no spills (128 registers with two blocks), none serialised, and
     where a warpgroup overlaps dequant and wgmmas (one slab) no in-flight A register is
     overwritten in the SASS."""
-    from jitmarlin import nvrtc
-
+    from jitmarlin.jit import nvrtc
     for stages, occ in ((4, 2), (8, 1)):
         if (tm, tn, stages, occ) == (1, 16, 4, 2):
             continue   # spills at 128 registers; 16-token tiles are no planner or tuner choice
@@ -671,8 +666,8 @@ def test_two_block_plans_on_a_workspace_from_dirty_memory(seed, rng):
     import torch
 
     import jitmarlin
-    from jitmarlin import launch
-    from jitmarlin.profiles import live_profile
+    from jitmarlin.jit import launch
+    from jitmarlin.jit.profiles import live_profile
 
     sms = live_profile(0).sms
     counters, floats, words = launch.workspace_capacity(sms)
@@ -696,8 +691,8 @@ def test_whole_tile_plans_match_reference(seed, rng, monkeypatch):
     if not _hopper():
         pytest.skip("needs an sm_90 GPU without JITMARLIN_EMULATE")
     import jitmarlin
-    from jitmarlin import planner
-    from jitmarlin.profiles import live_profile
+    from jitmarlin.kernels import planner
+    from jitmarlin.jit.profiles import live_profile
 
     monkeypatch.setattr(planner, "HYBRID_PLANS", False)
 
@@ -720,8 +715,7 @@ def test_whole_tile_plans_with_a_short_last_block(seed, rng, monkeypatch):
     (the poisoned output shows a missed tile). Hybrid plans off: these stay whole-tile plans."""
     if not _hopper():
         pytest.skip("needs an sm_90 GPU without JITMARLIN_EMULATE")
-    from jitmarlin import planner
-
+    from jitmarlin.kernels import planner
     monkeypatch.setattr(planner, "HYBRID_PLANS", False)
     for m, n, geom in ((1499, 10624, (125, 4 * 8)), (2267, 3712, (131, 2 * 8))):
         _check_256_token_plans(rng, m, n, geom, lambda pl: (pl.grid, pl.iters), seed=seed)
@@ -732,7 +726,7 @@ def _check_256_token_plans(rng, m, n, geom, geom_of, tm=16, stages=4, cluster=1,
     on M x N x 512, fp16 with groups of 128 and bf16 with per-channel scales, against the
     reference; on a 132-SM GPU its plan's geom_of(plan) is geom."""
     import jitmarlin
-    from jitmarlin.profiles import live_profile
+    from jitmarlin.jit.profiles import live_profile
 
     w = rng.standard_normal((n, 512)) * 0.05
     for act, group in (("float16", 128), ("bfloat16", -1)):
@@ -786,7 +780,7 @@ def test_tall_unsplit_plans_match_reference(m, n, k, name_end, seed, rng):
     if not _hopper():
         pytest.skip("needs an sm_90 GPU without JITMARLIN_EMULATE")
     import jitmarlin
-    from jitmarlin.profiles import live_profile
+    from jitmarlin.jit.profiles import live_profile
 
     w = rng.standard_normal((n, k)) * 0.02
     for act in ("float16", "bfloat16"):
@@ -829,8 +823,8 @@ def test_wide3_plans_match_reference(m, n, k, name_end, seed, rng):
     if not _hopper():
         pytest.skip("needs an sm_90 GPU without JITMARLIN_EMULATE")
     import jitmarlin
-    from jitmarlin import planner
-    from jitmarlin.profiles import live_profile
+    from jitmarlin.kernels import planner
+    from jitmarlin.jit.profiles import live_profile
 
     w = rng.standard_normal((n, k)) * 0.02
     for act, qt in (("float16", "uint4b8"), ("bfloat16", "uint4b8"), ("float16", "uint4")):
@@ -879,7 +873,7 @@ def test_planners_m64_plans_match_reference(n, k, name_end, seed, rng):
     if not _hopper():
         pytest.skip("needs an sm_90 GPU without JITMARLIN_EMULATE")
     import jitmarlin
-    from jitmarlin.profiles import live_profile
+    from jitmarlin.jit.profiles import live_profile
 
     w = rng.standard_normal((n, k)) * 0.02
     for act in ("float16", "bfloat16"):

@@ -15,7 +15,8 @@ T = time.perf_counter
 t0 = T()
 import cupy as cp
 import jitmarlin
-from jitmarlin import QuantizedWeight, packing
+from jitmarlin import QuantizedWeight
+from jitmarlin.weights import packing
 t1 = T()
 n = k = 4096
 packed = cp.random.randint(0, 2**31 - 1, size=(k // 16, 2 * n), dtype=cp.int64).astype(cp.int32)

@@ -9,7 +9,8 @@ import cupy as cp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import jitmarlin  # noqa: E402
-from jitmarlin import QuantizedWeight, halves, packing  # noqa: E402
+from jitmarlin import QuantizedWeight  # noqa: E402
+from jitmarlin.weights import halves, packing  # noqa: E402
 
 
 def weight(n, k, group, act, rng):

@@ -14,11 +14,11 @@ from dataclasses import replace
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 
-from jitmarlin import nvrtc                      # noqa: E402
-from jitmarlin.api import plan_for                # noqa: E402
-from jitmarlin.cache import default_cache         # noqa: E402
+from jitmarlin.jit import nvrtc                  # noqa: E402
+from jitmarlin.ops.linear import plan_for                # noqa: E402
+from jitmarlin.jit.cache import default_cache         # noqa: E402
 from jitmarlin.errors import JitMarlinError       # noqa: E402
-from jitmarlin.profiles import get_profile        # noqa: E402
+from jitmarlin.jit.profiles import get_profile        # noqa: E402
 
 
 def problems():
@@ -65,9 +65,9 @@ def wgmma_specs():
     """Kernels tests/test_wgmma.py forces on an sm_90 GPU, and every wgmma candidate of the sweep."""
     from test_wgmma import GROUP_OF, OCC2_TILES, TILES
 
-    from jitmarlin.planner import ALL_QTYPES, candidate_specs, group_blocks
-    from jitmarlin.problem import Problem
-    from jitmarlin.spec import KernelSpec
+    from jitmarlin.kernels.planner import ALL_QTYPES, candidate_specs, group_blocks
+    from jitmarlin.kernels.problem import Problem
+    from jitmarlin.kernels.spec import KernelSpec
 
     for tm, tn in TILES:
         for st in (2, 4):
@@ -124,8 +124,8 @@ def main():
         for spec in list(wgmma_specs()) + list(cluster_specs()):
             add(spec)
     if args.sweep:
-        from jitmarlin import planner
-        from jitmarlin.problem import Problem
+        from jitmarlin.kernels import planner
+        from jitmarlin.kernels.problem import Problem
 
         for m in (1, 16, 64):
             for act in ("float16",):

@@ -1,0 +1,159 @@
+"""Render stage: spec -> CUDA C++ source, from the Jinja templates in templates/.
+
+One main template per kernel family includes one primitive partial per concern; the spec's code
+path and types pick which. An architecture difference lives in exactly one partial. Families:
+gemm.cu.j2 (mma.sync, every GPU), wgmma.cu.j2 (Hopper warpgroup MMA, sm_90a), gemv.cu.j2 (decode
+without cross-block partial sums, a GemvSpec) and dequant.cu.j2 (the large-M route's
+dequantisation kernel, a DequantSpec).
+"""
+from __future__ import annotations
+
+import functools
+
+import hashlib
+from functools import lru_cache
+from pathlib import Path
+
+import jinja2
+
+from jitmarlin._version import __version__
+from jitmarlin.kernels.spec import HYBRID_MAX_SHARERS, AnySpec, GemvSpec, KernelSpec
+
+_PKG = Path(__file__).resolve().parents[1]   # the jitmarlin package folder
+
+
+def templates_dir() -> Path:
+    """templates/ inside an installed wheel (jitmarlin/templates) or at the checkout's top level."""
+    for cand in (_PKG / "templates", _PKG.parent / "templates"):
+        if (cand / "gemm.cu.j2").is_file():
+            return cand
+    raise FileNotFoundError("jitmarlin templates not found next to the package or the checkout")
+
+
+@lru_cache(maxsize=1)
+def _env() -> jinja2.Environment:
+    # No bytecode cache: Jinja's FileSystemBytecodeCache unpickles/unmarshals files, and one
+    # under the (shared) cache root ran planted code. Parsed templates live in this process's
+    # Environment only (parsing costs ~20 ms once per process; every later render reuses them).
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        cache_size=-1,     # never drop a parsed template (the default LRU holds 400)
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+        # CUDA inline asm writes operand lists as {%0,%1}: statements are `//%` lines instead.
+        line_statement_prefix="//%",
+        line_comment_prefix="//#",
+        block_start_string="<%",
+        block_end_string="%>",
+        comment_start_string="<#",
+        comment_end_string="#>",
+    )
+
+
+# quant type -> dequant partial family (affine types share their symmetric sibling's bit trick:
+# their offsets absorb the implicit bias)
+DEQUANT_FAMILY = {
+    "uint4b8": "int4", "uint4": "int4", "uint8b128": "int8", "uint8": "int8",
+    "float8_e4m3fn": "fp8", "nvfp4": "fp4", "mxfp4": "fp4",
+}
+
+
+def partials(spec: KernelSpec, target: str = "cuda") -> dict[str, str]:
+    """Which primitive partial each concern uses for `spec` (template paths)."""
+    legacy = spec.path in ("sm70", "sm75")
+    if spec.wgmma:
+        return {
+            "ptx": f"ptx/{target}.cuh",
+            "act": f"act/{spec.act}_sm80.cuh",
+            "mma": "mma/sm90.cuh",
+            "pipe": "copy/cp_async.cuh",
+            "tma": "copy/tma.cuh",
+            "dequant": f"dequant/{DEQUANT_FAMILY[spec.qtype]}_{spec.act}.cuh",
+            "reduce": "reduce/locks.cuh",
+        }
+    return {
+        "ptx": f"ptx/{target}.cuh",
+        "act": f"act/{spec.act}_{'sm70' if legacy else 'sm80'}.cuh",
+        "mma": f"mma/{spec.path}.cuh",
+        "ldsm": "ldsm/quadpair.cuh" if spec.path == "sm70" else "ldsm/native.cuh",
+        "pipe": "copy/register_staged.cuh" if legacy else "copy/cp_async.cuh",
+        "dequant": f"dequant/{DEQUANT_FAMILY[spec.qtype]}_{spec.act}.cuh",
+        "reduce": "reduce/cluster.cuh" if spec.cluster > 1 else "reduce/locks.cuh",
+        "tma": "copy/tma.cuh" if target == "cuda" else "copy/tma_emu.cuh",
+    }
+
+
+def dequant_partials(spec, target: str = "cuda") -> dict[str, str]:
+    """The partials the dequantisation kernel (a DequantSpec) uses: instructions, half
+    arithmetic and the quant type's bit trick, the same files the fused GEMM includes."""
+    legacy = spec.path in ("sm70", "sm75")
+    return {
+        "ptx": f"ptx/{target}.cuh",
+        "act": f"act/{spec.act}_{'sm70' if legacy else 'sm80'}.cuh",
+        "dequant": f"dequant/{DEQUANT_FAMILY[spec.qtype]}_{spec.act}.cuh",
+    }
+
+
+def gemv_partials(spec, target: str = "cuda") -> dict[str, str]:
+    """The partials of the decode GEMV kernel (a GemvSpec): sm80 instructions, no copy pipeline,
+    no cross-block reduction."""
+    return {
+        "ptx": f"ptx/{target}.cuh",
+        "act": f"act/{spec.act}_sm80.cuh",
+        "mma": "mma/sm80.cuh",
+        "dequant": f"dequant/{DEQUANT_FAMILY[spec.qtype]}_{spec.act}.cuh",
+    }
+
+
+def _family(spec: AnySpec) -> str:
+    if spec.route == "dequant":
+        return "dequant"
+    if isinstance(spec, GemvSpec):
+        return "gemv"
+    return "wgmma" if spec.wgmma else "gemm"
+
+
+def main_template(spec: AnySpec) -> str:
+    """The kernel family's main template."""
+    family = _family(spec)
+    if family != "gemm":
+        return f"{family}.cu.j2"
+    return "wgmma.cu.j2" if spec.wgmma else "gemm.cu.j2"
+
+
+def render(spec: AnySpec, target: str = "cuda") -> str:
+    """CUDA C++ source of `spec` (either kind). target 'cuda' for NVRTC, 'emu' for the CPU
+    emulator."""
+    if target not in ("cuda", "emu"):
+        raise ValueError(f"unknown render target {target!r}")
+    spec.check()
+    spec = spec.kernel_spec()   # without plan-only fields (KernelSpec.whole)
+    family = _family(spec)
+    if family == "wgmma" and target == "emu":
+        raise ValueError("the CPU emulator does not model wgmma (sm90 kernels run on a GPU only)")
+    tmpl = _env().get_template(main_template(spec))
+    choose = {"dequant": dequant_partials, "gemv": gemv_partials}.get(family, partials)
+    return tmpl.render(
+        spec=spec,
+        target=target,
+        version=__version__,
+        partials=choose(spec, target),
+        act_ptx="bf16" if spec.act == "bfloat16" else "f16",
+        bits=spec.bits,
+        affine=spec.affine,
+        hybrid_max_sharers=HYBRID_MAX_SHARERS,
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def templates_digest() -> str:
+    """Hash of every template file (part of the source-digest memo's key and `jitmarlin info`);
+    computed once a process, like the parsed templates."""
+    h = hashlib.sha256()
+    root = templates_dir()
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            h.update(p.relative_to(root).as_posix().encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()
