@@ -121,8 +121,9 @@ def check_workspace_clean(lz) -> None:
     import numpy as np
 
     from jitmarlin.jit import launch
+    from jitmarlin.kernels import launch as family_launch
     ws = getattr(lz, "keep", None)
-    if isinstance(ws, launch.Workspace):
+    if isinstance(ws, family_launch.Workspace):
         assert not bool(ws.locks.any()), f"{lz.plan.spec.name}: workspace counters left non-zero"
         tags = ws.tagged.view(np.uint32)[1::2]   # the high words of the 64-bit slots
         assert not bool(tags.any()), f"{lz.plan.spec.name}: tagged workspace slots left"

@@ -453,7 +453,7 @@ def cluster_case_spec(case):
 @pytest.mark.parametrize("case", CLUSTER_CASES, ids=lambda c: f"m{c[0]}-n{c[1]}-k{c[2]}-c{c[5][3]}-{c[4]}")
 def test_cluster_decode_matches_reference(case, seed, rng, monkeypatch):
     from jitmarlin.kernels import planner
-    from jitmarlin.service import tune
+    from jitmarlin.kernels import tuned
     from jitmarlin.kernels.problem import Problem
     from jitmarlin.jit.profiles import planning_profile
 
@@ -462,7 +462,7 @@ def test_cluster_decode_matches_reference(case, seed, rng, monkeypatch):
     spec = cluster_case_spec(case)
     if prof.cc < (9, 0) or not planner._fits(prof, spec):
         pytest.skip(f"{prof.name}: no clusters, or {spec.name} does not fit its shared memory")
-    monkeypatch.setattr(tune, "choose_for", lambda *a, **kw: spec)
+    monkeypatch.setattr(tuned, "choose_for", lambda *a, **kw: spec)
     pl = planner.plan(prof, Problem(m, n, k, act, "uint4b8", group), spec)
     assert pl.iters % pl.k_tiles, "the case must split tiles over the blocks of a cluster"
     _check_decode_plan(case[:5], spec.name, rng, seed)
@@ -550,7 +550,7 @@ LATE_CASES = [
 @pytest.mark.parametrize("case", LATE_CASES, ids=lambda c: f"m{c[0]}-n{c[1]}-k{c[2]}-g{c[3]}-{c[4]}")
 def test_late_publish_matches_reference(case, seed, rng, monkeypatch):
     from jitmarlin.kernels import planner
-    from jitmarlin.service import tune
+    from jitmarlin.kernels import tuned
     from jitmarlin.kernels.problem import Problem
     from jitmarlin.jit.profiles import planning_profile
     from jitmarlin.kernels.spec import KernelSpec
@@ -564,7 +564,7 @@ def test_late_publish_matches_reference(case, seed, rng, monkeypatch):
     pl = planner.plan(prof, p, spec)
     if not planner.late_contributors(p, spec, pl.grid, pl.iters):
         pytest.skip(f"{prof.name}: this plan of {spec.name} has no late contributor")
-    monkeypatch.setattr(tune, "choose_for", lambda *a, **kw: spec)
+    monkeypatch.setattr(tuned, "choose_for", lambda *a, **kw: spec)
     _check_decode_plan(case[:5], spec.name, rng, seed)
 
 
@@ -579,7 +579,7 @@ RAW_CASES = [(16, 4096, 14336, (16, 16, 3, False)), (11, 4160, 4096, (16, 16, 3,
 @pytest.mark.parametrize("case", RAW_CASES, ids=lambda c: f"m{c[0]}-n{c[1]}-k{c[2]}")
 def test_raw_codes_match_reference(case, seed, rng, monkeypatch):
     from jitmarlin.kernels import planner
-    from jitmarlin.service import tune
+    from jitmarlin.kernels import tuned
     from jitmarlin.jit.profiles import planning_profile
     from jitmarlin.kernels.spec import KernelSpec
 
@@ -589,7 +589,7 @@ def test_raw_codes_match_reference(case, seed, rng, monkeypatch):
     if prof.path != "sm80" or "bfloat16" not in planner.PATH_ACTS[prof.path] or not planner._fits(prof, spec):
         pytest.skip(f"{prof.name}: not the sm80 path, or {spec.name} does not fit it")
     assert spec.raw_codes and not KernelSpec("sm80", "uint4b8", "float16", 8, 1, tn, tk, st).raw_codes
-    monkeypatch.setattr(tune, "choose_for", lambda *a, **kw: spec)
+    monkeypatch.setattr(tuned, "choose_for", lambda *a, **kw: spec)
     _check_decode_plan((m, n, k, 128, "bfloat16"), spec.name, rng, seed)
 
 
@@ -633,7 +633,7 @@ K512_CASES = [(16, 4096, 14336, 128, (8, 32, 3, False)), (11, 10240, 8192, 128, 
 @pytest.mark.parametrize("case", K512_CASES, ids=lambda c: f"m{c[0]}-n{c[1]}-k{c[2]}-g{c[3]}")
 def test_k512_tiles_match_reference(case, act, seed, rng, monkeypatch):
     from jitmarlin.kernels import planner
-    from jitmarlin.service import tune
+    from jitmarlin.kernels import tuned
     from jitmarlin.jit.profiles import planning_profile
     from jitmarlin.kernels.spec import KernelSpec
 
@@ -642,7 +642,7 @@ def test_k512_tiles_match_reference(case, act, seed, rng, monkeypatch):
     spec = KernelSpec("sm80", "uint4b8", act, -1 if group < 0 else group // 16, 1, tn, tk, st, whole=whole)
     if prof.path != "sm80" or act not in planner.PATH_ACTS[prof.path] or not planner._fits(prof, spec):
         pytest.skip(f"{prof.name}: not the sm80 path, or {spec.name} does not fit it")
-    monkeypatch.setattr(tune, "choose_for", lambda *a, **kw: spec)
+    monkeypatch.setattr(tuned, "choose_for", lambda *a, **kw: spec)
     _check_decode_plan((m, n, k, group, act), spec.name, rng, seed)
 
 

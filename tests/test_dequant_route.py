@@ -529,6 +529,7 @@ def test_prepare_builds_the_launcher_of_the_chosen_route(tmp_path, monkeypatch):
 
     from jitmarlin.ops import linear as api
     from jitmarlin.jit import launch
+    from jitmarlin.kernels import launch as family_launch
     from jitmarlin.service import tune
     from jitmarlin.jit.cache import KernelCache
     from jitmarlin.kernels.problem import Problem
@@ -542,8 +543,8 @@ def test_prepare_builds_the_launcher_of_the_chosen_route(tmp_path, monkeypatch):
     monkeypatch.setattr(api, "live_profile", lambda d: prof)
     monkeypatch.setattr(launch, "is_capturing", lambda s: False)
     monkeypatch.setattr(launch, "get_function", lambda art, key, dev: "func")
-    monkeypatch.setattr(launch, "workspace", lambda dev, s, slots: "ws")
-    monkeypatch.setattr(launch, "Launcher", lambda plan, *a, **kw: ("fused", plan))
+    monkeypatch.setattr(family_launch, "workspace", lambda dev, s, slots: "ws")
+    monkeypatch.setattr(family_launch, "Launcher", lambda plan, *a, **kw: ("fused", plan))
     grown = []
     monkeypatch.setattr(dequant_gemm, "workspace", lambda dev, s, elems, cc: grown.append(elems) or "dws")
     monkeypatch.setattr(dequant_gemm, "DequantLauncher", lambda plan, *a: ("dequant", plan, a))

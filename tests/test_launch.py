@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from jitmarlin.jit import launch
+from jitmarlin.kernels import launch as family_launch
 from jitmarlin.kernels import planner
 from jitmarlin.kernels.problem import Problem
 from jitmarlin.jit.profiles import get_profile
@@ -49,9 +50,9 @@ def no_device(monkeypatch):
 def _launcher(m, k=4096, n=4096, qtype="uint4b8", group=128, z=0):
     p = Problem(m, n, k, "float16", qtype, group)
     pl = planner.plan(get_profile("h100"), p)
-    ws = types.SimpleNamespace(partials_ptr=2, locks_ptr=3, tagged_ptr=4, capacity=launch.workspace_capacity(132))
+    ws = types.SimpleNamespace(partials_ptr=2, locks_ptr=3, tagged_ptr=4, capacity=family_launch.workspace_capacity(132))
     f = _Func()
-    lz = launch.Launcher(pl, f, 0, 0, {"B": 0x10, "S": 0x20, "Z": z}, ws, n - 3, k - 8, 1.0)
+    lz = family_launch.Launcher(pl, f, 0, 0, {"B": 0x10, "S": 0x20, "Z": z}, ws, n - 3, k - 8, 1.0)
     return lz, f, pl
 
 
@@ -99,11 +100,11 @@ def test_weight_maps_follow_type_and_groups(no_device):
 
 def test_x_tensor_maps_are_bounded(no_device):
     lz, f, _ = _launcher(64)
-    for i in range(launch.MAX_X_MAPS + 5):
+    for i in range(family_launch.MAX_X_MAPS + 5):
         lz(0x100000 + 256 * i, 4096, 0x9000, 0)
-    assert len(lz.x_maps) == launch.MAX_X_MAPS
+    assert len(lz.x_maps) == family_launch.MAX_X_MAPS
     assert (0x100000, 4096) not in lz.x_maps                       # the oldest went first
-    assert (0x100000 + 256 * (launch.MAX_X_MAPS + 4), 4096) in lz.x_maps
+    assert (0x100000 + 256 * (family_launch.MAX_X_MAPS + 4), 4096) in lz.x_maps
 
 
 def test_mma_sync_launches_take_no_tensor_map(no_device):
@@ -171,12 +172,12 @@ def test_pdl_launches_pass_the_same_arguments_through_cuLaunchKernelEx(no_device
     p = Problem(512, 8192, 8192, "float16", "uint4b8", 128)    # whole row blocks: 21 arguments
     prof = get_profile("h100")
     pl = planner.plan(prof, p)
-    ws = types.SimpleNamespace(partials_ptr=2, locks_ptr=3, tagged_ptr=4, capacity=launch.workspace_capacity(132))
+    ws = types.SimpleNamespace(partials_ptr=2, locks_ptr=3, tagged_ptr=4, capacity=family_launch.workspace_capacity(132))
     f = _Func()
     with pytest.raises(ValueError, match="not built for programmatic dependent launch"):
-        launch.Launcher(pl, f, 0, 0x77, {"B": 0x10, "S": 0x20, "Z": 0}, ws, 8189, 8184, 0.5, pdl=True)
+        family_launch.Launcher(pl, f, 0, 0x77, {"B": 0x10, "S": 0x20, "Z": 0}, ws, 8189, 8184, 0.5, pdl=True)
     pl = planner.plan(prof, p, replace(pl.spec, pdl=True))
-    lz = launch.Launcher(pl, f, 0, 0x77, {"B": 0x10, "S": 0x20, "Z": 0}, ws, 8189, 8184, 0.5, pdl=True)
+    lz = family_launch.Launcher(pl, f, 0, 0x77, {"B": 0x10, "S": 0x20, "Z": 0}, ws, 8189, 8184, 0.5, pdl=True)
     lz(0x1000, 8192, 0x9000, 0x5000)
     lz(0x1000, 8200, 0xa000, 0)
     assert f.calls == [] and len(launches) == 2
@@ -207,7 +208,7 @@ def test_every_plan_fits_the_workspace_of_its_gpu():
               (512, 512), (2048, 8000)]
     seen = {"o2": 0, "hybrid": 0, "problems": 0, "plans": 0}
     for prof in PROFILES.values():
-        cap = launch.workspace_capacity(prof.sms)
+        cap = family_launch.workspace_capacity(prof.sms)
         for k, n in shapes:
             for m in (1, 16, 33, 64, 128, 256, 1024):
                 for qt, g in (("uint4b8", 128), ("float8_e4m3fn", -1), ("nvfp4", 16)):
@@ -217,7 +218,7 @@ def test_every_plan_fits_the_workspace_of_its_gpu():
                     seen["plans"] += len(specs)
                     for spec in specs:
                         pl = planner.plan(prof, p, spec)
-                        assert launch.workspace_misfit(pl, cap) is None, (prof.name, p)
+                        assert family_launch.workspace_misfit(pl, cap) is None, (prof.name, p)
                         seen["o2"] += pl.grid > prof.sms
                         seen["hybrid"] += getattr(spec, "spread", 0) == 2
     assert seen["o2"] > 0 and seen["hybrid"] > 0          # the grids past one block an SM were there
@@ -233,14 +234,14 @@ def test_launcher_refuses_a_plan_past_its_workspace(no_device):
     p = Problem(64, 57344, 8192, "float16", "uint4b8", 128)
     pl = planner.plan(get_profile("h100"), p)
     assert pl.grid == 264 and pl.spec.occupancy == 2
-    need = launch.workspace_needs(pl)
+    need = family_launch.workspace_needs(pl)
     assert need == (264, 264 * pl.spec.tile_m * pl.spec.tile_n, 0)
     small = types.SimpleNamespace(partials_ptr=2, locks_ptr=3, tagged_ptr=4,
-                                  capacity=(132, 132 * launch.MAX_SLOT_FLOATS, 132 * 512))
+                                  capacity=(132, 132 * family_launch.MAX_SLOT_FLOATS, 132 * 512))
     with pytest.raises(ValueError, match="needs 264 workspace counters, the workspace has 132"):
-        launch.Launcher(pl, _Func(), 0, 0, {"B": 0x10, "S": 0x20, "Z": 0}, small, 57344, 8192, 1.0)
-    ws = types.SimpleNamespace(partials_ptr=2, locks_ptr=3, tagged_ptr=4, capacity=launch.workspace_capacity(132))
-    launch.Launcher(pl, _Func(), 0, 0, {"B": 0x10, "S": 0x20, "Z": 0}, ws, 57344, 8192, 1.0)
+        family_launch.Launcher(pl, _Func(), 0, 0, {"B": 0x10, "S": 0x20, "Z": 0}, small, 57344, 8192, 1.0)
+    ws = types.SimpleNamespace(partials_ptr=2, locks_ptr=3, tagged_ptr=4, capacity=family_launch.workspace_capacity(132))
+    family_launch.Launcher(pl, _Func(), 0, 0, {"B": 0x10, "S": 0x20, "Z": 0}, ws, 57344, 8192, 1.0)
 
 
 def test_pdl_specs_keep_the_old_text_and_name_their_variant():

@@ -149,8 +149,8 @@ def test_non_raw_key_and_pickle_value_file(tmp_path, seed):
     c = KernelCache(d)
     assert sorted(c.keys()) == sorted(seed[1] + ["1" * 64])
     assert c.get(SPEC, "sm_90", compile_missing=False)[2] == "disk"
-    assert c.get_tuned("tune:planted") is None
-    assert c.tuned().get("tune:planted") is None
+    assert c.get_record("tune:planted") is None
+    assert c.records("tune:").get("tune:planted") is None
     bad = c.verify()
     probs = " | ".join(p for _, _, p in bad)
     assert "pickled" in probs and "refused" in probs, probs
@@ -241,7 +241,7 @@ from jitmarlin.jit.cache import KernelCache
 from jitmarlin.kernels.spec import KernelSpec
 c = KernelCache(sys.argv[1], ro_dir='')
 print(c.get(KernelSpec('sm80', 'uint4b8', 'float16', 8, 1, 8, 8, 4), 'sm_90')[2])
-c.put_tuned('tune:x', {'a': 1})
+c.put_record('tune:x', {'a': 1})
 """
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from jitmarlin.ops import linear as api
-from jitmarlin.kernels import planner
+from jitmarlin.kernels import planner, tuned
 from jitmarlin.service import tune
 from jitmarlin.jit.bundle import export_bundle, import_bundle
 from jitmarlin.jit.cache import KernelCache
@@ -263,13 +263,13 @@ def test_stale_choices_are_ignored(tmp_path, monkeypatch):
     cache = KernelCache(tmp_path)
     tune.store(cache, _choice())
     assert tune.lookup(cache, GPU, "sm_90", P16) is not None
-    monkeypatch.setattr(tune, "templates_tag", lambda: "f" * 16)        # a template changed
+    monkeypatch.setattr(tuned, "templates_tag", lambda: "f" * 16)        # a template changed
     assert tune.lookup(cache, GPU, "sm_90", P16) is None
     assert tune.choose_for(_gpu_profile(), "sm_90", P16, cache, autotune=False) is None
     monkeypatch.undo()
-    monkeypatch.setattr(tune, "__version__", "9.9.9")                    # jitmarlin upgraded
+    monkeypatch.setattr(tuned, "__version__", "9.9.9")                    # jitmarlin upgraded
     assert tune.lookup(cache, GPU, "sm_90", P16) is None
-    (rec,) = cache.tuned().values()
+    (rec,) = cache.records("tune:").values()
     assert tune.TunedChoice.from_dict(rec).stale
 
 
@@ -278,7 +278,7 @@ def test_bad_records_are_ignored_with_a_warning(tmp_path, caplog):
     c = _choice()
     for bad in (dict(c.to_dict(), us="fast"), dict(c.to_dict(), spec='{"tm":1}'),
                 dict(c.to_dict(), n=6144), dict(c.to_dict(), format=7), "junk"):
-        cache.put_tuned(c.key, bad)
+        cache.put_record(c.key, bad)
         with caplog.at_level("WARNING", logger="jitmarlin"):
             assert tune.lookup(cache, GPU, "sm_90", P16) is None
         assert "is bad" in caplog.text
@@ -292,21 +292,21 @@ def test_tuned_rows_are_not_kernels_and_survive_lru_and_verify(tmp_path):
     c = _choice()
     tune.store(cache, c)
     assert cache.keys() == [key] and [k for k, _ in cache.entries()] == [key]
-    assert cache.tuned_keys() == [c.key] and set(cache.usage()) == {key}
+    assert cache.record_keys("tune:") == [c.key] and set(cache.usage()) == {key}
     cache.max_bytes = 1
     assert cache.enforce_cap(keep={key}) == []                      # nothing to evict but the kernel
-    assert cache.verify() == [] and cache.has_tuned(c.key)
+    assert cache.verify() == [] and cache.has_record(c.key)
     st = cache.stats()
     assert st["entries"] == 1 and st["tuned"] == 1
-    cache.put_tuned(c.key, dict(c.to_dict(), k=8192))               # record under the wrong key
+    cache.put_record(c.key, dict(c.to_dict(), k=8192))               # record under the wrong key
     (bad,) = cache.verify(fix=True)
     assert bad[0] == c.key and bad[1] == "tuned choice" and "key does not match" in bad[2]
-    assert KernelCache(tmp_path).tuned_keys() == []
+    assert KernelCache(tmp_path).record_keys("tune:") == []
     tune.store(cache, c)
     assert cache.clear() == 1
-    assert KernelCache(tmp_path).tuned_keys() == [] and KernelCache(tmp_path).keys() == []
+    assert KernelCache(tmp_path).record_keys("tune:") == [] and KernelCache(tmp_path).keys() == []
     with pytest.raises(ValueError):
-        cache.put_tuned("not-a-tune-key", c.to_dict())
+        cache.put_record("not-a-tune-key", c.to_dict())
 
 
 # ---- bundles -------------------------------------------------------------------------------------
@@ -332,19 +332,19 @@ def test_bundles_carry_tuned_choices(tmp_path):
 
     dst = KernelCache(tmp_path / "dst")
     rep = import_bundle(dst, bundle)
-    assert (rep.tuned_imported, rep.tuned_present, rep.rejected) == (3, 0, [])
+    assert (rep.records_imported["tuned"], rep.records_present["tuned"], rep.rejected) == (3, 0, [])
     fresh = KernelCache(tmp_path / "dst")
     assert tune.lookup(fresh, GPU, "sm_90", P16) == a
     assert tune.lookup(fresh, GPU, "sm_90", Problem(1, 4096, 4096, "float16", "uint4b8", 128)) == b
     rep = import_bundle(fresh, bundle)
-    assert (rep.tuned_imported, rep.tuned_present) == (0, 3)
+    assert (rep.records_imported["tuned"], rep.records_present["tuned"]) == (0, 3)
 
     # an unpacked bundle serves tuned choices as a read-only tier
     unpacked = tmp_path / "unpacked"
     with tarfile.open(bundle) as tar:
         tar.extractall(unpacked)
     ro = KernelCache(tmp_path / "w", ro_dir=unpacked)
-    assert tune.lookup(ro, GPU, "sm_90", P16) == a and ro.tuned_keys() == []
+    assert tune.lookup(ro, GPU, "sm_90", P16) == a and ro.record_keys("tune:") == []
 
 
 def test_tampered_or_old_bundles(tmp_path, rewrite_bundle):
@@ -382,10 +382,10 @@ def test_tampered_or_old_bundles(tmp_path, rewrite_bundle):
         bad = tmp_path / f"bad{i}.tar"
         rewrite_bundle(bundle, bad, edit)
         rep = import_bundle(KernelCache(tmp_path / f"d{i}"), bad)
-        assert rep.tuned_imported == good, reason
+        assert rep.records_imported["tuned"] == good, reason
         assert rep.rejected and all(reason in why for _, why in rep.rejected), rep.rejected
         if good:
-            assert KernelCache(tmp_path / f"d{i}").tuned_keys() == [b.key]
+            assert KernelCache(tmp_path / f"d{i}").record_keys("tune:") == [b.key]
 
     def old(files):             # a bundle from before tuned choices
         del files["tuned.json"]
@@ -395,7 +395,7 @@ def test_tampered_or_old_bundles(tmp_path, rewrite_bundle):
 
     rewrite_bundle(bundle, tmp_path / "old.tar", old)
     rep = import_bundle(KernelCache(tmp_path / "o"), tmp_path / "old.tar")
-    assert (rep.imported, rep.tuned_imported, rep.rejected) == (0, 0, [])
+    assert (rep.imported, rep.records_imported["tuned"], rep.rejected) == (0, 0, [])
 
 
 # ---- the api hook --------------------------------------------------------------------------------
@@ -473,13 +473,14 @@ def test_a_failed_autotune_falls_back_and_is_not_retried(tmp_path, caplog, monke
         assert tune.choose_for(prof, "sm_90", P16, cache, tuner=tuner, autotune=True) is None
         assert tune.choose_for(prof, "sm_90", P16, cache, tuner=tuner, autotune=True) is None
     assert len(calls) == 1 and "autotune of" in caplog.text and "no torch" in caplog.text
-    assert cache.tuned_keys() == []
+    assert cache.record_keys("tune:") == []
 
 
 def test_prepare_plans_with_the_stored_choice(tmp_path, monkeypatch):
     """api._prepare asks choose_for before planning: with the GPU parts faked, the plan handed to
     the Launcher carries the tuned spec; an explicit spec (the tuner's own path) wins over it."""
     from jitmarlin.jit import launch
+    from jitmarlin.kernels import launch as family_launch
     from jitmarlin.weights.quant import QuantizedWeight
 
     monkeypatch.setenv("JITMARLIN_CACHE_DIR", str(tmp_path))
@@ -488,8 +489,8 @@ def test_prepare_plans_with_the_stored_choice(tmp_path, monkeypatch):
     monkeypatch.setattr(api, "live_profile", lambda d: prof)
     monkeypatch.setattr(launch, "is_capturing", lambda s: False)
     monkeypatch.setattr(launch, "get_function", lambda art, key, dev: "func")
-    monkeypatch.setattr(launch, "workspace", lambda dev, s, slots: "ws")
-    monkeypatch.setattr(launch, "Launcher", lambda plan, *a, **kw: plan)
+    monkeypatch.setattr(family_launch, "workspace", lambda dev, s, slots: "ws")
+    monkeypatch.setattr(family_launch, "Launcher", lambda plan, *a, **kw: plan)
     monkeypatch.setattr(KernelCache, "get", lambda self, spec, arch, compile_missing=True:
                         (object(), "k" * 64, "memory"))
     ptr = types.SimpleNamespace(data=types.SimpleNamespace(ptr=0))
@@ -549,7 +550,7 @@ def test_cli_tune_with_a_faked_gpu(tmp_path, capsys, monkeypatch):
     assert sorted(p.m for p in tuned) == [1, 16]                    # 9 and 16 share a bucket
     assert out.count("[tuned,") == 2 and "x1.11" in out and "M<=16" in out
     assert "default jm_sm80_" in out and "winner jm_sm80_" in out
-    assert len(KernelCache(d).tuned_keys()) == 2
+    assert len(KernelCache(d).record_keys("tune:")) == 2
     assert main(args) == 0 and len(tuned) == 2                       # stored: not tuned again
     assert capsys.readouterr().out.count("[stored,") == 2
     assert main(args + ["--force", "--json"]) == 0 and len(tuned) == 4
@@ -567,7 +568,7 @@ def test_cli_cache_lists_exports_and_clears_tuned_choices(tmp_path, capsys, monk
     cache = KernelCache(d)
     tune.store(cache, _choice())
     tune.store(cache, _choice(dataclasses.replace(P16, m=1), better=False))
-    monkeypatch.setattr(tune, "templates_tag", lambda: "e" * 16)
+    monkeypatch.setattr(tuned, "templates_tag", lambda: "e" * 16)
     tune.store(cache, _choice(dataclasses.replace(P16, m=64), templates="e" * 16))
     monkeypatch.undo()
     assert main(["cache", "ls", "--cache-dir", d]) == 0
@@ -586,7 +587,7 @@ def test_cli_cache_lists_exports_and_clears_tuned_choices(tmp_path, capsys, monk
     assert "tuned choices: imported 3, already present 0" in capsys.readouterr().out
     assert main(["cache", "clear", "--cache-dir", d]) == 0
     assert "removed 0 entries and 3 tuned choices" in capsys.readouterr().out
-    assert KernelCache(d).tuned_keys() == []
+    assert KernelCache(d).record_keys("tune:") == []
 
 
 def test_random_weights_for_every_quant_type():

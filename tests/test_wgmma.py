@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from jitmarlin import UnsupportedError
-from jitmarlin.jit.launch import MAX_SLOT_FLOATS
+from jitmarlin.kernels.launch import MAX_SLOT_FLOATS
 from jitmarlin.kernels.planner import (ALL_QTYPES, WGMMA_MIN_M, candidate_specs, choose_fused_spec,
                                dequant_min_m, group_blocks, plan)
 from jitmarlin.kernels.problem import Problem
@@ -667,10 +667,11 @@ def test_two_block_plans_on_a_workspace_from_dirty_memory(seed, rng):
 
     import jitmarlin
     from jitmarlin.jit import launch
+    from jitmarlin.kernels import launch as family_launch
     from jitmarlin.jit.profiles import live_profile
 
     sms = live_profile(0).sms
-    counters, floats, words = launch.workspace_capacity(sms)
+    counters, floats, words = family_launch.workspace_capacity(sms)
     with cp.cuda.Device(0), launch.private_stream(0):   # the stream workspaces are allocated on
         junk = [cp.full(counters, 1 << 30, dtype=cp.int32), cp.full(floats, np.nan, dtype=cp.float32),
                 cp.full(words, 1 << 62, dtype=cp.uint64)]

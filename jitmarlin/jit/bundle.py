@@ -6,9 +6,9 @@ per entry its key, kernel name, arch, spec, NVRTC version and checksums) and ent
 (the entry as JSON, binary fields base64: importing never unpickles anything). Member metadata
 is fixed and names are sorted, so the same entries give the same bytes.
 
-Tuned choices (jitmarlin.tune) travel in tuned.json ({"format": 1, "choices": {key: record}}),
-listed in the manifest's optional "tuned" section (key, winner spec, sha256 of the record's
-canonical JSON). Bundles without the section (older ones) import as before, and older
+Records (jitmarlin.jit.records) travel in their kind's member: the tuned choices
+(jitmarlin.kernels.tuned) in tuned.json ({"format": 1, "choices": {key: record}}), listed in the
+manifest's optional "tuned" section (key, winner spec, sha256 of the record's canonical JSON). Bundles without the section (older ones) import as before, and older
 jitmarlins ignore it.
 
 A bundle is untrusted input: import reads a plain tar only (no decompression), regular-file
@@ -31,11 +31,11 @@ from pathlib import Path
 
 from jitmarlin._version import __version__
 from jitmarlin.jit import nvrtc
-from jitmarlin.service import tune
-from jitmarlin.jit.cache import (_KEY_RE, ENTRY_DIR, ENTRY_FORMAT, TUNE_PREFIX, TUNED_MEMBER, KernelCache,
+from jitmarlin.jit.cache import (_KEY_RE, ENTRY_DIR, ENTRY_FORMAT, KernelCache,
                     entry_from_json, entry_key_inputs, entry_problem, entry_to_json, key_problem)
 from jitmarlin.errors import InputError
 from jitmarlin.jit.profiles import ARCH_DEFAULT_PROFILE
+from jitmarlin.jit.records import RecordKind, canonical_json, record_kinds
 
 log = logging.getLogger("jitmarlin")
 
@@ -46,8 +46,12 @@ MANIFEST_NAME = "manifest.json"
 MAX_MEMBER_BYTES = 64 << 20
 MAX_TOTAL_BYTES = 2 << 30
 MAX_MEMBERS = 200_000
-_MEMBER_NAME = re.compile(rf"({re.escape(MANIFEST_NAME)}|{re.escape(TUNED_MEMBER)}|"
-                          rf"{ENTRY_DIR}/[0-9a-f]{{64}}\.json)\Z")
+_MEMBER_NAME = re.compile(rf"({re.escape(MANIFEST_NAME)}|{ENTRY_DIR}/[0-9a-f]{{64}}\.json)\Z")
+
+
+def _member_ok(name: str) -> bool:
+    """A member name a bundle may hold: the manifest, an entry, or a record kind's member."""
+    return bool(_MEMBER_NAME.match(name)) or name in {k.member for k in record_kinds()}
 _COMPRESSED = ((b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"),
                (b"\x28\xb5\x2f\xfd", "zstd"))
 
@@ -107,7 +111,7 @@ def _read_members(path) -> dict[str, bytes]:
                     raise BundleError(f"{path}: more than {MAX_MEMBERS} members")
                 if info.type not in (tarfile.REGTYPE, tarfile.AREGTYPE):
                     raise BundleError(f"{path}: member {name!r} is not a regular file")
-                if not _MEMBER_NAME.match(name):
+                if not _member_ok(name):
                     raise BundleError(f"{path}: unexpected member {name!r}")
                 if info.size > MAX_MEMBER_BYTES:
                     raise BundleError(f"{path}: member {name} claims {info.size} bytes (cap "
@@ -213,8 +217,8 @@ class ImportReport:
     present: int = 0
     rejected: list = field(default_factory=list)
     evicted: int = 0
-    tuned_imported: int = 0
-    tuned_present: int = 0
+    records_imported: dict = field(default_factory=dict)   # record kind's section -> count
+    records_present: dict = field(default_factory=dict)
     skipped: list = field(default_factory=list)   # (key, reason): another jitmarlin/NVRTC/format
 
 
@@ -224,8 +228,9 @@ def export_bundle(cache: KernelCache, path: str | os.PathLike, keys=None, *, arc
                   allow_empty: bool = False) -> dict:
     """Write a bundle (uncompressed tar: manifest.json + entries/<key>.json, fixed member
     metadata, sorted: the same entries give the same bytes) of every sound entry, or only
-    `keys` / only `archs` (e.g. {'sm_90'}), and the tuned choices (all, or those whose key is in
-    `keys`; only `archs`' ones). Returns {'exported': n, 'tuned': t, 'skipped': [(key, reason)],
+    `keys` / only `archs` (e.g. {'sm_90'}), and the records of every registered kind (all, or
+    those whose key is in `keys`; only `archs`' ones). Returns {'exported': n, <section>: count
+    (e.g. 'tuned': t), 'skipped': [(key, reason)],
     'path': str}. An unknown arch, or an empty bundle unless allow_empty, is a BundleError
     (no file written)."""
     want = set(keys) if keys is not None else None
@@ -258,79 +263,81 @@ def export_bundle(cache: KernelCache, path: str | os.PathLike, keys=None, *, arc
             "nvrtc": list(e["nvrtc"]), "sha256": e["sha256"],
             "file_sha256": hashlib.sha256(data).hexdigest(),
         })
-    tuned_items, choices = _export_tuned(cache, want, archs, skipped)
+    sections = {kind: _export_records(cache, kind, want, archs, skipped) for kind in record_kinds()}
     if want is not None:
-        have = set(cache.keys()) | set(cache.tuned_keys())
+        have = set(cache.keys()) | set(cache.record_keys())
         skipped += [(k, "not in the cache") for k in sorted(want - have)]
-    if not listed and not tuned_items and not allow_empty:
+    if not listed and not any(items for items, _ in sections.values()) and not allow_empty:
         what = f" for {', '.join(sorted(archs))}" if archs else ""
         raise BundleError(f"nothing to export{what} from {cache.directory}: no sound entries; "
                           f"no bundle written")
     manifest = {"bundle_format": BUNDLE_FORMAT, "entry_format": ENTRY_FORMAT,
                 "jitmarlin": __version__, "entries": listed}
-    if tuned_items:
-        manifest["tuned"] = tuned_items
-        members.append((TUNED_MEMBER, json.dumps({"format": tune.RECORD_FORMAT, "choices": choices},
-                                                 sort_keys=True, separators=(",", ":")).encode()))
+    for kind, (items, choices) in sections.items():
+        if items:
+            manifest[kind.section] = items
+            members.append((kind.member, json.dumps({"format": kind.format, "choices": choices},
+                                                    sort_keys=True, separators=(",", ":")).encode()))
     _write_bundle(Path(path), manifest, members)
-    return {"exported": len(listed), "tuned": len(tuned_items), "skipped": skipped,
-            "path": str(path)}
+    return {"exported": len(listed), **{k.section: len(s[0]) for k, s in sections.items()},
+            "skipped": skipped, "path": str(path)}
 
 
-def _export_tuned(cache: KernelCache, want, archs, skipped):
-    """(manifest items, {key: record}) of the sound tuned choices to export; bad ones are added
-    to `skipped` with their reason."""
+def _export_records(cache: KernelCache, kind: RecordKind, want, archs, skipped):
+    """(manifest items, {key: record}) of the sound records of `kind` to export (a record with an
+    "arch" field only for `archs`); bad ones are added to `skipped` with their reason."""
     items, choices = [], {}
-    for key, rec in sorted(cache.tuned().items()):
+    for key, rec in sorted(cache.records(kind.prefix).items()):
         if want is not None and key not in want:
             continue
         if archs is not None and (not isinstance(rec, dict) or rec.get("arch") not in archs):
             continue
-        problem = tune.record_problem(key, rec)
+        problem = kind.check(key, rec)
         if problem:
             skipped.append((key, problem))
             continue
         choices[key] = rec
-        items.append({"key": key, "spec": rec["spec"],
-                      "sha256": hashlib.sha256(tune.canonical_json(rec)).hexdigest()})
+        item = {"key": key, "spec": rec.get("spec"), "sha256": hashlib.sha256(canonical_json(rec)).hexdigest()}
+        items.append(item)
     return items, choices
 
 
-def _bundle_tuned(members: dict, manifest: dict):
-    """[(key, record, None) or (key, None, reason)] for the manifest's tuned section ([] when the
-    bundle has none)."""
-    items = manifest.get("tuned")
+def _bundle_records(members: dict, manifest: dict, kind: RecordKind):
+    """[(key, record, None) or (key, None, reason)] for the manifest's section of record kind
+    `kind` ([] when the bundle has none)."""
+    section, member, label = kind.section, kind.member, kind.label
+    items = manifest.get(section)
     if items is None:
         return []
     if not isinstance(items, list):
-        return [("tuned", None, "malformed tuned section in the manifest")]
+        return [(section, None, f"malformed {section} section in the manifest")]
     choices, why = None, None
-    data = members.get(TUNED_MEMBER)
+    data = members.get(member)
     if data is None:
-        why = f"{TUNED_MEMBER} missing from the bundle (or listed twice)"
+        why = f"{member} missing from the bundle (or listed twice)"
     else:
         try:
             d = json.loads(data)
             choices = d.get("choices") if isinstance(d, dict) else None
             if not isinstance(choices, dict):
-                why = f"{TUNED_MEMBER} is not a tuned-choice member"
+                why = f"{member} is not a {label.replace(' ', '-')} member"
         except ValueError as exc:
-            why = f"{TUNED_MEMBER} is not valid JSON ({exc})"
+            why = f"{member} is not valid JSON ({exc})"
     out = []
     for item in items:
         key = item.get("key") if isinstance(item, dict) else None
-        if not isinstance(key, str) or not key.startswith(TUNE_PREFIX):
-            out.append((str(key), None, "malformed tuned entry in the manifest"))
+        if not isinstance(key, str) or not key.startswith(kind.prefix):
+            out.append((str(key), None, f"malformed {section} entry in the manifest"))
         elif why:
             out.append((key, None, why))
         elif key not in choices:
-            out.append((key, None, f"listed in the manifest but not in {TUNED_MEMBER}"))
-        elif hashlib.sha256(tune.canonical_json(choices[key])).hexdigest() != item.get("sha256"):
-            out.append((key, None, "tuned choice altered (its sha256 does not match the manifest)"))
+            out.append((key, None, f"listed in the manifest but not in {member}"))
+        elif hashlib.sha256(canonical_json(choices[key])).hexdigest() != item.get("sha256"):
+            out.append((key, None, f"{label} altered (its sha256 does not match the manifest)"))
         else:
-            problem = tune.record_problem(key, choices[key])
+            problem = kind.check(key, choices[key])
             if problem is None and item.get("spec") != choices[key].get("spec"):
-                problem = "manifest and tuned choice disagree on spec"
+                problem = f"manifest and {label} disagree on spec"
             out.append((key, None, problem) if problem else (key, choices[key], None))
     return out
 
@@ -376,8 +383,9 @@ def import_bundle(cache: KernelCache, path: str | os.PathLike, *,
                   sha256: str | None = None) -> ImportReport:
     """Merge a bundle written by export_bundle(): every entry is checked (its member's sha256
     against the manifest, entry format, checksum, key re-derived from its inputs) and stored
-    unless its key is already here (existing entries are kept); so is every tuned choice (its
-    sha256 against the manifest, record fields, specs, key re-derived from the record). Entries
+    unless its key is already here (existing entries are kept); so is every record (its sha256
+    against the manifest, then its kind's check: for a tuned choice its fields, specs, key
+    re-derived from the record). Entries
     of another jitmarlin, NVRTC or entry format are skipped (report.skipped), never stored.
 
     sha256: the bundle's expected digest (hex); a mismatch is refused before it is parsed.
@@ -398,12 +406,13 @@ def import_bundle(cache: KernelCache, path: str | os.PathLike, *,
     # everything is checked before anything is written
     nv = _current_nvrtc()
     entries = [_bundle_entry(members, item, nv) for item in manifest["entries"]]
-    tuned = _bundle_tuned(members, manifest)
+    records = {kind: _bundle_records(members, manifest, kind) for kind in record_kinds()}
     report, seen = ImportReport(), set()
     ok, present = _store_items(entries, seen, report, cache.has, cache.put_entry)
     report.imported, report.present, added = len(ok), present, ok
-    ok, present = _store_items(tuned, seen, report, cache.has_tuned, cache.put_tuned)
-    report.tuned_imported, report.tuned_present = len(ok), present
+    for kind, items in records.items():
+        ok, present = _store_items(items, seen, report, cache.has_record, cache.put_record)
+        report.records_imported[kind.section], report.records_present[kind.section] = len(ok), present
     if added:
         report.evicted = len(cache.enforce_cap(keep=set(added)))
     return report

@@ -15,7 +15,7 @@ The store is untrusted input (cache/README.md, trust model): rows are JSON only,
 or writable by others is refused (compiled in memory instead) unless JITMARLIN_CACHE_SHARED=group.
 
 For fleets: a size cap with least-recently-used eviction, verify(), portable bundles
-(bundles: jitmarlin.bundle) and an optional read-only tier (JITMARLIN_CACHE_RO) looked at before
+(bundles: jitmarlin.jit.bundle) and an optional read-only tier (JITMARLIN_CACHE_RO) looked at before
 compiling. The on-disk layout and formats are described in cache/README.md.
 """
 from __future__ import annotations
@@ -32,15 +32,15 @@ from pathlib import Path
 
 from jitmarlin.jit import nvrtc
 from jitmarlin.jit.cache_entries import (  # noqa: F401  (re-exported: jitmarlin.jit.cache is the public module)
-    _KEY_RE, ENTRY_DIR, ENTRY_FORMAT, LEGACY_DIRS, SOURCE_PREFIX, STORE_DIR, TUNE_PREFIX, TUNED_MEMBER,
+    _KEY_RE, ENTRY_DIR, ENTRY_FORMAT, LEGACY_DIRS, SOURCE_PREFIX, STORE_DIR,
     USAGE_PREFIX, _TREE, ReadOnlyTier, _current_inputs, _from_entry, _is_entry_key,
-    _is_tune_key, _to_entry, _usage_row, cache_key, entry_from_json, entry_key_inputs,
+    _is_record_key, _to_entry, _usage_row, cache_key, entry_from_json, entry_key_inputs,
     entry_mismatch, entry_ok, entry_problem, entry_size, entry_to_json, key_inputs, key_of,
     key_problem, source_digest)
 from jitmarlin._version import __version__
-from jitmarlin.kernels.render import render, templates_digest
+from jitmarlin.jit.records import kind_of, record_kinds
+from jitmarlin.jit.sources import Buildable, render, source, templates_digest
 from jitmarlin.settings import cache_root, lock_timeout_s
-from jitmarlin.kernels.spec import AnySpec
 from jitmarlin.jit.store_disk import NonRawKey, SafeDisk, create_file, flock_timeout, make_dir, tree_problem
 
 log = logging.getLogger("jitmarlin")
@@ -270,11 +270,11 @@ class KernelCache:
     # a warm hit renders nothing. A memo that disagrees with the render is found and replaced
     # before anything is compiled; an entry found through it is still checked against every key
     # input, and only the store's owner can write either (cache/README.md).
-    def _memo_key(self, spec: AnySpec) -> str:
+    def _memo_key(self, spec: Buildable) -> str:
         h = hashlib.sha256(f"{spec.canonical()}|{templates_digest()}|{__version__}".encode()).hexdigest()
         return SOURCE_PREFIX + h
 
-    def _memo(self, spec: AnySpec) -> str | None:
+    def _memo(self, spec: Buildable) -> str | None:
         disk = self._open()
         if disk is None:
             return None
@@ -284,28 +284,28 @@ class KernelCache:
                 return v
         return None
 
-    def _remember(self, spec: AnySpec, digest: str) -> None:
+    def _remember(self, spec: Buildable, digest: str) -> None:
         if self._disk is not None and not self._readonly:
             with contextlib.suppress(Exception):
                 self._disk.set(self._memo_key(spec), digest)
 
-    def _identity(self, spec: AnySpec, arch: str, *, render_now: bool = False):
+    def _identity(self, spec: Buildable, arch: str, *, render_now: bool = False):
         """(key, source or None, key inputs) of `spec` on `arch`; the source is rendered only
         where no memo of its digest is stored (or render_now)."""
         known = self._keys.get((spec, arch))
         if known is None or (render_now and known[1] is None):
             digest = None if render_now else self._memo(spec)
-            source = None
+            text = None
             if digest is None:
-                source = render(spec)
-                digest = source_digest(source)
+                text = render(spec)
+                digest = source_digest(text)
                 self._remember(spec, digest)
             inputs = key_inputs(spec.canonical(), digest, arch, nvrtc.version(), nvrtc.options_for(arch))
-            known = self._keys[(spec, arch)] = (key_of(inputs), source, inputs)
+            known = self._keys[(spec, arch)] = (key_of(inputs), text, inputs)
         return known
 
     # ---- API ----
-    def get(self, spec: AnySpec, arch: str, *, compile_missing: bool = True):
+    def get(self, spec: Buildable, arch: str, *, compile_missing: bool = True):
         """The compiled kernel for `spec` (a KernelSpec or a DequantSpec: render() picks the
         template) on `arch`: memory, then disk, then the read-only tier, then NVRTC.
 
@@ -313,9 +313,9 @@ class KernelCache:
         read-only tier) or 'compiled'; with compile_missing=False returns (None, key, 'missing')
         instead of compiling.
         """
-        spec = spec.kernel_spec()   # a whole-tile plan's kernel is the Stream-K plan's
-        arch = nvrtc.target_arch(spec, arch)
-        key, source, inputs = self._identity(spec, arch)
+        spec = spec.kernel_spec()   # e.g. a whole-tile plan's kernel is the Stream-K plan's
+        arch = source().target_arch(spec, arch)
+        key, text, inputs = self._identity(spec, arch)
         art = self._mem.get(key)
         if art is not None:
             return art, key, "memory"
@@ -332,8 +332,8 @@ class KernelCache:
             return art, key, "disk"
         if not compile_missing:
             return None, key, "missing"
-        if source is None:   # keyed by a memo: render, and start again if the memo was stale
-            key2, source, inputs = self._identity(spec, arch, render_now=True)
+        if text is None:   # keyed by a memo: render, and start again if the memo was stale
+            key2, text, inputs = self._identity(spec, arch, render_now=True)
             if key2 != key:
                 log.warning("jitmarlin: stale source digest memo for %s; replaced", spec.name)
                 return self.get(spec, arch, compile_missing=compile_missing)
@@ -351,7 +351,8 @@ class KernelCache:
                 log.info("jitmarlin: cache hit %s arch=%s (waited for another process)", spec.name, arch)
                 self._mem[key] = art
                 return art, key, "disk"
-            art = nvrtc.compile_source(source, spec.name, arch, spec)
+            source().check_target(spec, arch)   # e.g. clusters on a GPU without them
+            art = nvrtc.compile_source(text, spec.name, arch, spec)
             log.info("jitmarlin: compiled %s arch=%s in %.2f s", spec.name, arch, art.seconds)
             if held:
                 stored = self._store(key, _to_entry(spec, art, inputs))
@@ -387,7 +388,7 @@ class KernelCache:
             self._disk._sql("DELETE FROM Cache WHERE raw = 0")
 
     def clear(self) -> int:
-        """Remove every entry and every tuned choice (a corrupt store and the directories of
+        """Remove every entry and every record (e.g. tuned choice) (a corrupt store and the directories of
         older, pickle-era caches are removed whole); returns how many entries there were."""
         self._mem.clear()
         disk = self._open()
@@ -479,15 +480,16 @@ class KernelCache:
             "last_used": max((r.get("last_used", 0.0) for r in rows.values()), default=None),
             "cap_bytes": self.max_bytes,
             "read_only_tier": str(self.ro_dir) if self.ro_dir else None,
-            "tuned": len(self.tuned_keys()),
+            **{k.section: len(self.record_keys(k.prefix)) for k in record_kinds()},
         }
 
     # ---- checks ----
     def verify(self, fix: bool = False) -> list[tuple[str, str, str]]:
         """Check every entry: format, checksum of the decompressed cubin + PTX, and that its key
         is what its spec/arch/options/NVRTC hash to (where that can be recomputed); and every
-        tuned choice: fields, specs, key (a stale one is not bad). Returns (key, kernel name or
-        'tuned choice', problem) for each bad one; fix=True deletes them."""
+        record, with its kind's check (tuned choices: fields, specs, key; a stale one is not bad).
+        Returns (key, kernel name or the record kind's label, problem) for each bad one; fix=True
+        deletes them."""
         disk = self._open()
         if disk is None:
             return []
@@ -508,9 +510,8 @@ class KernelCache:
                 bad.append((key, name, problem))
                 if fix:
                     self._delete(key)
-        from jitmarlin.service.tune import record_problem   # (tune imports this module)
-
-        for key in self.tuned_keys():
+        for key in self.record_keys():
+            kind = kind_of(key)
             try:
                 rec = disk.get(key)
             except Exception as exc:
@@ -518,11 +519,11 @@ class KernelCache:
             else:
                 if rec is None:
                     continue
-                problem = record_problem(key, rec)
+                problem = kind.check(key, rec)
             if problem:
-                bad.append((key, "tuned choice", problem))
+                bad.append((key, kind.label, problem))
                 if fix:
-                    self.delete_tuned(key)
+                    self.delete_record(key)
         return bad
 
     # ---- bundles ----
@@ -544,44 +545,44 @@ class KernelCache:
         """Store an already checked entry under `key`; False when the cache cannot be written."""
         return self._open() is not None and self._store(key, e)
 
-    # ---- tuned choices (records built and checked by jitmarlin.tune) ----
-    def tuned_keys(self) -> list[str]:
-        """Keys ("tune:...") of every tuned choice on disk."""
+    # ---- records (JSON rows of a registered kind: jitmarlin.jit.records) ----
+    def record_keys(self, prefix: str | None = None) -> list[str]:
+        """Keys of every record on disk (of the kind with `prefix`, or of every kind)."""
         disk = self._open()
-        return [] if disk is None else [k for k in disk.iterkeys() if _is_tune_key(k)]
+        return [] if disk is None else [k for k in disk.iterkeys() if _is_record_key(k, prefix)]
 
-    def tuned(self) -> dict[str, object]:
-        """key -> stored record (unchecked) for every tuned choice on disk."""
+    def records(self, prefix: str | None = None) -> dict[str, object]:
+        """key -> stored record (unchecked) for every record on disk (of `prefix`'s kind)."""
         disk = self._open()
         out = {}
-        for key in self.tuned_keys():
+        for key in self.record_keys(prefix):
             with contextlib.suppress(Exception):
                 out[key] = disk.get(key)
         return out
 
-    def get_tuned(self, key: str):
-        """The stored record of tuned choice `key` (unchecked): this cache, then the read-only
-        tier; None when absent or unreadable."""
-        _check_tune_key(key)
+    def get_record(self, key: str):
+        """The stored record `key` (unchecked): this cache, then the read-only tier; None when
+        absent or unreadable."""
+        kind = _check_record_key(key)
         disk = self._open()
         rec = None
         if disk is not None:
             try:
                 rec = disk.get(key)
             except Exception as exc:
-                log.warning("jitmarlin: tuned choice %s unreadable (%s)", key, exc)
+                log.warning("jitmarlin: %s %s unreadable (%s)", kind.label, key, exc)
         if rec is None and self._ro is not None:
-            rec = self._ro.get_tuned(key)
+            rec = self._ro.get_record(key)
         return rec
 
-    def has_tuned(self, key: str) -> bool:
-        """Tuned choice `key` is stored in this cache (the read-only tier is not asked)."""
+    def has_record(self, key: str) -> bool:
+        """Record `key` is stored in this cache (the read-only tier is not asked)."""
         disk = self._open()
         return disk is not None and key in disk
 
-    def put_tuned(self, key: str, record: dict) -> bool:
-        """Store (or replace) tuned choice `key`; False when the cache cannot be written."""
-        _check_tune_key(key)
+    def put_record(self, key: str, record: dict) -> bool:
+        """Store (or replace) record `key`; False when the cache cannot be written."""
+        kind = _check_record_key(key)
         disk = self._open()
         if disk is None:
             return False
@@ -589,27 +590,30 @@ class KernelCache:
             disk.set(key, record)
             return True
         except Exception as exc:
-            log.warning("jitmarlin: could not store tuned choice %s (%s)", key, exc)
+            log.warning("jitmarlin: could not store %s %s (%s)", kind.label, key, exc)
             return False
 
-    def delete_tuned(self, key: str) -> None:
-        _check_tune_key(key)
+    def delete_record(self, key: str) -> None:
+        _check_record_key(key)
         disk = self._open()
         if disk is not None:
             with contextlib.suppress(Exception):
                 disk.delete(key)
 
-    def tune_lock(self, key: str):
-        """Context manager: hold the lock of tuned choice `key` (one process tunes a problem at a
+    def record_lock(self, key: str):
+        """Context manager: hold the lock of record `key` (e.g. one process tunes a problem at a
         time; the others wait, then read its result)."""
-        _check_tune_key(key)
+        _check_record_key(key)
         self._open()
         return self._flight(hashlib.sha256(key.encode()).hexdigest())
 
 
-def _check_tune_key(key) -> None:
-    if not _is_tune_key(key):
-        raise ValueError(f"tuned-choice keys start with {TUNE_PREFIX!r}, got {key!r}")
+def _check_record_key(key):
+    kind = kind_of(key)
+    if kind is None:
+        known = ", ".join(repr(k.prefix) for k in record_kinds())
+        raise ValueError(f"record keys start with a registered prefix ({known}), got {key!r}")
+    return kind
 
 
 _default: KernelCache | None = None

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from jitmarlin.jit import nvrtc
 from jitmarlin._version import __version__
-from jitmarlin.kernels.render import render
-from jitmarlin.kernels.spec import AnySpec, spec_from_canonical
+from jitmarlin.jit.records import kind_of, record_prefixes
+from jitmarlin.jit.sources import Buildable, parse, render
 from jitmarlin.jit.store_disk import ReadOnlySafeDisk, encode, read_bounded, tree_problem
 
 log = logging.getLogger("jitmarlin")
@@ -26,10 +26,9 @@ ENTRY_FORMAT = 2   # 2: cubin and PTX stored zlib-compressed
 # Usage rows (size, last_used, ...) live in the same diskcache store under this prefix, beside
 # the entries, so a hit opens one SQLite database, not two.
 USAGE_PREFIX = "usage:"
-# Tuned choices (jitmarlin.service.tune: the measured-best spec per GPU and problem bucket) live in the
-# same store under this prefix. They are not kernel entries: no usage row, never evicted by the
-# size cap, removed by clear(), carried by bundles.
-TUNE_PREFIX = "tune:"
+# Records (jitmarlin.jit.records: JSON rows of a registered kind, e.g. the tuned choices' "tune:")
+# live in the same store under their kind's prefix. They are not kernel entries: no usage row,
+# never evicted by the size cap, removed by clear(), carried by bundles.
 # The sha256 of a spec's rendered source under the current templates (KernelCache._identity):
 # "source:" + sha256(spec canonical form, templates digest, jitmarlin version) -> 64 hex chars.
 SOURCE_PREFIX = "source:"
@@ -41,7 +40,6 @@ LEGACY_DIRS = ("kernels", "jinja")
 _TREE = ("locks", STORE_DIR, f"{STORE_DIR}/cache.db")   # checked by tree_problem on open
 
 ENTRY_DIR = "entries"
-TUNED_MEMBER = "tuned.json"     # tuned choices in a bundle (jitmarlin.bundle)
 _KEY_RE = re.compile(r"[0-9a-f]{64}\Z")
 _REQUIRED = ("spec", "name", "arch", "cubin", "ptx", "log", "options", "nvrtc",
              "compile_seconds", "sha256")
@@ -69,12 +67,12 @@ def key_of(inputs: dict) -> str:
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 
-def _current_inputs(spec: AnySpec, source: str, arch: str) -> dict:
+def _current_inputs(spec: Buildable, source: str, arch: str) -> dict:
     return key_inputs(spec.canonical(), source_digest(source), arch, nvrtc.version(),
                       nvrtc.options_for(arch))
 
 
-def cache_key(spec: AnySpec, source: str, arch: str) -> str:
+def cache_key(spec: Buildable, source: str, arch: str) -> str:
     return key_of(_current_inputs(spec, source, arch))
 
 
@@ -86,7 +84,7 @@ def entry_key_inputs(e: dict, *, render_missing: bool = True) -> dict | None:
         return inputs
     if not render_missing or e.get("jitmarlin") != __version__:
         return None
-    source = render(spec_from_canonical(e["spec"]))
+    source = render(parse(e["spec"]))
     return key_inputs(e["spec"], source_digest(source), e["arch"], e["nvrtc"], e["options"],
                       e["jitmarlin"], e["format"])
 
@@ -117,7 +115,7 @@ def _checksum(cubin: bytes, ptx: str) -> str:
     return h.hexdigest()
 
 
-def _to_entry(spec: AnySpec, art: nvrtc.Artifact, inputs: dict | None = None) -> dict:
+def _to_entry(spec: Buildable, art: nvrtc.Artifact, inputs: dict | None = None) -> dict:
     e = {
         "format": ENTRY_FORMAT, "spec": spec.canonical(), "name": art.name, "arch": art.arch,
         "cubin": zlib.compress(art.cubin, 6), "ptx": zlib.compress(art.ptx.encode(), 6),
@@ -247,7 +245,7 @@ class ReadOnlyTier:
         self._db: sqlite3.Connection | None = None
         self._store = None
         self._warned = False
-        self._bundle_tuned: dict | None = None
+        self._bundle_records: dict[str, dict] = {}
         self._checked: str | None = None
 
     def _warn(self, msg: str, *args) -> None:
@@ -284,22 +282,25 @@ class ReadOnlyTier:
             return None
         return e
 
-    def get_tuned(self, key: str):
-        """The stored record of tuned choice `key` (unchecked: jitmarlin.service.tune checks it), or None."""
+    def get_record(self, key: str):
+        """The stored record `key` (unchecked: its kind checks it), or None. In an unpacked
+        bundle, records are read from their kind's member."""
         if self.trust_problem():
             return None
+        kind = kind_of(key)
         try:
-            bundled = self.directory / TUNED_MEMBER
-            if bundled.is_file():
-                if self._bundle_tuned is None:
+            bundled = self.directory / kind.member if kind is not None else None
+            if bundled is not None and bundled.is_file():
+                if kind.member not in self._bundle_records:
                     d = json.loads(read_bounded(str(bundled)))
                     choices = d.get("choices") if isinstance(d, dict) else None
-                    self._bundle_tuned = choices if isinstance(choices, dict) else {}
-                return self._bundle_tuned.get(key)
+                    self._bundle_records[kind.member] = choices if isinstance(choices, dict) else {}
+                return self._bundle_records[kind.member].get(key)
             return self._row(key)
         except Exception as exc:
-            log.warning("jitmarlin: read-only cache %s: tuned choice %s unreadable (%s)",
-                        self.directory, key, exc)
+            what = kind.label if kind is not None else "record"
+            log.warning("jitmarlin: read-only cache %s: %s %s unreadable (%s)",
+                        self.directory, what, key, exc)
             return None
 
     def keys(self) -> list[str]:
@@ -335,10 +336,13 @@ class ReadOnlyTier:
 
 
 def _is_entry_key(k) -> bool:
-    return isinstance(k, str) and not k.startswith((USAGE_PREFIX, TUNE_PREFIX, SOURCE_PREFIX))
+    return isinstance(k, str) and not k.startswith((USAGE_PREFIX, SOURCE_PREFIX, *record_prefixes()))
 
 
-def _is_tune_key(k) -> bool:
-    return isinstance(k, str) and k.startswith(TUNE_PREFIX)
+def _is_record_key(k, prefix: str | None = None) -> bool:
+    """`k` is a record's key (of the kind with `prefix`, or of any registered kind)."""
+    if prefix is not None:
+        return isinstance(k, str) and k.startswith(prefix) and kind_of(k) is not None
+    return kind_of(k) is not None
 
 

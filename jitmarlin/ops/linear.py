@@ -1,9 +1,9 @@
-"""Public entry points: linear() and prewarm().
+"""The linear op: linear() and plan_for() (prewarm() is the service layer's: jitmarlin.service.fleet).
 
 linear() validates its arguments on every call (cheap integer checks) and keeps, per weight, a
 launcher for each (device, activation dtype, M, stream) it has seen: the planning, compiling and
 workspace set-up happen once, on the first call with that key. The planner picks the route: the
-fused kernel (launch.Launcher), or from its M threshold up, dequantise + cuBLAS
+fused kernel (kernels.launch.Launcher), or from its M threshold up, dequantise + cuBLAS
 (dequant_gemm.DequantLauncher); both take the same call.
 """
 from __future__ import annotations
@@ -11,11 +11,10 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, replace
 
-from jitmarlin.kernels import dequant_gemm
-from jitmarlin.jit import launch
-from jitmarlin.kernels import planner
 from jitmarlin import settings
-from jitmarlin.service import tune
+from jitmarlin.jit import launch
+from jitmarlin.kernels import dequant_gemm, planner, tuned
+from jitmarlin.kernels import launch as family_launch
 from jitmarlin.jit.arrays import is_cupy, is_torch
 from jitmarlin.jit.cache import KernelCache, default_cache
 from jitmarlin.errors import CaptureError, InputError
@@ -52,11 +51,11 @@ def _pdl(enable_pdl) -> bool:
 
 
 def _prepare(qw: QuantizedWeight, device: int, act: str, m: int, stream: int,
-             spec=None, pdl: bool = False) -> launch.Launcher | dequant_gemm.DequantLauncher:
+             spec=None, pdl: bool = False) -> family_launch.Launcher | dequant_gemm.DequantLauncher:
     """First call for this key: plan, fetch or compile, upload the weight, set up the workspace.
     `spec` (a KernelSpec or a DequantSpec) overrides the route and kernel choice (the autotuner
     measures candidates through it); without it a tuned choice stored for this GPU and shape
-    bucket is used (or, with JITMARLIN_AUTOTUNE=1, made now: jitmarlin.service.tune.choose_for), else the
+    bucket is used (or, with JITMARLIN_AUTOTUNE=1, made now: jitmarlin.kernels.tuned.choose_for), else the
     planner's. pdl: launch the fused kernel with programmatic dependent launch where the GPU has
     it (sm_90+); the dequant + cuBLAS route and older GPUs launch as usual."""
     profile = planning_profile(device)
@@ -66,7 +65,7 @@ def _prepare(qw: QuantizedWeight, device: int, act: str, m: int, stream: int,
     cache = default_cache()
     capturing = launch.is_capturing(stream)
     if spec is None:
-        spec = tune.choose_for(profile, arch, problem, cache, device=device, capturing=capturing)
+        spec = tuned.choose_for(profile, arch, problem, cache, device=device, capturing=capturing)
     plan = planner.plan(profile, problem, spec)
     pdl = pdl and plan.route == "fused" and live.cc >= launch.PDL_MIN_CC
     if pdl != getattr(plan.spec, "pdl", False):   # the same kernel, built with (or without) the wait
@@ -88,8 +87,8 @@ def _prepare(qw: QuantizedWeight, device: int, act: str, m: int, stream: int,
                                             qw.out_features, qw.in_features, qw.global_scale)
     func = launch.get_function(art, key, device)
     # Sized for the largest grid this GPU can run (two blocks an SM), so it never has to grow.
-    ws = launch.workspace(device, stream, live.sms)
-    return launch.Launcher(plan, func, device, stream, ptrs, ws, qw.out_features, qw.in_features,
+    ws = family_launch.workspace(device, stream, live.sms)
+    return family_launch.Launcher(plan, func, device, stream, ptrs, ws, qw.out_features, qw.in_features,
                            qw.global_scale, pdl=pdl)
 
 
@@ -301,22 +300,3 @@ def plan_for(profile: DeviceProfile, m: int, n: int, k: int, act: str = "float16
     check_shape(n, k)
     n, k = kernel_dims(n, k, group_size if isinstance(group_size, int) else -1)
     return planner.plan(profile, Problem(m, n, k, act, qtype, group_size))
-
-
-def prewarm(profiles, shapes, ms=(1, 16, 64), *, act: str = "float16", qtype: str = "uint4b8",
-            group_size: int = 128, cache: KernelCache | None = None, jobs: int = 1):
-    """Compile (or find cached) every kernel the planner would pick for `shapes` (list of (K, N),
-    as the CLI's KxN) and batch sizes `ms` on each profile (names, archs or DeviceProfiles).
-    Needs no GPU. Returns a list of PrewarmResult: one per distinct (kernel, arch), then one
-    'failed' entry (kernel '-') per profile and reason the planner rejects and per shape the
-    kernel cannot take. jitmarlin.service.fleet.prewarm_fleet is the multi-type, multi-process form."""
-    from jitmarlin.service.fleet import prewarm_fleet
-
-    report = prewarm_fleet(profiles, shapes, ms, (act,), (qtype,), (group_size,), jobs=jobs,
-                           cache=cache or default_cache())
-    results = list(report.results)
-    for (prof, arch, reason) in report.unsupported:
-        results.append(PrewarmResult(prof, arch, "-", "failed", 0.0, reason))
-    for sk in report.skipped:
-        results.append(PrewarmResult("-", "-", "-", "failed", 0.0, f"{sk.k}x{sk.n}: {sk.reason}"))
-    return results

@@ -8,6 +8,7 @@ import sys
 import time
 
 from jitmarlin._version import __version__
+from jitmarlin.kernels.tuned import TUNE_PREFIX
 from jitmarlin.service.cli_args import HelpFormatter, arch_notes, group_size, jobs, positive_int, run_main
 
 
@@ -357,7 +358,7 @@ def _tuned_lines(cache) -> list[str]:
     """`cache ls`'s section on tuned choices (empty when there are none)."""
     from jitmarlin.service.tune import TunedChoice, describe_spec
 
-    tuned = cache.tuned()
+    tuned = cache.records(TUNE_PREFIX)
     if not tuned:
         return []
     lines = ["tuned choices (GPU, arch, problem bucket: winner, us per call, default us):"]
@@ -427,7 +428,7 @@ def cmd_cache(args) -> int:
                              ("read-only tier", st["read_only_tier"] or "-")):
             print(f"{label:15} {value}")
     elif args.action == "verify":
-        n, t = len(cache.keys()), len(cache.tuned_keys())
+        n, t = len(cache.keys()), len(cache.record_keys(TUNE_PREFIX))
         bad = cache.verify(fix=args.fix)
         for key, name, problem in bad:
             print(f"{_short(key)}  {name}  {problem}")
@@ -436,7 +437,7 @@ def cmd_cache(args) -> int:
         print(f"{n} entries{tuned} checked, {len(bad)} bad{done} in {cache.directory}")
         return 1 if bad else 0
     elif args.action == "clear":
-        t = len(cache.tuned_keys())
+        t = len(cache.record_keys(TUNE_PREFIX))
         n = cache.clear()
         tuned = f" and {t} tuned choices" if t else ""
         print(f"removed {n} entries{tuned} from {cache.directory}")
@@ -462,8 +463,8 @@ def _cache_bundle(cache, args) -> int:
         print(f"rejected {_short(key)}  {why}", file=sys.stderr)
     for key, why in r.skipped:
         print(f"skipped {_short(key)}  {why}", file=sys.stderr)
-    tuned = (f"; tuned choices: imported {r.tuned_imported}, already present "
-             f"{r.tuned_present}" if r.tuned_imported or r.tuned_present else "")
+    tuned = (f"; tuned choices: imported {r.records_imported.get('tuned', 0)}, already present "
+             f"{r.records_present.get('tuned', 0)}" if r.records_imported.get('tuned', 0) or r.records_present.get("tuned", 0) else "")
     skipped = f", skipped {len(r.skipped)} (other jitmarlin/NVRTC/format)" if r.skipped else ""
     print(f"imported {r.imported}, already present {r.present}, rejected {len(r.rejected)}"
           f"{skipped} into {cache.directory}{tuned}")
@@ -518,7 +519,7 @@ def _cache_unhealthy(cache, action: str, state: str, problem, fix: bool) -> int:
 
 def _short(key: str) -> str:
     """A cache key for messages: kernel keys by their first 16 hex digits, tuned ones whole."""
-    from jitmarlin.jit.cache import TUNE_PREFIX
+    from jitmarlin.kernels.tuned import TUNE_PREFIX
 
     return key if key.startswith(TUNE_PREFIX) else key[:16]
 

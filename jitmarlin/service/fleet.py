@@ -595,3 +595,22 @@ def describe_models() -> str:
                      f"tp {','.join(map(str, m.tp)):<8} {len(m.layers)} layers")
     lines.append(f"({manifests_dir()})")
     return "\n".join(lines)
+
+
+# ---- jitmarlin.prewarm -----------------------------------------------------------------------------
+
+def prewarm(profiles, shapes, ms=(1, 16, 64), *, act: str = "float16", qtype: str = "uint4b8",
+            group_size: int = 128, cache: KernelCache | None = None, jobs: int = 1):
+    """Compile (or find cached) every kernel the planner would pick for `shapes` (list of (K, N),
+    as the CLI's KxN) and batch sizes `ms` on each profile (names, archs or DeviceProfiles).
+    Needs no GPU. Returns a list of PrewarmResult: one per distinct (kernel, arch), then one
+    'failed' entry (kernel '-') per profile and reason the planner rejects and per shape the
+    kernel cannot take. jitmarlin.service.fleet.prewarm_fleet is the multi-type, multi-process form."""
+    report = prewarm_fleet(profiles, shapes, ms, (act,), (qtype,), (group_size,), jobs=jobs,
+                           cache=cache or default_cache())
+    results = list(report.results)
+    for (prof, arch, reason) in report.unsupported:
+        results.append(PrewarmResult(prof, arch, "-", "failed", 0.0, reason))
+    for sk in report.skipped:
+        results.append(PrewarmResult("-", "-", "-", "failed", 0.0, f"{sk.k}x{sk.n}: {sk.reason}"))
+    return results

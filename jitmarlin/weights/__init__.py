@@ -1,0 +1,2 @@
+"""Weights: quant types, packing, QuantizedWeight / quantize / dequantize and the checkpoint
+converters (formats/)."""
