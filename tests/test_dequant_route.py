@@ -17,8 +17,8 @@ import pytest
 
 import jitmarlin
 from jitmarlin import emu
-from jitmarlin.kernels import cublas
-from jitmarlin.kernels import dequant_gemm
+from jitmarlin.kernels.dequant import cublas
+from jitmarlin.kernels.dequant import dequant_gemm
 from jitmarlin.weights import halves
 from jitmarlin.kernels import planner
 from jitmarlin.errors import CaptureError, UnsupportedError
@@ -27,7 +27,7 @@ from jitmarlin.reference import check_output
 # ---- CPU: the cuBLAS binding against a fake libcublas ---------------------------------------------
 
 FAKE_CUBLAS = r"""
-// A stand-in for libcublas: the five entry points jitmarlin.kernels.cublas uses, on host memory. A GEMM
+// A stand-in for libcublas: the five entry points jitmarlin.kernels.dequant.cublas uses, on host memory. A GEMM
 // without a caller workspace fails (the real one would allocate: not allowed in graph capture);
 // leading dimensions are checked as cuBLAS checks them.
 #include <cstddef>

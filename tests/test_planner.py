@@ -8,6 +8,8 @@ from jitmarlin import InputError, UnsupportedError
 from jitmarlin.kernels.planner import (GEMV_MIN_FILL, GEMV_PLAN_MAX_M, GEMV_SCALED_MIN_FILL, WGMMA_MIN_M, _gemv_fill, candidate_specs, choose_fused_spec,
                                dequant_min_m, dequant_route, plan, spread_clusters)
 from jitmarlin.kernels.problem import Problem
+from jitmarlin.kernels.mma import plan as mma_plan
+from jitmarlin.kernels.wgmma import plan as wgmma_plan
 from jitmarlin.jit.profiles import PROFILES, get_profile
 from jitmarlin.kernels.spec import DequantSpec, GemvSpec, KernelSpec, spec_from_canonical
 
@@ -89,7 +91,7 @@ def test_every_plan_fits_the_profile(prof):
 
 def test_decode_tiles_follow_layer_size(monkeypatch):
     from jitmarlin.kernels import planner
-    monkeypatch.setattr(planner, "WHOLE_DECODE", False)    # (the Stream-K tile choice)
+    monkeypatch.setattr(mma_plan, "WHOLE_DECODE", False)    # (the Stream-K tile choice)
     h100 = get_profile("h100")
     # (M <= 8 takes the gemv kernel on these layers: tests/test_gemv.py)
     small = plan(h100, Problem(16, 6144, 4096, "float16", "uint4b8", 128))
@@ -117,7 +119,7 @@ def test_decode_clusters_where_tiles_deal_evenly(m, act, monkeypatch):
     # off by default (measured slower on H100, tools/PERF.md entry 29): Stream-K everywhere
     for k, n in BENCH_LAYERS.values():
         assert plan(h100, Problem(m, n, k, act, "uint4b8", 128)).spec.cluster == 1
-    monkeypatch.setattr(planner, "CLUSTER_DECODE", True)
+    monkeypatch.setattr(mma_plan, "CLUSTER_DECODE", True)
     for name, (k, n) in BENCH_LAYERS.items():
         p = Problem(m, n, k, act, "uint4b8", 128)
         pl = plan(h100, p)
@@ -340,7 +342,7 @@ def _late_blocks_by_simulation(p, spec, grid, iters):
 
 def test_late_publish_where_short_runs_go_on_past_a_split_tile(monkeypatch):
     from jitmarlin.kernels import planner
-    monkeypatch.setattr(planner, "WHOLE_DECODE", False)     # (8B qkv and gate_up take whole tiles)
+    monkeypatch.setattr(mma_plan, "WHOLE_DECODE", False)     # (8B qkv and gate_up take whole tiles)
     h = get_profile("h100")
     layers = {"8B qkv": (4096, 6144), "8B o": (4096, 4096), "8B gate_up": (4096, 28672),
               "8B down": (14336, 4096), "70B qkv": (8192, 10240), "70B o": (8192, 8192),
@@ -390,7 +392,7 @@ def test_k512_tiles_for_64_wide_whole_decode_plans(monkeypatch):
     # wider whole tiles (8B gate_up) and Stream-K plans (8B o, 70B qkv) keep K-tiles of 256
     for n, k in ((28672, 4096), (4096, 4096), (10240, 8192)):
         assert plan(h, Problem(16, n, k, "float16", "uint4b8", 128)).spec.tk == 16
-    monkeypatch.setattr(planner, "WHOLE_DECODE_TK32", False)
+    monkeypatch.setattr(mma_plan, "WHOLE_DECODE_TK32", False)
     assert plan(h, Problem(16, 6144, 4096, "float16", "uint4b8", 128)).spec.tk == 16
     # the autotuner weighs K-tiles of 512 at decode on the sm80 path, not from two m16 row blocks on
     cands = [c for c in candidate_specs(h, Problem(16, 6144, 4096, "float16", "uint4b8", 128))
@@ -414,9 +416,9 @@ def test_narrow_deep_tiles_where_a_tile_splits_over_eight_blocks(monkeypatch):
             for act in ("float16", "bfloat16"):
                 pl = plan(h, Problem(m, n, k, act, "uint4b8", 128))
                 assert (pl.spec.tn, pl.spec.tk, pl.spec.stages, pl.spec.whole) == (8, 32, 3, False), pl.spec.name
-                monkeypatch.setattr(planner, "NARROW_DEEP_DECODE", False)
+                monkeypatch.setattr(mma_plan, "NARROW_DEEP_DECODE", False)
                 old = plan(h, Problem(m, n, k, act, "uint4b8", 128))
-                monkeypatch.setattr(planner, "NARROW_DEEP_DECODE", True)
+                monkeypatch.setattr(mma_plan, "NARROW_DEEP_DECODE", True)
                 assert (old.spec.tn, old.spec.tk) == (16, 16)
                 assert pl.iters == old.iters                             # the same K-steps a block
                 assert k // old.spec.tile_k >= 8 * old.iters > k // pl.spec.tile_k    # 8+ blocks a tile -> fewer
@@ -438,7 +440,7 @@ def test_late_publish_is_a_candidate_beside_its_stream_k_plan(monkeypatch):
     late = [c for c in cands if getattr(c, "late", False)]
     assert late and all(replace(c, late=False) in cands for c in late)
     assert all(planner.late_contributors(p, c, *planner._geometry(h, p, c)) for c in late)
-    monkeypatch.setattr(planner, "LATE_PUBLISH", False)
+    monkeypatch.setattr(mma_plan, "LATE_PUBLISH", False)
     assert not choose_fused_spec(h, Problem(16, 10240, 8192, "float16", "uint4b8", 128)).late
 
 
@@ -461,7 +463,7 @@ def test_whole_tiles_at_decode_where_one_tile_a_block_stays_light(monkeypatch):
             if tn is None:
                 continue
             with monkeypatch.context() as mp:
-                mp.setattr(planner, "WHOLE_DECODE", False)
+                mp.setattr(mma_plan, "WHOLE_DECODE", False)
                 stream = plan(h, p)
             k_tiles = k // pl.spec.tile_k
             assert pl.spec.tn == tn and (pl.grid, pl.iters) == (n // pl.spec.tile_n, k_tiles)   # one tile a block
@@ -471,7 +473,7 @@ def test_whole_tiles_at_decode_where_one_tile_a_block_stays_light(monkeypatch):
     p = Problem(16, 28672, 4096, "float16", "uint4b8", 128)
     for prof in ("a100", "rtx-pro-6000"):                  # measured on H100 only
         assert not getattr(choose_fused_spec(get_profile(prof), p), "whole", False), prof
-    monkeypatch.setattr(planner, "WHOLE_DECODE", False)
+    monkeypatch.setattr(mma_plan, "WHOLE_DECODE", False)
     assert not choose_fused_spec(h, p).whole
 
 
@@ -532,7 +534,7 @@ def test_hybrid_plans_deal_every_k_step_once():
     p = Problem(1024, 10240, 8192, "float16", "uint4b8", 128)
     assert (plan(h, p).grid, plan(h, p).iters, plan(h, p).whole) == (132, 55, 2)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(planner, "HYBRID_PLANS", False)
+        mp.setattr(mma_plan, "HYBRID_PLANS", False)
         assert (plan(h, p).grid, plan(h, p).iters, plan(h, p).whole) == (132, 311, 0)
     # 8B gate_up at 512 rows: 448 tiles of 224 columns; 3 whole a block would not keep them in step
     assert plan(h, Problem(512, 28672, 4096, "float16", "uint4b8", 128)).whole == 0
@@ -556,7 +558,7 @@ def test_half_tile_plans():
     # 70B qkv at 1024 rows: 128 x 2.5 tiles would cost 9 K-steps over Stream-K's share: hybrid
     assert plan(h, Problem(1024, 10240, 8192, "float16", "uint4b8", 128)).grid == 132
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(planner, "HALF_TILES", False)
+        mp.setattr(mma_plan, "HALF_TILES", False)
         assert plan(h, Problem(1024, 6144, 4096, "float16", "uint4b8", 128)).grid == 132
     rng = np.random.default_rng(36)
     seen = [0, 0]
@@ -568,7 +570,7 @@ def test_half_tile_plans():
             continue
         pl = plan(h, p, spec)
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(planner, "HALF_TILES", False)
+            mp.setattr(mma_plan, "HALF_TILES", False)
             plain = plan(h, p, replace(spec, cluster=1))
             if (plain.grid, plain.iters) == (pl.grid, pl.iters):
                 continue      # (Stream-K's own plan, which may also halve every tile)
@@ -617,7 +619,7 @@ def test_tall_tiles_where_no_tile_is_chained():
             assert pl.iters >= planner.TALL_UNSPLIT_MIN_STEPS
             assert pl.spec.cluster == 2 or pl.iters % pl.k_tiles == 0
             with pytest.MonkeyPatch.context() as mp:
-                mp.setattr(planner, "TALL_UNSPLIT", False)
+                mp.setattr(wgmma_plan, "TALL_UNSPLIT", False)
                 assert plan(h, Problem(m, n, k, "float16", "uint4b8", 128)).spec.tm == 8
     # from 257 rows the bar alone decides (70B o at 512 rows: 256 x 128, 2 whole tiles a block)
     assert plan(h, Problem(512, 8192, 8192, "float16", "uint4b8", 128)).spec.tm == 16
@@ -653,7 +655,7 @@ def test_wide3_tiles_where_n_is_a_multiple_of_192():
         assert s.threads == 384 and s.warpgroups == 3 and s.tile_n == 192
         assert s.cluster == 2 or pl.iters % pl.k_tiles == 0
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(planner, "WIDE3", False)
+            mp.setattr(wgmma_plan, "WIDE3", False)
             assert getattr(plan(h, p).spec, "tn", 0) != 12
     # the tuner's candidates carry them where N is a multiple of 192, one block an SM
     cands = [c for c in candidate_specs(h, Problem(256, 6144, 4096, "float16", "uint4b8", 128)) if c.wgmma and c.tn == 12]

@@ -13,6 +13,7 @@ from jitmarlin.kernels.launch import MAX_SLOT_FLOATS
 from jitmarlin.kernels.planner import (ALL_QTYPES, WGMMA_MIN_M, candidate_specs, choose_fused_spec,
                                dequant_min_m, group_blocks, plan)
 from jitmarlin.kernels.problem import Problem
+from jitmarlin.kernels.mma import plan as mma_plan
 from jitmarlin.jit.profiles import PROFILES, get_profile
 from jitmarlin.kernels.render import render
 from jitmarlin.kernels.spec import KernelSpec
@@ -89,7 +90,7 @@ def test_whole_tiles_a_block_where_they_cost_little(monkeypatch):
     tiles a block (no split tile, no partial sums); the others keep Stream-K. Never more than
     WHOLE_TILES_MAX_LOAD x the Stream-K plan's K-steps for the busiest block."""
     from jitmarlin.kernels import planner
-    monkeypatch.setattr(planner, "HYBRID_PLANS", False)
+    monkeypatch.setattr(mma_plan, "HYBRID_PLANS", False)
     h = get_profile("h100")
     for (k, n), m, grid, iters in [((4096, 4096), 1024, 128, 64),        # 8B o: 128 tiles
                                    ((4096, 28672), 1024, 128, 448),      # 8B gate_up: 7 a block
@@ -235,7 +236,7 @@ def test_half_tile_plans_run_in_clusters_of_two(monkeypatch):
             assert pl.spec.smem_bytes() == plain.smem_bytes() + pl.spec.tile_m * pl.spec.tile_n * 2 + 16
             assert pl.spec.name == plain.name + "c2"
             assert (plan(h, p, plain).grid, plan(h, p, plain).iters) == (pl.grid, pl.iters)
-    monkeypatch.setattr(planner, "HALF_TILES_CLUSTER", False)
+    monkeypatch.setattr(mma_plan, "HALF_TILES_CLUSTER", False)
     assert plan(h, Problem(1024, 6144, 4096, "float16", "uint4b8", 128)).spec.cluster == 1
     monkeypatch.undo()
     two = replace(_spec(tm=16, tn=8), cluster=2)
@@ -305,7 +306,7 @@ def test_short_row_block_specs():
     cands = [s for s in candidate_specs(h, Problem(300, 8192, 8192, "float16", "uint4b8", 128)) if s.wgmma]
     assert cands and all(s.tail == (300 % s.tile_m != 0) for s in cands)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(planner, "TAIL_BOXES", False)
+        mp.setattr(mma_plan, "TAIL_BOXES", False)
         assert not choose_fused_spec(h, Problem(300, 8192, 8192, "float16", "uint4b8", 128)).tail
     with pytest.raises(ValueError, match="tail"):
         KernelSpec("sm80", "uint4b8", "float16", 8, 1, 8, 4, 4, tail=True).check()
@@ -695,7 +696,7 @@ def test_whole_tile_plans_match_reference(seed, rng, monkeypatch):
     from jitmarlin.kernels import planner
     from jitmarlin.jit.profiles import live_profile
 
-    monkeypatch.setattr(planner, "HYBRID_PLANS", False)
+    monkeypatch.setattr(mma_plan, "HYBRID_PLANS", False)
 
     w = rng.standard_normal((16384, 512)) * 0.05
     for act, group in (("float16", 128), ("bfloat16", -1)):
@@ -717,7 +718,7 @@ def test_whole_tile_plans_with_a_short_last_block(seed, rng, monkeypatch):
     if not _hopper():
         pytest.skip("needs an sm_90 GPU without JITMARLIN_EMULATE")
     from jitmarlin.kernels import planner
-    monkeypatch.setattr(planner, "HYBRID_PLANS", False)
+    monkeypatch.setattr(mma_plan, "HYBRID_PLANS", False)
     for m, n, geom in ((1499, 10624, (125, 4 * 8)), (2267, 3712, (131, 2 * 8))):
         _check_256_token_plans(rng, m, n, geom, lambda pl: (pl.grid, pl.iters), seed=seed)
 

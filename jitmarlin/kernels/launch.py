@@ -9,7 +9,7 @@ import numpy as np
 
 from jitmarlin.errors import CaptureError
 from jitmarlin.jit import launch as jl
-from jitmarlin.kernels.planner import Plan
+from jitmarlin.kernels.plan_base import Plan
 from jitmarlin.kernels.spec import HYBRID_SLOT_WORDS, GemvSpec
 
 MAX_SLOT_FLOATS = 128 * 256         # largest output tile (wgmma 256x128 or 128x256): floats per partial slot

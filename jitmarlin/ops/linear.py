@@ -13,7 +13,8 @@ from dataclasses import dataclass, replace
 
 from jitmarlin import settings
 from jitmarlin.jit import launch
-from jitmarlin.kernels import dequant_gemm, planner, tuned
+from jitmarlin.kernels import planner, tuned
+from jitmarlin.kernels.dequant import dequant_gemm
 from jitmarlin.kernels import launch as family_launch
 from jitmarlin.jit.arrays import is_cupy, is_torch
 from jitmarlin.jit.cache import KernelCache, default_cache

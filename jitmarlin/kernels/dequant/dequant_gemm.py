@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from jitmarlin.kernels import cublas
+from jitmarlin.kernels.dequant import cublas
 from jitmarlin.errors import CaptureError
 from jitmarlin.jit.launch import current_device, get_function, is_capturing, private_stream, stream_object
 from jitmarlin.jit.nvrtc import Artifact
-from jitmarlin.kernels.planner import Plan
+from jitmarlin.kernels.plan_base import Plan
 
 MB = 1 << 20
 BIAS_MAX_BLOCKS = 4096          # the bias kernel strides over the rows with at most this many
