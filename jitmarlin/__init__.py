@@ -8,16 +8,23 @@ with NVRTC, cached on disk and launched from CuPy on the caller's stream. Large 
 expand the weight into a dense workspace (a generated kernel too) and multiply with cuBLAS.
 """
 from jitmarlin._version import __version__
-from jitmarlin.ops.linear import PrewarmResult, linear, plan_for
 from jitmarlin.errors import CaptureError, CompileError, InputError, JitMarlinError, UnsupportedError
-from jitmarlin.weights.formats import (from_awq, from_compressed_tensors, from_gguf, from_gptq, from_hqq, from_mxfp4,
-                      from_nvfp4)
 from jitmarlin.jit.profiles import PROFILES as profiles
 from jitmarlin.jit.profiles import DeviceProfile, get_profile
+from jitmarlin.kernels.spec import DequantSpec, KernelSpec, spec_from_canonical
+from jitmarlin.ops.linear import PrewarmResult, linear, plan_for
+from jitmarlin.service.fleet import prewarm
+from jitmarlin.weights.formats import (
+                      from_awq,
+                      from_compressed_tensors,
+                      from_gguf,
+                      from_gptq,
+                      from_hqq,
+                      from_mxfp4,
+                      from_nvfp4,
+)
 from jitmarlin.weights.qtypes import QTYPES
 from jitmarlin.weights.quant import QuantizedWeight, dequantize, quantize
-from jitmarlin.kernels.spec import DequantSpec, KernelSpec, spec_from_canonical
-from jitmarlin.service.fleet import prewarm
 
 __all__ = [
     "__version__", "linear", "prewarm", "plan_for", "PrewarmResult", "quantize", "dequantize",

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-from jitmarlin.weights import halves
 from jitmarlin.kernels.planner import Plan
-from jitmarlin.weights.quant import QuantizedWeight
 from jitmarlin.kernels.render import render
 from jitmarlin.kernels.spec import AnySpec, DequantSpec, GemvSpec
+from jitmarlin.weights import halves
+from jitmarlin.weights.quant import QuantizedWeight
 
 _libs: dict[str, ctypes.CDLL] = {}
 

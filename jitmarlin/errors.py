@@ -32,4 +32,4 @@ class CaptureError(JitMarlinError, RuntimeError):
 
 
 class TuneError(JitMarlinError, RuntimeError):
-    """Autotuning could not measure the planner's own choice (jitmarlin.tune)."""
+    """Autotuning could not measure the planner's own choice (jitmarlin.service.tune)."""

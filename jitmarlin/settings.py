@@ -17,7 +17,7 @@ def cache_root() -> Path:
 
 def autotune_enabled() -> bool:
     """JITMARLIN_AUTOTUNE=1 (or true/yes/on): tune a problem bucket on the GPU at its first call
-    when no tuned choice is stored (jitmarlin.service.tune.choose_for)."""
+    when no tuned choice is stored (jitmarlin.kernels.tuned.choose_for)."""
     return os.environ.get("JITMARLIN_AUTOTUNE", "").strip().lower() in ("1", "true", "yes", "on")
 
 

@@ -22,8 +22,8 @@ from typing import Dict, List, Optional, Sequence
 import torch
 from torch import nn
 
-from jitmarlin.ops import linear as api
 from jitmarlin.errors import InputError
+from jitmarlin.ops import linear as api
 from jitmarlin.weights.quant import QuantizedWeight, quantize
 
 __all__ = ["MarlinLinear", "quantize_model", "select_linears", "Selection", "register", "unregister"]

@@ -54,9 +54,9 @@ def run_forced(qw, m, act, spec, rng, bias=True, lda=None, pad=0.0, x_mean=0.0):
     import numpy as np
     import torch
 
-    from jitmarlin.weights import halves
     from jitmarlin.ops.linear import _prepare, _torch_stream
     from jitmarlin.reference import linear_reference
+    from jitmarlin.weights import halves
 
     dt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[act]
     k = qw.in_features
@@ -120,7 +120,6 @@ def check_workspace_clean(lz) -> None:
     sums before they are stored)."""
     import numpy as np
 
-    from jitmarlin.jit import launch
     from jitmarlin.kernels import launch as family_launch
     ws = getattr(lz, "keep", None)
     if isinstance(ws, family_launch.Workspace):

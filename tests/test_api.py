@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from gpu_cases import ACTS, Case, cases, check_forced, check_linear, rel
 
 import jitmarlin
 from jitmarlin import InputError, QuantizedWeight
 from jitmarlin.ops.linear import _rows
-from gpu_cases import ACTS, Case, cases, check_forced, check_linear, rel
-
 
 # ---- CPU: argument checks that need no GPU ---------------------------------------------------
 
@@ -87,8 +86,7 @@ def make_weight(n: int, k: int, group: int, act: str, seed: int):
         return _weights[key]
     _weights.clear()  # keep GPU memory small: one weight at a time
     cp = _cp()
-    from jitmarlin.weights import halves
-    from jitmarlin.weights import packing
+    from jitmarlin.weights import halves, packing
     # one stream per (seed, shape): two weights of one test share no codes
     rs = cp.random.RandomState(int(np.random.SeedSequence([seed, n, k, group + 1, ACTS.index(act)])
                                    .generate_state(1)[0]))
@@ -334,8 +332,8 @@ TYPE_CASES = [
 
 def _host_case(qw, m, act, rng, kind, bias=True):
     """x (m, in_features), bias, in the array kind; the float64 reference from dequantize()."""
-    from jitmarlin.weights import halves
     from jitmarlin.reference import linear_reference
+    from jitmarlin.weights import halves
 
     cp = _cp()
     x = halves.round_to(rng.standard_normal((m, qw.in_features)), act)
@@ -452,10 +450,9 @@ def cluster_case_spec(case):
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", CLUSTER_CASES, ids=lambda c: f"m{c[0]}-n{c[1]}-k{c[2]}-c{c[5][3]}-{c[4]}")
 def test_cluster_decode_matches_reference(case, seed, rng, monkeypatch):
-    from jitmarlin.kernels import planner
-    from jitmarlin.kernels import tuned
-    from jitmarlin.kernels.problem import Problem
     from jitmarlin.jit.profiles import planning_profile
+    from jitmarlin.kernels import planner, tuned
+    from jitmarlin.kernels.problem import Problem
 
     m, n, k, group, act, _ = case
     prof = planning_profile(0)
@@ -549,10 +546,9 @@ LATE_CASES = [
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", LATE_CASES, ids=lambda c: f"m{c[0]}-n{c[1]}-k{c[2]}-g{c[3]}-{c[4]}")
 def test_late_publish_matches_reference(case, seed, rng, monkeypatch):
-    from jitmarlin.kernels import planner
-    from jitmarlin.kernels import tuned
-    from jitmarlin.kernels.problem import Problem
     from jitmarlin.jit.profiles import planning_profile
+    from jitmarlin.kernels import planner, tuned
+    from jitmarlin.kernels.problem import Problem
     from jitmarlin.kernels.spec import KernelSpec
 
     m, n, k, group, act, (tn, tk, st) = case
@@ -578,9 +574,8 @@ RAW_CASES = [(16, 4096, 14336, (16, 16, 3, False)), (11, 4160, 4096, (16, 16, 3,
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", RAW_CASES, ids=lambda c: f"m{c[0]}-n{c[1]}-k{c[2]}")
 def test_raw_codes_match_reference(case, seed, rng, monkeypatch):
-    from jitmarlin.kernels import planner
-    from jitmarlin.kernels import tuned
     from jitmarlin.jit.profiles import planning_profile
+    from jitmarlin.kernels import planner, tuned
     from jitmarlin.kernels.spec import KernelSpec
 
     m, n, k, (tn, tk, st, whole) = case
@@ -600,8 +595,8 @@ def test_raw_codes_cancel_offsets_for_x_far_from_zero_mean(seed, rng):
     M = 16) the raw-code kernel stays within bf16's tolerance and within 1.5x (+1e-4) of the error
     of a kernel on 128-wide tiles, which dequantises each weight instead (the fp16 form of this,
     1024 + v against 1032, failed such a check on the gemv kernel: tools/PERF.md entry 84)."""
-    from jitmarlin.kernels import planner
     from jitmarlin.jit.profiles import planning_profile
+    from jitmarlin.kernels import planner
     from jitmarlin.kernels.spec import KernelSpec
     prof = planning_profile(0)
     raw = KernelSpec("sm80", "uint4b8", "bfloat16", 8, 1, 16, 16, 3)
@@ -632,9 +627,8 @@ K512_CASES = [(16, 4096, 14336, 128, (8, 32, 3, False)), (11, 10240, 8192, 128, 
 @pytest.mark.parametrize("act", ["float16", "bfloat16"])
 @pytest.mark.parametrize("case", K512_CASES, ids=lambda c: f"m{c[0]}-n{c[1]}-k{c[2]}-g{c[3]}")
 def test_k512_tiles_match_reference(case, act, seed, rng, monkeypatch):
-    from jitmarlin.kernels import planner
-    from jitmarlin.kernels import tuned
     from jitmarlin.jit.profiles import planning_profile
+    from jitmarlin.kernels import planner, tuned
     from jitmarlin.kernels.spec import KernelSpec
 
     m, n, k, group, (tn, tk, st, whole) = case
@@ -653,9 +647,9 @@ def test_k512_tiles_match_reference(case, act, seed, rng, monkeypatch):
                                   (16, 6144, 4096, 128, "float16")],
                          ids=lambda c: f"m{c[0]}-n{c[1]}-k{c[2]}-g{c[3]}-{c[4]}")
 def test_whole_decode_plans_match_reference(case, seed, rng):
+    from jitmarlin.jit.profiles import planning_profile
     from jitmarlin.kernels import planner
     from jitmarlin.kernels.problem import Problem
-    from jitmarlin.jit.profiles import planning_profile
 
     m, n, k, group, act = case
     prof = planning_profile(0)
@@ -686,8 +680,8 @@ BULK_CASES = [(16, 7168, 8192, "uint4b8", 128, (16, 16, 3, False)), (13, 4096, 1
 @pytest.mark.parametrize("case", BULK_CASES, ids=lambda c: f"m{c[0]}-n{c[1]}-k{c[2]}-{c[3]}-g{c[4]}")
 def test_bulk_weight_boxes_match_reference(case, act, xbox, seed, rng):
     from jitmarlin.jit.profiles import planning_profile
-    from jitmarlin.weights.qtypes import QTYPES
     from jitmarlin.kernels.spec import KernelSpec
+    from jitmarlin.weights.qtypes import QTYPES
 
     m, n, k, qtype, group, (tn, tk, st, whole) = case
     if planning_profile(0).cc != (9, 0):   # (an emulated GPU: other limits, and not measured)
@@ -704,8 +698,8 @@ def test_x_boxes_stop_at_in_features(act, seed, rng):
     """KernelSpec.xbox: in_features 1000 of K 1024 and x rows 1024 apart with NaN in columns
     1000..1023: x's map ends at in_features, so the last box's 24 columns past it land as zeros."""
     from jitmarlin.jit.profiles import planning_profile
-    from jitmarlin.weights.quant import from_codes
     from jitmarlin.kernels.spec import KernelSpec
+    from jitmarlin.weights.quant import from_codes
 
     if planning_profile(0).cc != (9, 0):
         pytest.skip("TMA boxes are planned on sm_90")

@@ -581,9 +581,9 @@ def test_thermal_slowdown_counts_heat_not_the_power_cap():
 
 
 def test_sweep_filter_keeps_gemv_kernels_out_of_tile_and_stage_filters():
+    from jitmarlin.jit.profiles import get_profile
     from jitmarlin.kernels.planner import candidate_specs
     from jitmarlin.kernels.problem import Problem
-    from jitmarlin.jit.profiles import get_profile
 
     specs = candidate_specs(get_profile("h100"), Problem(16, 8192, 28672, "float16", "uint4b8", 128))
     gemv = [s for s in specs if not hasattr(s, "stages")]

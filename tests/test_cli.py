@@ -78,7 +78,6 @@ def test_inspect_sass_or_clear_hint(capsys, monkeypatch):
 
 def test_bench_says_what_it_needs_without_a_gpu(capsys):
     import pytest
-
     from conftest import HAS_GPU
 
     if HAS_GPU:

@@ -17,12 +17,11 @@ import pytest
 
 import jitmarlin
 from jitmarlin import emu
-from jitmarlin.kernels.dequant import cublas
-from jitmarlin.kernels.dequant import dequant_gemm
-from jitmarlin.weights import halves
-from jitmarlin.kernels import planner
 from jitmarlin.errors import CaptureError, UnsupportedError
+from jitmarlin.kernels import planner
+from jitmarlin.kernels.dequant import cublas, dequant_gemm
 from jitmarlin.reference import check_output
+from jitmarlin.weights import halves
 
 # ---- CPU: the cuBLAS binding against a fake libcublas ---------------------------------------------
 
@@ -188,9 +187,9 @@ def test_workspace_per_stream_graph_workspace_and_capture(monkeypatch):
 def test_launcher_call_sequence(monkeypatch):
     from types import SimpleNamespace
 
+    from jitmarlin.jit.profiles import get_profile
     from jitmarlin.kernels.planner import plan
     from jitmarlin.kernels.problem import Problem
-    from jitmarlin.jit.profiles import get_profile
 
     calls = []
 
@@ -527,15 +526,15 @@ def test_prepare_builds_the_launcher_of_the_chosen_route(tmp_path, monkeypatch):
     import dataclasses
     import types
 
-    from jitmarlin.ops import linear as api
     from jitmarlin.jit import launch
-    from jitmarlin.kernels import launch as family_launch
-    from jitmarlin.service import tune
     from jitmarlin.jit.cache import KernelCache
-    from jitmarlin.kernels.problem import Problem
     from jitmarlin.jit.profiles import get_profile
-    from jitmarlin.weights.quant import QuantizedWeight
+    from jitmarlin.kernels import launch as family_launch
+    from jitmarlin.kernels.problem import Problem
     from jitmarlin.kernels.spec import DequantSpec
+    from jitmarlin.ops import linear as api
+    from jitmarlin.service import tune
+    from jitmarlin.weights.quant import QuantizedWeight
 
     monkeypatch.setenv("JITMARLIN_CACHE_DIR", str(tmp_path))
     prof = dataclasses.replace(get_profile("h100"), name="NVIDIA H100 80GB HBM3")

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 from jitmarlin import emu
-from jitmarlin.weights import halves
+from jitmarlin.jit.profiles import get_profile
 from jitmarlin.kernels.planner import plan
 from jitmarlin.kernels.problem import Problem
-from jitmarlin.jit.profiles import get_profile
-from jitmarlin.weights.quant import quantize
-from jitmarlin.reference import check_output, fails_check, linear_reference
 from jitmarlin.kernels.spec import KernelSpec
+from jitmarlin.reference import check_output, fails_check, linear_reference
+from jitmarlin.weights import halves
+from jitmarlin.weights.quant import quantize
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(emu.compiler() is None, reason="no C++ compiler for the emulator")]

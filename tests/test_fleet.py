@@ -4,11 +4,11 @@ import re
 
 import pytest
 
-from jitmarlin.service import fleet
+from jitmarlin.errors import InputError
 from jitmarlin.jit import nvrtc
 from jitmarlin.jit.cache import KernelCache
+from jitmarlin.service import fleet
 from jitmarlin.service.cli import main
-from jitmarlin.errors import InputError
 
 MODELS = {"llama-3-8b", "llama-3-70b", "qwen2.5-7b", "qwen2.5-32b", "qwen2.5-72b", "mistral-7b"}
 ARCHS7 = "sm_70,sm_75,sm_80,sm_86,sm_89,sm_90,sm_120"

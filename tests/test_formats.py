@@ -8,8 +8,17 @@ import numpy as np
 import pytest
 
 import jitmarlin
-from jitmarlin import (InputError, UnsupportedError, from_awq, from_compressed_tensors, from_gguf,
-                       from_gptq, from_hqq, from_mxfp4, from_nvfp4)
+from jitmarlin import (
+    InputError,
+    UnsupportedError,
+    from_awq,
+    from_compressed_tensors,
+    from_gguf,
+    from_gptq,
+    from_hqq,
+    from_mxfp4,
+    from_nvfp4,
+)
 from jitmarlin.weights import halves
 from jitmarlin.weights.quant import E2M1, E4M3
 

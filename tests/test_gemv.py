@@ -6,16 +6,22 @@ import os
 
 import numpy as np
 import pytest
+from gpu_cases import check_forced, check_linear
 
 from jitmarlin import InputError, UnsupportedError
-from jitmarlin.kernels.planner import (ALL_QTYPES, GEMV_PLAN_MAX_M, _gemv_shape, candidate_specs, gemv_specs,
-                               group_blocks, plan)
-from jitmarlin.kernels.problem import Problem
 from jitmarlin.jit.profiles import PROFILES, get_profile
+from jitmarlin.kernels.planner import (
+    ALL_QTYPES,
+    GEMV_PLAN_MAX_M,
+    _gemv_shape,
+    candidate_specs,
+    gemv_specs,
+    group_blocks,
+    plan,
+)
+from jitmarlin.kernels.problem import Problem
 from jitmarlin.kernels.render import render
 from jitmarlin.kernels.spec import GemvSpec, spec_from_canonical
-
-from gpu_cases import check_forced, check_linear
 
 GROUP_OF = {"nvfp4": 16, "mxfp4": 32, "float8_e4m3fn": -1, "uint4": 64, "uint8": -1}
 H100 = get_profile("h100")
@@ -202,9 +208,9 @@ def test_every_type_on_emulator(qt, seed, rng):
     from dataclasses import replace
 
     from jitmarlin import emu
+    from jitmarlin.reference import check_output, linear_reference
     from jitmarlin.weights import halves
     from jitmarlin.weights.quant import quantize
-    from jitmarlin.reference import check_output, linear_reference
 
     if emu.compiler() is None:
         pytest.skip("no C++ compiler for the emulator")
@@ -233,9 +239,9 @@ def test_spread_runs_cross_column_blocks_on_emulator(cl, seed, rng):
     from dataclasses import replace
 
     from jitmarlin import emu
+    from jitmarlin.reference import check_output, linear_reference
     from jitmarlin.weights import halves
     from jitmarlin.weights.quant import quantize
-    from jitmarlin.reference import check_output, linear_reference
 
     if emu.compiler() is None:
         pytest.skip("no C++ compiler for the emulator")
@@ -261,9 +267,9 @@ def test_hybrid_plans_on_emulator(seed, rng):
     from dataclasses import replace
 
     from jitmarlin import emu
+    from jitmarlin.reference import check_output, linear_reference
     from jitmarlin.weights import halves
     from jitmarlin.weights.quant import quantize
-    from jitmarlin.reference import check_output, linear_reference
 
     if emu.compiler() is None:
         pytest.skip("no C++ compiler for the emulator")
@@ -306,9 +312,9 @@ def test_pair_plans_on_emulator(seed, rng):
     from dataclasses import replace
 
     from jitmarlin import emu
+    from jitmarlin.reference import check_output, linear_reference
     from jitmarlin.weights import halves
     from jitmarlin.weights.quant import quantize
-    from jitmarlin.reference import check_output, linear_reference
 
     if emu.compiler() is None:
         pytest.skip("no C++ compiler for the emulator")
@@ -365,8 +371,8 @@ def test_emulator_catches_a_pair_protocol_slip(which, rng, plant):
     from dataclasses import replace
 
     from jitmarlin import emu
-    from jitmarlin.weights.quant import quantize
     from jitmarlin.reference import linear_reference
+    from jitmarlin.weights.quant import quantize
 
     if emu.compiler() is None:
         pytest.skip("no C++ compiler for the emulator")
@@ -391,9 +397,9 @@ def test_group_scales_on_the_sums_with_runs_off_the_groups(kind, seed, rng):
     from dataclasses import replace
 
     from jitmarlin import emu
+    from jitmarlin.reference import check_output, linear_reference
     from jitmarlin.weights import halves
     from jitmarlin.weights.quant import quantize
-    from jitmarlin.reference import check_output, linear_reference
 
     if emu.compiler() is None:
         pytest.skip("no C++ compiler for the emulator")
@@ -434,8 +440,8 @@ def test_emulator_catches_a_hybrid_protocol_slip(which, rng, monkeypatch):
     from dataclasses import replace
 
     from jitmarlin import emu
-    from jitmarlin.weights.quant import quantize
     from jitmarlin.reference import linear_reference
+    from jitmarlin.weights.quant import quantize
 
     if emu.compiler() is None:
         pytest.skip("no C++ compiler for the emulator")
@@ -473,8 +479,8 @@ def test_emulator_catches_a_missing_cluster_barrier(which, rng, monkeypatch):
     from dataclasses import replace
 
     from jitmarlin import emu
-    from jitmarlin.weights.quant import quantize
     from jitmarlin.reference import linear_reference
+    from jitmarlin.weights.quant import quantize
 
     if emu.compiler() is None:
         pytest.skip("no C++ compiler for the emulator")
@@ -576,10 +582,10 @@ def test_pdl_kernels_on_emulator_wait_before_x(m, seed, rng, plant):
     from dataclasses import replace
 
     from jitmarlin import emu
-    from jitmarlin.weights import halves
     from jitmarlin.kernels.planner import choose_fused_spec
-    from jitmarlin.weights.quant import quantize
     from jitmarlin.reference import check_output, linear_reference
+    from jitmarlin.weights import halves
+    from jitmarlin.weights.quant import quantize
 
     if emu.compiler() is None:
         pytest.skip("no C++ compiler for the emulator")
@@ -611,9 +617,9 @@ def test_pdl_spread_and_hybrid_plans_on_emulator(seed, rng):
     from dataclasses import replace
 
     from jitmarlin import emu
+    from jitmarlin.reference import check_output, linear_reference
     from jitmarlin.weights import halves
     from jitmarlin.weights.quant import quantize
-    from jitmarlin.reference import check_output, linear_reference
 
     if emu.compiler() is None:
         pytest.skip("no C++ compiler for the emulator")
@@ -705,8 +711,8 @@ def test_act_order_through_linear(seed, rng):
 
     import jitmarlin
     from jitmarlin.jit.profiles import live_profile
-    from jitmarlin.weights.quant import from_codes
     from jitmarlin.reference import linear_reference
+    from jitmarlin.weights.quant import from_codes
 
     # 96 column blocks: the gemv kernel on an H100 (checked below), x gathered into the weight's
     # column order before the launch
@@ -808,8 +814,8 @@ def test_pair_plan_through_linear_and_a_cuda_graph(seed, rng):
     import torch
 
     import jitmarlin
-    from jitmarlin.ops.linear import plan_for
     from jitmarlin.jit.profiles import live_profile
+    from jitmarlin.ops.linear import plan_for
     from jitmarlin.reference import linear_reference
 
     prof = live_profile(0)
@@ -846,8 +852,8 @@ def test_hybrid_plan_replays_in_a_cuda_graph(seed, rng):
     import torch
 
     import jitmarlin
-    from jitmarlin.ops.linear import plan_for
     from jitmarlin.jit.profiles import live_profile
+    from jitmarlin.ops.linear import plan_for
     from jitmarlin.reference import linear_reference
 
     prof = live_profile(0)

@@ -2,10 +2,10 @@
 main before the package was split into layers (issue #58): the move changed no key."""
 import pytest
 
-from jitmarlin.kernels import planner
 from jitmarlin.jit.cache import key_inputs, key_of, source_digest
-from jitmarlin.kernels.problem import Problem
 from jitmarlin.jit.profiles import get_profile
+from jitmarlin.kernels import planner
+from jitmarlin.kernels.problem import Problem
 from jitmarlin.kernels.render import render, templates_digest
 from jitmarlin.kernels.spec import spec_from_canonical, spec_kind
 from jitmarlin.service.tune import tune_key

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from jitmarlin.jit import launch
+from jitmarlin.jit.profiles import get_profile
 from jitmarlin.kernels import launch as family_launch
 from jitmarlin.kernels import planner
 from jitmarlin.kernels.problem import Problem
-from jitmarlin.jit.profiles import get_profile
 
 
 class _Func:

@@ -4,12 +4,12 @@ from dataclasses import replace
 
 import pytest
 
+from jitmarlin.errors import UnsupportedError
 from jitmarlin.jit import nvrtc
 from jitmarlin.jit.cache import default_cache
-from jitmarlin.errors import UnsupportedError
+from jitmarlin.jit.profiles import get_profile
 from jitmarlin.kernels.planner import plan
 from jitmarlin.kernels.problem import Problem
-from jitmarlin.jit.profiles import get_profile
 from jitmarlin.kernels.render import partials, render
 from jitmarlin.kernels.spec import GemvSpec
 

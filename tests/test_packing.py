@@ -3,6 +3,8 @@ import numpy as np
 import pytest
 
 from jitmarlin.weights import packing
+
+
 def test_pack_unpack_round_trip(rng):
     n, k = 192, 256
     q = rng.integers(0, 16, (n, k), dtype=np.uint8)

@@ -5,13 +5,25 @@ import numpy as np
 import pytest
 
 from jitmarlin import InputError, UnsupportedError
-from jitmarlin.kernels.planner import (GEMV_MIN_FILL, GEMV_PLAN_MAX_M, GEMV_SCALED_MIN_FILL, WGMMA_MIN_M, _gemv_fill, candidate_specs, choose_fused_spec,
-                               dequant_min_m, dequant_route, plan, spread_clusters)
-from jitmarlin.kernels.problem import Problem
-from jitmarlin.kernels.mma import plan as mma_plan
-from jitmarlin.kernels.wgmma import plan as wgmma_plan
 from jitmarlin.jit.profiles import PROFILES, get_profile
+from jitmarlin.kernels.mma import plan as mma_plan
+from jitmarlin.kernels.planner import (
+    GEMV_MIN_FILL,
+    GEMV_PLAN_MAX_M,
+    GEMV_SCALED_MIN_FILL,
+    WGMMA_MIN_M,
+    _gemv_fill,
+    candidate_specs,
+    choose_fused_spec,
+    dequant_min_m,
+    dequant_route,
+    plan,
+    spread_clusters,
+)
+from jitmarlin.kernels.problem import Problem
 from jitmarlin.kernels.spec import DequantSpec, GemvSpec, KernelSpec, spec_from_canonical
+from jitmarlin.kernels.wgmma import plan as wgmma_plan
+
 
 @pytest.mark.parametrize("prof", list(PROFILES.values()), ids=lambda p: p.name)
 def test_every_plan_fits_the_profile(prof):
@@ -90,7 +102,6 @@ def test_every_plan_fits_the_profile(prof):
 
 
 def test_decode_tiles_follow_layer_size(monkeypatch):
-    from jitmarlin.kernels import planner
     monkeypatch.setattr(mma_plan, "WHOLE_DECODE", False)    # (the Stream-K tile choice)
     h100 = get_profile("h100")
     # (M <= 8 takes the gemv kernel on these layers: tests/test_gemv.py)
@@ -379,7 +390,6 @@ def render_late(spec):
 def test_k512_tiles_for_64_wide_whole_decode_plans(monkeypatch):
     """planner.WHOLE_DECODE_TK32: a whole decode plan of 64-wide tiles (Llama-3-8B qkv on H100)
     takes K-tiles of 512 in 6 stages where K is a multiple of 512; other plans keep theirs."""
-    from jitmarlin.kernels import planner
     h = get_profile("h100")
     for m in (9, 12, 16):
         for act in ("float16", "bfloat16"):
@@ -409,7 +419,6 @@ def test_narrow_deep_tiles_where_a_tile_splits_over_eight_blocks(monkeypatch):
     """planner.NARROW_DEEP_DECODE: a Stream-K decode plan of 256-wide tiles that splits each tile over
     8 blocks or more (Llama-3-8B down, Qwen2.5-7B down on H100) takes 128 x 512 tiles in 3 stages,
     for the same steps a block and half the blocks a tile; plans of fewer sharers keep theirs."""
-    from jitmarlin.kernels import planner
     h = get_profile("h100")
     for n, k in ((4096, 14336), (3584, 18944)):
         for m in (9, 16):
@@ -630,7 +639,6 @@ def test_wide3_tiles_where_n_is_a_multiple_of_192():
     192 wgmma tiles (three warpgroups, 384 threads) where N is a multiple of 192 and their plan has
     no chained tile (halves in clusters of two, or whole tiles a block) on >= 0.9 x SMs blocks
     (planner._wide3); elsewhere the tiles it took before."""
-    from jitmarlin.kernels import planner
     h = get_profile("h100")
     for m, n, k, qt, g, act, geom in [
             (256, 6144, 4096, "uint4b8", 128, "float16", ("m8n12k4s6c2", 128, 32, 0)),   # 8B qkv: 64 tiles in halves

@@ -3,8 +3,9 @@ import pytest
 
 import jitmarlin
 from jitmarlin import InputError
-from jitmarlin.weights import halves
-from jitmarlin.weights import packing
+from jitmarlin.weights import halves, packing
+
+
 @pytest.mark.parametrize("group", [-1, 32, 64, 128])
 @pytest.mark.parametrize("sdt", ["float16", "bfloat16"])
 def test_quantize_dequantize(rng, group, sdt):

@@ -6,7 +6,6 @@ CPU only (NVRTC compiles the few kernels; no GPU is needed). Every planted paylo
 marker file when unpickled, and every test asserts the marker never appears.
 """
 import hashlib
-import io
 import json
 import os
 import pathlib
@@ -22,13 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from jitmarlin.jit import bundle as bundle_mod
 from jitmarlin import emu
-from jitmarlin.jit import nvrtc
+from jitmarlin.jit import bundle as bundle_mod
 from jitmarlin.jit.bundle import BundleError, export_bundle, import_bundle
 from jitmarlin.jit.cache import STORE_DIR, KernelCache, key_of
-from jitmarlin.service.cli import main
 from jitmarlin.kernels.spec import KernelSpec
+from jitmarlin.service.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 8, 8, 4)

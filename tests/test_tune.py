@@ -14,16 +14,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jitmarlin.ops import linear as api
-from jitmarlin.kernels import planner, tuned
-from jitmarlin.service import tune
+from jitmarlin.errors import InputError, TuneError
 from jitmarlin.jit.bundle import export_bundle, import_bundle
 from jitmarlin.jit.cache import KernelCache
-from jitmarlin.service.cli import main
-from jitmarlin.errors import InputError, TuneError
-from jitmarlin.kernels.problem import Problem
 from jitmarlin.jit.profiles import get_profile
+from jitmarlin.kernels import planner, tuned
+from jitmarlin.kernels.problem import Problem
 from jitmarlin.kernels.spec import KernelSpec, spec_from_canonical, spec_kind
+from jitmarlin.ops import linear as api
+from jitmarlin.service import autotune, tune
+from jitmarlin.service.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 H100 = get_profile("h100")
@@ -462,7 +462,7 @@ def test_autotune_on_first_call_tunes_once_and_stores(tmp_path, monkeypatch):
 
 def test_a_failed_autotune_falls_back_and_is_not_retried(tmp_path, caplog, monkeypatch):
     cache, prof = KernelCache(tmp_path), _gpu_profile()
-    monkeypatch.setattr(tune, "_failed", set())
+    monkeypatch.setattr(autotune, "_failed", set())
     calls = []
 
     def tuner(profile, arch, p):
@@ -523,8 +523,7 @@ def test_cli_tune_with_a_faked_gpu(tmp_path, capsys, monkeypatch):
     choices reused unless --force, unsupported and failed problems reported, exit 1 on failure."""
     import importlib
 
-    from jitmarlin.service import cli
-    from jitmarlin.service import measure
+    from jitmarlin.service import cli, measure
     profiles = importlib.import_module("jitmarlin.jit.profiles")   # (jitmarlin.profiles is the dict)
     prof = _gpu_profile()
     monkeypatch.setattr(cli, "_gpus", lambda: [(0, GPU, "9.0")])
@@ -606,8 +605,8 @@ def test_random_weights_for_every_quant_type():
 def test_precompile_in_worker_processes(tmp_path, monkeypatch):
     """Candidates compile in fresh `python -c` workers into the disk cache (no multiprocessing:
     it would re-import the caller's script); a worker that dies fails its share with a reason."""
-    from jitmarlin.service import measure
     from jitmarlin.jit import nvrtc
+    from jitmarlin.service import measure
     specs = [KernelSpec("sm80", "uint4b8", "float16", 8, 1, 8, 16, st) for st in (2, 3, 4)]
     cache = KernelCache(tmp_path / "c")
     cache.get(specs[0], "sm_90")                                     # one already cached
@@ -694,7 +693,7 @@ def test_gpu_autotune_env_tunes_on_first_call(tmp_path, monkeypatch, seed, rng):
 
     prof, arch = _gpu_setup(tmp_path, monkeypatch)
     monkeypatch.setenv("JITMARLIN_AUTOTUNE", "1")
-    monkeypatch.setattr(tune, "_failed", set())
+    monkeypatch.setattr(autotune, "_failed", set())
     p = Problem(3, 1024, 2048, "float16", "uint4b8", 128)
     bp = tune.bucket_problem(p)
     default = planner.plan(prof, bp).spec
@@ -723,12 +722,11 @@ def test_gpu_tuner_checks_a_winner_against_the_planners_kernel(monkeypatch, seed
     measured as the fastest never becomes the choice)."""
     pytest.importorskip("torch")
     import cupy as cp
+    from gpu_cases import check_forced
 
     import jitmarlin
-    from jitmarlin.service.measure import GpuMeasure
     from jitmarlin.jit.profiles import planning_profile
-
-    from gpu_cases import check_forced
+    from jitmarlin.service.measure import GpuMeasure
 
     prof = planning_profile(0)
     for act in planner.PATH_ACTS[prof.path]:   # (JITMARLIN_EMULATE=t4 / v100: fp16 only)
@@ -770,10 +768,10 @@ def test_gpu_whole_tile_candidates_match_reference(seed, rng):
     launcher: 8B qkv's shape at M = 16 and 5 (96 blocks of one 64-wide tile; on a GPU or
     emulated profile of fewer SMs, one 64-wide tile an SM), a poisoned output."""
     pytest.importorskip("torch")
+    from gpu_cases import check_forced
+
     import jitmarlin
     from jitmarlin.jit.profiles import planning_profile
-
-    from gpu_cases import check_forced
 
     # the profile the launcher plans for (an emulated one under JITMARLIN_EMULATE: its path,
     # activation dtypes and shared memory)

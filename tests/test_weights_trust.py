@@ -184,9 +184,9 @@ def test_nvfp4_and_mxfp4_default_to_their_own_group():
 def test_one_shape_rule_with_one_message(capsys, tmp_path):
     """quantize, from_codes, the planner entry (plan_for, used by inspect and prewarm) and the
     CLI all say the same thing about a shape the kernels cannot take."""
+    from jitmarlin.jit.profiles import get_profile
     from jitmarlin.ops.linear import plan_for
     from jitmarlin.service.cli import main
-    from jitmarlin.jit.profiles import get_profile
 
     want = shape_problem(100, 128)
     assert want and "multiples of 8" in want
@@ -227,11 +227,11 @@ def test_200_random_valid_weights_stay_in_bounds_on_the_emulator(rng):
     from dataclasses import replace
 
     from jitmarlin import emu
+    from jitmarlin.jit.profiles import get_profile
     from jitmarlin.kernels.planner import plan
     from jitmarlin.kernels.problem import Problem
-    from jitmarlin.jit.profiles import get_profile
-    from jitmarlin.reference import linear_reference, rel_error
     from jitmarlin.kernels.spec import KernelSpec
+    from jitmarlin.reference import linear_reference, rel_error
 
     if emu.compiler() is None:
         pytest.skip("no C++ compiler for the emulator")
@@ -283,9 +283,9 @@ def test_the_emulator_catches_a_lying_weight_that_slips_past(field, rng):
     from dataclasses import replace
 
     from jitmarlin import emu
+    from jitmarlin.jit.profiles import get_profile
     from jitmarlin.kernels.planner import plan
     from jitmarlin.kernels.problem import Problem
-    from jitmarlin.jit.profiles import get_profile
     from jitmarlin.kernels.spec import KernelSpec
 
     if emu.compiler() is None:

@@ -7,18 +7,24 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from gpu_cases import check_forced
 
 from jitmarlin import UnsupportedError
-from jitmarlin.kernels.launch import MAX_SLOT_FLOATS
-from jitmarlin.kernels.planner import (ALL_QTYPES, WGMMA_MIN_M, candidate_specs, choose_fused_spec,
-                               dequant_min_m, group_blocks, plan)
-from jitmarlin.kernels.problem import Problem
-from jitmarlin.kernels.mma import plan as mma_plan
 from jitmarlin.jit.profiles import PROFILES, get_profile
+from jitmarlin.kernels.launch import MAX_SLOT_FLOATS
+from jitmarlin.kernels.mma import plan as mma_plan
+from jitmarlin.kernels.planner import (
+    ALL_QTYPES,
+    WGMMA_MIN_M,
+    candidate_specs,
+    choose_fused_spec,
+    dequant_min_m,
+    group_blocks,
+    plan,
+)
+from jitmarlin.kernels.problem import Problem
 from jitmarlin.kernels.render import render
 from jitmarlin.kernels.spec import KernelSpec
-
-from gpu_cases import check_forced
 
 TILES = [(4, 8), (4, 16), (8, 8), (8, 16), (16, 8)]
 GROUP_OF = {"nvfp4": 16, "mxfp4": 32}
@@ -221,7 +227,6 @@ def test_half_tile_plans_run_in_clusters_of_two(monkeypatch):
     distributed shared memory, KernelSpec.cluster_bytes more shared memory); the same plan. A
     cluster kernel on a problem without a half-tile plan, or on a GPU without clusters: a clear
     error before anything launches."""
-    from jitmarlin.kernels import planner
     h = get_profile("h100")
     rows = [((1024, 6144, 4096), (128, 32, 1)),   # 8B qkv: 1 whole tile a block + a half
             ((256, 4096, 14336), (128, 112, 0)),  # 8B down: 64 tiles of 128 x 128, halved
@@ -297,7 +302,6 @@ def test_short_row_block_specs():
     block short of the tile (planner.tail_spec) and only then; the flag names the kernel and
     enters its canonical text only when set; the mma.sync kernels refuse it; the source takes the
     second map and the row count only with it."""
-    from jitmarlin.kernels import planner
     h = get_profile("h100")
     for m, tile_m in [(136, 128), (200, 128), (256, 128), (300, 256), (1024, 256), (40, 64), (64, 64), (17, 32)]:
         spec = choose_fused_spec(h, Problem(m, 8192, 4096, "float16", "uint4b8", 128))
@@ -668,8 +672,8 @@ def test_two_block_plans_on_a_workspace_from_dirty_memory(seed, rng):
 
     import jitmarlin
     from jitmarlin.jit import launch
-    from jitmarlin.kernels import launch as family_launch
     from jitmarlin.jit.profiles import live_profile
+    from jitmarlin.kernels import launch as family_launch
 
     sms = live_profile(0).sms
     counters, floats, words = family_launch.workspace_capacity(sms)
@@ -693,7 +697,6 @@ def test_whole_tile_plans_match_reference(seed, rng, monkeypatch):
     if not _hopper():
         pytest.skip("needs an sm_90 GPU without JITMARLIN_EMULATE")
     import jitmarlin
-    from jitmarlin.kernels import planner
     from jitmarlin.jit.profiles import live_profile
 
     monkeypatch.setattr(mma_plan, "HYBRID_PLANS", False)
@@ -717,7 +720,6 @@ def test_whole_tile_plans_with_a_short_last_block(seed, rng, monkeypatch):
     (the poisoned output shows a missed tile). Hybrid plans off: these stay whole-tile plans."""
     if not _hopper():
         pytest.skip("needs an sm_90 GPU without JITMARLIN_EMULATE")
-    from jitmarlin.kernels import planner
     monkeypatch.setattr(mma_plan, "HYBRID_PLANS", False)
     for m, n, geom in ((1499, 10624, (125, 4 * 8)), (2267, 3712, (131, 2 * 8))):
         _check_256_token_plans(rng, m, n, geom, lambda pl: (pl.grid, pl.iters), seed=seed)
@@ -825,8 +827,8 @@ def test_wide3_plans_match_reference(m, n, k, name_end, seed, rng):
     if not _hopper():
         pytest.skip("needs an sm_90 GPU without JITMARLIN_EMULATE")
     import jitmarlin
-    from jitmarlin.kernels import planner
     from jitmarlin.jit.profiles import live_profile
+    from jitmarlin.kernels import planner
 
     w = rng.standard_normal((n, k)) * 0.02
     for act, qt in (("float16", "uint4b8"), ("bfloat16", "uint4b8"), ("float16", "uint4")):

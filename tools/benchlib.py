@@ -11,8 +11,15 @@ import sys
 import types
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from jitmarlin.service.bench import (Timer, copies_needed, copy_bandwidth, draw_values,  # noqa: E402
-                             floor_us, host_overhead, random_weights)
+from jitmarlin.service.bench import (  # noqa: E402
+    Timer,
+    copies_needed,
+    copy_bandwidth,
+    draw_values,
+    floor_us,
+    host_overhead,
+    random_weights,
+)
 
 __all__ = ["SHAPES", "IST_MARLIN", "BENCH_CUBLAS", "BEST_PEERS", "FLOOR_TARGET_SHAPES", "select_shapes",
            "anchors_apply", "drop_foreign_anchors",
@@ -341,9 +348,9 @@ def planner_kernel(device, m, n, k, act, group):
     """The kernel the planner picks for the bench's weights (uint4b8) at (M, N, K, act, group) on
     GPU `device`. A row whose measured kernel differs ran a choice the autotuner stored for this
     GPU and M bucket (jitmarlin tune, JITMARLIN_AUTOTUNE=1)."""
+    from jitmarlin.jit.profiles import planning_profile
     from jitmarlin.kernels import planner
     from jitmarlin.kernels.problem import Problem
-    from jitmarlin.jit.profiles import planning_profile
 
     return planner.plan(planning_profile(device), Problem(m, n, k, act, "uint4b8", group)).spec.name
 

@@ -14,11 +14,11 @@ from dataclasses import replace
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 
-from jitmarlin.jit import nvrtc                  # noqa: E402
-from jitmarlin.ops.linear import plan_for                # noqa: E402
-from jitmarlin.jit.cache import default_cache         # noqa: E402
-from jitmarlin.errors import JitMarlinError       # noqa: E402
-from jitmarlin.jit.profiles import get_profile        # noqa: E402
+from jitmarlin.errors import JitMarlinError  # noqa: E402
+from jitmarlin.jit import nvrtc  # noqa: E402
+from jitmarlin.jit.cache import default_cache  # noqa: E402
+from jitmarlin.jit.profiles import get_profile  # noqa: E402
+from jitmarlin.ops.linear import plan_for  # noqa: E402
 
 
 def problems():

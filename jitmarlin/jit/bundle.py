@@ -8,7 +8,8 @@ is fixed and names are sorted, so the same entries give the same bytes.
 
 Records (jitmarlin.jit.records) travel in their kind's member: the tuned choices
 (jitmarlin.kernels.tuned) in tuned.json ({"format": 1, "choices": {key: record}}), listed in the
-manifest's optional "tuned" section (key, winner spec, sha256 of the record's canonical JSON). Bundles without the section (older ones) import as before, and older
+manifest's optional "tuned" section (key, winner spec, sha256 of the record's canonical JSON).
+Bundles without the section (older ones) import as before, and older
 jitmarlins ignore it.
 
 A bundle is untrusted input: import reads a plain tar only (no decompression), regular-file
@@ -30,10 +31,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jitmarlin._version import __version__
-from jitmarlin.jit import nvrtc
-from jitmarlin.jit.cache import (_KEY_RE, ENTRY_DIR, ENTRY_FORMAT, KernelCache,
-                    entry_from_json, entry_key_inputs, entry_problem, entry_to_json, key_problem)
 from jitmarlin.errors import InputError
+from jitmarlin.jit import nvrtc
+from jitmarlin.jit.cache import (
+    _KEY_RE,
+    ENTRY_DIR,
+    ENTRY_FORMAT,
+    KernelCache,
+    entry_from_json,
+    entry_key_inputs,
+    entry_problem,
+    entry_to_json,
+    key_problem,
+)
 from jitmarlin.jit.profiles import ARCH_DEFAULT_PROFILE
 from jitmarlin.jit.records import RecordKind, canonical_json, record_kinds
 

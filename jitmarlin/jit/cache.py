@@ -30,18 +30,41 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from jitmarlin._version import __version__
 from jitmarlin.jit import nvrtc
 from jitmarlin.jit.cache_entries import (  # noqa: F401  (re-exported: jitmarlin.jit.cache is the public module)
-    _KEY_RE, ENTRY_DIR, ENTRY_FORMAT, LEGACY_DIRS, SOURCE_PREFIX, STORE_DIR,
-    USAGE_PREFIX, _TREE, ReadOnlyTier, _current_inputs, _from_entry, _is_entry_key,
-    _is_record_key, _to_entry, _usage_row, cache_key, entry_from_json, entry_key_inputs,
-    entry_mismatch, entry_ok, entry_problem, entry_size, entry_to_json, key_inputs, key_of,
-    key_problem, source_digest)
-from jitmarlin._version import __version__
+    _KEY_RE,
+    _TREE,
+    ENTRY_DIR,
+    ENTRY_FORMAT,
+    LEGACY_DIRS,
+    SOURCE_PREFIX,
+    STORE_DIR,
+    USAGE_PREFIX,
+    ReadOnlyTier,
+    _current_inputs,
+    _from_entry,
+    _is_entry_key,
+    _is_record_key,
+    _to_entry,
+    _usage_row,
+    cache_key,
+    entry_from_json,
+    entry_key_inputs,
+    entry_mismatch,
+    entry_ok,
+    entry_problem,
+    entry_size,
+    entry_to_json,
+    key_inputs,
+    key_of,
+    key_problem,
+    source_digest,
+)
 from jitmarlin.jit.records import kind_of, record_kinds
 from jitmarlin.jit.sources import Buildable, render, source, templates_digest
-from jitmarlin.settings import cache_root, lock_timeout_s
 from jitmarlin.jit.store_disk import NonRawKey, SafeDisk, create_file, flock_timeout, make_dir, tree_problem
+from jitmarlin.settings import cache_root, lock_timeout_s
 
 log = logging.getLogger("jitmarlin")
 
@@ -527,7 +550,7 @@ class KernelCache:
         return bad
 
     # ---- bundles ----
-    # ---- raw entries (for jitmarlin.bundle) ----
+    # ---- raw entries (for jitmarlin.jit.bundle) ----
     @property
     def writable(self) -> bool:
         return self._open() is not None

@@ -13,8 +13,8 @@ import time
 import zlib
 from pathlib import Path
 
-from jitmarlin.jit import nvrtc
 from jitmarlin._version import __version__
+from jitmarlin.jit import nvrtc
 from jitmarlin.jit.records import kind_of, record_prefixes
 from jitmarlin.jit.sources import Buildable, parse, render
 from jitmarlin.jit.store_disk import ReadOnlySafeDisk, encode, read_bounded, tree_problem

@@ -110,7 +110,7 @@ def tensor_map_2d(ptr: int, elem_bytes: int, dims: tuple[int, int], row_bytes: i
     dimension, rows) of `elem_bytes` (2 or 8) each at `ptr` (16-byte aligned), rows `row_bytes`
     apart (a multiple of 16); boxes of box[0] x box[1] elements; reads outside the array give
     zeros. Host-only (the driver encodes it; no GPU work, so allowed during CUDA-graph capture)."""
-    from cuda.bindings import driver as cu   # cuda-python >= 12.6 (both extras pin it)
+    from cuda.bindings import driver as cu  # cuda-python >= 12.6 (both extras pin it)
 
     dtype = {2: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16,
              8: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT64}[elem_bytes]

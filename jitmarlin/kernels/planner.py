@@ -17,39 +17,116 @@ from dataclasses import dataclass, replace
 
 from jitmarlin.errors import InputError, UnsupportedError
 from jitmarlin.jit.profiles import DeviceProfile
-from jitmarlin.kernels.problem import Problem
-from jitmarlin.kernels.spec import HYBRID_MAX_SHARERS, AnySpec, DequantSpec, GemvSpec, KernelSpec, wgmma_threads
-from jitmarlin.weights.qtypes import ACT_DTYPES, GROUP_SIZES, get_qtype
-from jitmarlin.kernels.plan_base import (  # noqa: F401
-    ALL_QTYPES, PATH_QTYPES, PATH_ACTS, PATH_MAX_STAGES, PATH_MAX_TM, WGMMA_MIN_M,
-    wgmma_available, Plan, check_problem, BIG_LAYER_BYTES_PER_SM, max_tm, group_blocks,
-    _preferences, _deepest_fused, _fits, _check_spec_matches,
-)
-from jitmarlin.kernels.gemv.plan import (  # noqa: F401
-    GEMV_MAX_M, GEMV_PLAN_MAX_M, GEMV_MIN_FILL, GEMV_SCALED_MIN_FILL, GEMV_COL_BLOCKS, GEMV_PAIR,
-    GEMV_PAIR_MAX_M, _gemv_shape, _gemv_light, spread_clusters, hybrid_fits, _gemv_fill,
-    gemv_specs, _pair_planned, _gemv_choice,
-)
-from jitmarlin.kernels.mma.plan import (  # noqa: F401
-    CLUSTER_DECODE, CLUSTER_SIZES, CLUSTER_MAX_LOAD, CLUSTER_MAX_M, cluster_tiles, _geometry,
-    WHOLE_TILES_MAX_LOAD, tiles_in_step, _whole_tiles, HALF_TILES, HALF_TILES_MAX_EXTRA, HALF_TILES_MAX_LOAD,
-    HALF_TILES_MIN_FILL, HALF_TILES_MIN_TM, _half_tiles, HALF_TILES_CLUSTER, is_half_plan, TAIL_BOXES,
-    tail_spec, _half_cluster_spec, HYBRID_PLANS, HYBRID_MIN_M, _hybrid, _block_bytes,
-    _cluster_spec, BULK_DECODE, BULK_MIN_STAGE_BYTES, bulk_fits, XBOX_ACTS, xbox_fits,
-    bulk_spec, NARROW_DEEP_DECODE, NARROW_DEEP_MIN_SHARERS, NARROW_DEEP_STAGES, _narrow_deep_decode, LATE_PUBLISH,
-    LATE_MAX_ITERS, late_contributors, WHOLE_DECODE, WHOLE_DECODE_MAX_LOAD, WHOLE_DECODE_MAX_STEPS, WHOLE_DECODE_TK32,
-    WHOLE_DECODE_TK32_STAGES, _whole_decode, _late_spec, plan_spec, plan_of,
-)
-from jitmarlin.kernels.wgmma.plan import (  # noqa: F401
-    _wgmma_specs, _deepest_wgmma, WGMMA_OCC2_MIN_STEPS, WGMMA_WIDE_MIN_STEPS, WGMMA_SMALL_DEPTH, WGMMA_TALL_MIN_STEPS,
-    WGMMA_TALL_MIN_STEPS_256, TALL_UNSPLIT, TALL_UNSPLIT_MIN_STEPS, _tall_unsplit, WIDE3, WIDE3_MAX_M,
-    WIDE3_STAGES, WIDE3_TAIL_STAGES, WIDE3_QTYPES, _wide3, _wgmma_steps_per_block, wgmma_occupancy,
-)
 from jitmarlin.kernels.dequant.plan import (  # noqa: F401
     dequant_spec,
 )
-
-
+from jitmarlin.kernels.gemv.plan import (  # noqa: F401
+    GEMV_COL_BLOCKS,
+    GEMV_MAX_M,
+    GEMV_MIN_FILL,
+    GEMV_PAIR,
+    GEMV_PAIR_MAX_M,
+    GEMV_PLAN_MAX_M,
+    GEMV_SCALED_MIN_FILL,
+    _gemv_choice,
+    _gemv_fill,
+    _gemv_light,
+    _gemv_shape,
+    _pair_planned,
+    gemv_specs,
+    hybrid_fits,
+    spread_clusters,
+)
+from jitmarlin.kernels.mma.plan import (  # noqa: F401
+    BULK_DECODE,
+    BULK_MIN_STAGE_BYTES,
+    CLUSTER_DECODE,
+    CLUSTER_MAX_LOAD,
+    CLUSTER_MAX_M,
+    CLUSTER_SIZES,
+    HALF_TILES,
+    HALF_TILES_CLUSTER,
+    HALF_TILES_MAX_EXTRA,
+    HALF_TILES_MAX_LOAD,
+    HALF_TILES_MIN_FILL,
+    HALF_TILES_MIN_TM,
+    HYBRID_MIN_M,
+    HYBRID_PLANS,
+    LATE_MAX_ITERS,
+    LATE_PUBLISH,
+    NARROW_DEEP_DECODE,
+    NARROW_DEEP_MIN_SHARERS,
+    NARROW_DEEP_STAGES,
+    TAIL_BOXES,
+    WHOLE_DECODE,
+    WHOLE_DECODE_MAX_LOAD,
+    WHOLE_DECODE_MAX_STEPS,
+    WHOLE_DECODE_TK32,
+    WHOLE_DECODE_TK32_STAGES,
+    WHOLE_TILES_MAX_LOAD,
+    XBOX_ACTS,
+    _block_bytes,
+    _cluster_spec,
+    _geometry,
+    _half_cluster_spec,
+    _half_tiles,
+    _hybrid,
+    _late_spec,
+    _narrow_deep_decode,
+    _whole_decode,
+    _whole_tiles,
+    bulk_fits,
+    bulk_spec,
+    cluster_tiles,
+    is_half_plan,
+    late_contributors,
+    plan_of,
+    plan_spec,
+    tail_spec,
+    tiles_in_step,
+    xbox_fits,
+)
+from jitmarlin.kernels.plan_base import (  # noqa: F401
+    ALL_QTYPES,
+    BIG_LAYER_BYTES_PER_SM,
+    PATH_ACTS,
+    PATH_MAX_STAGES,
+    PATH_MAX_TM,
+    PATH_QTYPES,
+    WGMMA_MIN_M,
+    Plan,
+    _check_spec_matches,
+    _deepest_fused,
+    _fits,
+    _preferences,
+    check_problem,
+    group_blocks,
+    max_tm,
+    wgmma_available,
+)
+from jitmarlin.kernels.problem import Problem
+from jitmarlin.kernels.spec import HYBRID_MAX_SHARERS, AnySpec, DequantSpec, GemvSpec, KernelSpec, wgmma_threads
+from jitmarlin.kernels.wgmma.plan import (  # noqa: F401
+    TALL_UNSPLIT,
+    TALL_UNSPLIT_MIN_STEPS,
+    WGMMA_OCC2_MIN_STEPS,
+    WGMMA_SMALL_DEPTH,
+    WGMMA_TALL_MIN_STEPS,
+    WGMMA_TALL_MIN_STEPS_256,
+    WGMMA_WIDE_MIN_STEPS,
+    WIDE3,
+    WIDE3_MAX_M,
+    WIDE3_QTYPES,
+    WIDE3_STAGES,
+    WIDE3_TAIL_STAGES,
+    _deepest_wgmma,
+    _tall_unsplit,
+    _wgmma_specs,
+    _wgmma_steps_per_block,
+    _wide3,
+    wgmma_occupancy,
+)
+from jitmarlin.weights.qtypes import ACT_DTYPES, GROUP_SIZES, get_qtype
 
 # ---- route: fused kernel, or dequantise + cuBLAS -------------------------------------------------
 # At large M the fused mma.sync kernel is compute-bound and loses to fp16 cuBLAS (H100: 2.5-3x

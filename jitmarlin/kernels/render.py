@@ -9,7 +9,6 @@ dequantisation kernel, a DequantSpec).
 from __future__ import annotations
 
 import functools
-
 import hashlib
 from functools import lru_cache
 from pathlib import Path

@@ -301,7 +301,8 @@ class KernelSpec(_WeightFormat):
         if self.cluster not in (1, 2, 4, 8):
             raise ValueError(f"cluster (blocks per thread-block cluster) must be 1, 2, 4 or 8, got {self.cluster}")
         if self.cluster > 1 and self.path not in ("sm80", "sm90"):
-            raise ValueError("thread-block clusters are built into the sm80-path (mma.sync) and sm90 (wgmma) kernels only")
+            raise ValueError("thread-block clusters are built into the sm80-path (mma.sync) and sm90 (wgmma) "
+                             "kernels only")
         if self.cluster > 1 and self.wgmma and (self.cluster != 2 or self.occupancy != 1):
             raise ValueError("the wgmma kernel takes clusters of 2 (half-tile plans), one block an SM")
         if self.wgmma:
@@ -531,7 +532,8 @@ class GemvSpec(_WeightFormat):
 
     def smem_bytes(self) -> int:
         """The warps' sums (max_m rows x 64 fp32 columns, 16 bytes of padding; spread: two a
-        warp, as a run can cover two column blocks; hybrid: also a counter), plus, with clusters and whole column blocks, rank
+        warp, as a run can cover two column blocks; hybrid: also a counter), plus, with clusters and
+        whole column blocks, rank
         0's receive area for the other blocks' sums."""
         if self.spread:
             return 4 * self.warps * 2 * (self.max_m * 64 + 4) + (16 if self.spread == 2 else 0)
@@ -578,7 +580,8 @@ class GemvSpec(_WeightFormat):
         if self.unroll not in (1, 2, 4, 8) or self.unroll * self.bits // 4 > 8:
             raise ValueError(f"unroll must be 1, 2, 4 or 8 with at most 8 16-byte loads a batch, got {self.unroll}")
         if self.occupancy not in (1, 2) or self.occupancy * self.warps > 16:
-            raise ValueError(f"occupancy {self.occupancy} x {self.warps} warps: at most 16 warps of 128 registers an SM")
+            raise ValueError(f"occupancy {self.occupancy} x {self.warps} warps: at most 16 warps of 128 "
+                             "registers an SM")
         if self.max_m not in (8, 16):
             raise ValueError(f"max_m (rows of x) must be 8 or 16, got {self.max_m}")
         if self.cluster not in (1, 2):
@@ -602,7 +605,8 @@ class GemvSpec(_WeightFormat):
     def name(self) -> str:
         """Kernel symbol: jm_gemv_sm80_uint4b8_f16_g128_m8w16k16u4c2 (pair: ...u4c2x)."""
         return (f"jm_gemv_{self.path}_{self.qtype}_{ACT_DTYPES[self.act]}_{self.group_tag}"
-                f"_m{self.max_m}w{self.warps}k{self.kwarps}u{self.unroll}" + (f"c{self.cluster}" if self.cluster > 1 else "")
+                f"_m{self.max_m}w{self.warps}k{self.kwarps}u{self.unroll}"
+                + (f"c{self.cluster}" if self.cluster > 1 else "")
                 + ("x" if self.pair else "")
                 + (f"o{self.occupancy}" if self.occupancy > 1 else "") + ("", "s", "h")[int(self.spread)]
                 + ("p" if self.pdl else ""))
@@ -630,7 +634,8 @@ def spec_kind(spec) -> str:
 
 def kind_of_canonical(text: str) -> str:
     """The kind whose canonical form `text` is, read from its "family" field (GemvSpec) or its
-    "route" field (KernelSpec when it has neither). Raises ValueError for text that is not a JSON object or names an unknown route."""
+    "route" field (KernelSpec when it has neither). Raises ValueError for text that is not a JSON
+    object or names an unknown route."""
     try:
         d = json.loads(text)
     except (TypeError, ValueError) as exc:

@@ -220,14 +220,15 @@ def lookup(cache: KernelCache, gpu: str, arch: str, p: Problem) -> TunedChoice |
 def choose_for(profile: DeviceProfile, arch: str, p: Problem, cache: KernelCache, *,
                device: int = 0, capturing: bool = False, autotune: bool | None = None,
                tuner: Callable[[DeviceProfile, str, Problem], TunedChoice] | None = None):
-    """The spec api._prepare should use for problem `p`, or None for the planner's default.
+    """The spec ops.linear._prepare should use for problem `p`, or None for the planner's default.
 
     A stored choice for (profile.name, arch, bucket of p) is used when its winner is not the
     default and planner.plan() accepts it for the exact problem (a wgmma winner built for p's
     short last row block, planner.tail_spec, where p has one). With none stored, and
     `autotune` (default: JITMARLIN_AUTOTUNE=1) outside CUDA-graph capture, the bucket is tuned
     now by the registered autotuner (jitmarlin.service.tune registers it: tuner(profile, arch, p),
-    default jitmarlin.service.measure on GPU `device`, under a per-key lock), and stored. A failed tuning is logged and not retried in this process.
+    default jitmarlin.service.measure on GPU `device`, under a per-key lock), and stored. A
+    failed tuning is logged and not retried in this process.
     During capture a stored choice is used only when its kernel is already compiled."""
     choice = lookup(cache, profile.name, arch, p)
     if choice is None and not capturing and (autotune_enabled() if autotune is None else autotune):

@@ -12,15 +12,15 @@ import sys
 from dataclasses import dataclass, replace
 
 from jitmarlin import settings
+from jitmarlin.errors import CaptureError, InputError
 from jitmarlin.jit import launch
+from jitmarlin.jit.arrays import is_cupy, is_torch
+from jitmarlin.jit.cache import default_cache
+from jitmarlin.jit.profiles import DeviceProfile, live_profile, planning_profile
+from jitmarlin.kernels import launch as family_launch
 from jitmarlin.kernels import planner, tuned
 from jitmarlin.kernels.dequant import dequant_gemm
-from jitmarlin.kernels import launch as family_launch
-from jitmarlin.jit.arrays import is_cupy, is_torch
-from jitmarlin.jit.cache import KernelCache, default_cache
-from jitmarlin.errors import CaptureError, InputError
 from jitmarlin.kernels.problem import Problem
-from jitmarlin.jit.profiles import DeviceProfile, live_profile, planning_profile
 from jitmarlin.weights.qtypes import check_shape, kernel_dims, normalize_act
 from jitmarlin.weights.quant import QuantizedWeight
 

@@ -112,8 +112,7 @@ def random_weights(n, k, group, act, copies, shared_values=False):
     the same numbers (see draw_values)."""
     import cupy as cp
 
-    from jitmarlin.weights import halves
-    from jitmarlin.weights import packing
+    from jitmarlin.weights import halves, packing
 
     out = []
     for _ in range(copies):

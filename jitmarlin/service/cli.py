@@ -31,7 +31,7 @@ def cmd_info(args) -> int:
     from jitmarlin.jit import nvrtc
     from jitmarlin.jit.cache import default_cache
     from jitmarlin.jit.profiles import emulated_name
-    from jitmarlin.kernels.render import templates_dir, templates_digest
+    from jitmarlin.kernels.render import templates_digest, templates_dir
 
     info = {"jitmarlin": __version__}
     try:
@@ -74,7 +74,8 @@ def cmd_info(args) -> int:
         if k == "nvrtc_archs":
             v = ", ".join(f"{a} ({info['arch_profiles'].get(a, '?')})" for a in v)
         if isinstance(v, list):
-            v = ", ".join(str(x if not isinstance(x, dict) else f"[{x['index']}] {x['name']} (cc {x['cc']})") for x in v) or "none"
+            v = ", ".join(str(x if not isinstance(x, dict) else f"[{x['index']}] {x['name']} (cc {x['cc']})")
+                          for x in v) or "none"
         print(f"{k:<{w}}  {v}")
     return 0
 
@@ -91,9 +92,9 @@ def _profile_from(args):
 
 
 def cmd_inspect(args) -> int:
-    from jitmarlin.ops.linear import plan_for
     from jitmarlin.jit.cache import default_cache
     from jitmarlin.kernels.render import render
+    from jitmarlin.ops.linear import plan_for
 
     prof = _profile_from(args)
     plan = plan_for(prof, args.m, args.n, args.k, args.act, args.quant, args.group)
@@ -176,8 +177,8 @@ def _csv(text, conv=str, flag=""):
 def _selected_shapes(args):
     """(shapes, skipped) from --shapes, --model and --manifest (split per --tp): prewarm's and
     tune's shape selection. shapes: (K, N) pairs or fleet.Shape; skipped: fleet.Skipped."""
-    from jitmarlin.service import fleet
     from jitmarlin.errors import InputError
+    from jitmarlin.service import fleet
 
     tp = _csv(args.tp, int, "--tp") or None
     shapes, skipped = [], []
@@ -194,8 +195,8 @@ def _selected_shapes(args):
 
 def cmd_prewarm(args) -> int:
     """Plan and compile every kernel the named GPUs need for the given models or shapes."""
-    from jitmarlin.service import fleet
     from jitmarlin.jit.cache import KernelCache, default_cache
+    from jitmarlin.service import fleet
 
     if args.list_models:
         print(fleet.describe_models())
@@ -247,13 +248,12 @@ def _unwritable(cache) -> str:
 
 def cmd_tune(args) -> int:
     """Time the candidate kernels of every selected problem on the live GPU and store the
-    fastest per GPU model and M bucket (see jitmarlin.tune)."""
-    from jitmarlin.service import fleet
-    from jitmarlin.kernels import planner
-    from jitmarlin.service import tune
-    from jitmarlin.jit.cache import default_cache
+    fastest per GPU model and M bucket (see jitmarlin.service.tune)."""
     from jitmarlin.errors import JitMarlinError
+    from jitmarlin.jit.cache import default_cache
+    from jitmarlin.kernels import planner
     from jitmarlin.kernels.problem import Problem
+    from jitmarlin.service import fleet, tune
 
     if not (args.model or args.manifest or args.shapes):
         print("tune: give --model, --manifest or --shapes (see prewarm --list-models)", file=sys.stderr)
@@ -274,9 +274,9 @@ def cmd_tune(args) -> int:
     ms, acts = _csv(args.m, int, "--m"), _csv(args.act)
     quants, groups = _csv(args.quant), _csv(args.group, int, "--group")
     fleet._check_choices(ms, acts, quants, groups)
-    from jitmarlin.service import measure
     from jitmarlin.errors import TuneError
     from jitmarlin.jit.profiles import live_profile, planning_profile
+    from jitmarlin.service import measure
 
     try:
         measure._torch()
@@ -308,7 +308,7 @@ def cmd_tune(args) -> int:
         for sk in skipped:
             print(f"  skipped {sk.label}: {sk.reason}")
     rows, failed = [], 0
-    for key, p in problems.items():
+    for _key, p in problems.items():
         row = {"K": p.k, "N": p.n, "M_bucket": p.m, "quant": p.qtype, "act": p.act,
                "group": p.group_size}
         try:
@@ -463,8 +463,9 @@ def _cache_bundle(cache, args) -> int:
         print(f"rejected {_short(key)}  {why}", file=sys.stderr)
     for key, why in r.skipped:
         print(f"skipped {_short(key)}  {why}", file=sys.stderr)
-    tuned = (f"; tuned choices: imported {r.records_imported.get('tuned', 0)}, already present "
-             f"{r.records_present.get('tuned', 0)}" if r.records_imported.get('tuned', 0) or r.records_present.get("tuned", 0) else "")
+    imported, present = r.records_imported.get("tuned", 0), r.records_present.get("tuned", 0)
+    tuned = (f"; tuned choices: imported {imported}, already present {present}"
+             if imported or present else "")
     skipped = f", skipped {len(r.skipped)} (other jitmarlin/NVRTC/format)" if r.skipped else ""
     print(f"imported {r.imported}, already present {r.present}, rejected {len(r.rejected)}"
           f"{skipped} into {cache.directory}{tuned}")
@@ -547,7 +548,8 @@ def cmd_bench(args) -> int:
         print(json.dumps(report, indent=1))
         return 0
     print(f"{report['gpu']}: copy bandwidth {bw:.2f} TB/s (read + write); graph replay, weights past 4x L2")
-    print(f"{'K x N':>13} {'M':>5} {'jitmarlin us':>13} {'floor us':>9} {'x floor':>8} {'cuBLAS fp16 us':>15} {'x cuBLAS':>9}")
+    print(f"{'K x N':>13} {'M':>5} {'jitmarlin us':>13} {'floor us':>9} {'x floor':>8} "
+          f"{'cuBLAS fp16 us':>15} {'x cuBLAS':>9}")
     for r in rows:
         print(f"{r['K']:>6}x{r['N']:<6} {r['M']:>5} {r['jitmarlin_us']:>13.1f} {r['floor_us']:>9.1f} "
               f"{r['jitmarlin_us'] / r['floor_us']:>8.2f} {r['cublas_fp16_us']:>15.1f} "
@@ -561,7 +563,8 @@ def cmd_bench(args) -> int:
 
 def _shape_args(s, m_help: str) -> None:
     """The problem-selection options prewarm and tune share."""
-    s.add_argument("--model", default=None, help="manifest names, e.g. llama-3-8b,qwen2.5-7b (see prewarm --list-models)")
+    s.add_argument("--model", default=None,
+                   help="manifest names, e.g. llama-3-8b,qwen2.5-7b (see prewarm --list-models)")
     s.add_argument("--manifest", default=None, help="a manifest JSON file (format: cache/README.md)")
     s.add_argument("--shapes", default=None, help="per-rank KxN list (K = in_features, N = "
                    "out_features, positive multiples of 8), e.g. 4096x4096,4096x14336")

@@ -20,15 +20,15 @@ from itertools import product
 from pathlib import Path
 from typing import Callable, Iterable
 
-from jitmarlin.jit import nvrtc
-from jitmarlin.weights import qtypes
-from jitmarlin.ops.linear import PrewarmResult, plan_for
-from jitmarlin.jit.cache import KernelCache, default_cache
 from jitmarlin.errors import InputError, JitMarlinError
+from jitmarlin.jit import nvrtc
+from jitmarlin.jit.cache import KernelCache, default_cache
 from jitmarlin.jit.launch import PDL_MIN_CC
 from jitmarlin.jit.profiles import DeviceProfile, get_profile
-from jitmarlin.weights.qtypes import ACT_DTYPES, GROUP_SIZES, get_qtype
 from jitmarlin.kernels.spec import AnySpec
+from jitmarlin.ops.linear import PrewarmResult, plan_for
+from jitmarlin.weights import qtypes
+from jitmarlin.weights.qtypes import ACT_DTYPES, GROUP_SIZES, get_qtype
 
 _PKG = Path(__file__).resolve().parents[1]   # the jitmarlin package folder
 

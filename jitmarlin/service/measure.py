@@ -1,6 +1,6 @@
-"""The GPU side of the autotuner (jitmarlin.tune): time one spec on a problem's shape.
+"""The GPU side of the autotuner (jitmarlin.service.tune): time one spec on a problem's shape.
 
-GpuMeasure(problem, device)(spec) builds Launchers for `spec` through api._prepare's spec
+GpuMeasure(problem, device)(spec) builds Launchers for `spec` through ops.linear._prepare's spec
 override, on random weights of the problem's quant type, with enough copies to rotate past 4x
 L2, and returns the GPU time per call in microseconds by CUDA-graph replay (jitmarlin.service.bench's
 Timer, the method of tools/sweep and tools/bench); its verify(spec, default) checks a would-be
@@ -20,14 +20,14 @@ from pathlib import Path
 
 import numpy as np
 
+from jitmarlin.errors import TuneError
+from jitmarlin.jit.cache import KernelCache, default_cache
+from jitmarlin.kernels.problem import Problem
+from jitmarlin.kernels.spec import spec_kind
 from jitmarlin.service import tune
 from jitmarlin.service.bench import Timer, copies_needed
-from jitmarlin.jit.cache import KernelCache, default_cache
-from jitmarlin.errors import TuneError
-from jitmarlin.kernels.problem import Problem
 from jitmarlin.weights.qtypes import get_qtype
 from jitmarlin.weights.quant import QuantizedWeight, from_codes
-from jitmarlin.kernels.spec import spec_kind
 
 TARGET_MS = 5.0       # GPU time per timed graph replay, milliseconds
 # A tuned winner's output against the planner's kernel's, ||out - ref|| / ||ref||: the
@@ -214,8 +214,8 @@ def _compile_in_workers(todo, arch: str, cache: KernelCache, jobs: int) -> dict:
 def _worker_main() -> None:
     """A compile worker: a JSON request {dir, arch, specs: [[kind, canonical], ...]} on stdin,
     one JSON line [index, status, reason] per spec on stdout."""
-    from jitmarlin.service.fleet import _compile
     from jitmarlin.kernels.spec import spec_from_canonical
+    from jitmarlin.service.fleet import _compile
 
     req = json.loads(sys.stdin.read())
     cache = KernelCache(req["dir"])
@@ -226,7 +226,7 @@ def _worker_main() -> None:
 
 def gpu_tuner(device: int = 0, *, jobs: int | None = None, target_ms: float = TARGET_MS,
               candidates=None, margin: float = tune.MARGIN):
-    """A tuner for tune.choose_for: (profile, arch, problem) -> TunedChoice, timing on GPU
+    """A tuner for kernels.tuned.choose_for: (profile, arch, problem) -> TunedChoice, timing on GPU
     `device` with kernels from the default cache (compiled there first, `jobs` processes)."""
 
     def run(profile, arch, p):

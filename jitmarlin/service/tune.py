@@ -4,10 +4,10 @@ fastest, and remember it in the kernel store per GPU model and shape bucket.
 It sits in the service layer, not inside the planner: the planner stays pure and proposes (plan()
 for its default, candidate_specs() for the search space); this module measures, decides and
 stores. The record format, the keys and choose_for() (what linear() asks before planning) are the
-pure part, jitmarlin.kernels.tuned (re-exported here); this module registers its autotuner there
-for JITMARLIN_AUTOTUNE=1. Everything here is pure except the injected `measure(spec) ->
-microseconds` and `tuner` callables (jitmarlin.service.measure has the GPU ones), so the
-decisions are tested on the CPU.
+pure part, jitmarlin.kernels.tuned (re-exported here); jitmarlin.service.autotune registers the
+autotuner (this module's tune() on GPU measurements) there for JITMARLIN_AUTOTUNE=1. Everything
+here is pure except the injected `measure(spec) -> microseconds` and `tuner` callables
+(jitmarlin.service.measure has the GPU ones), so the decisions are tested on the CPU.
 """
 from __future__ import annotations
 
@@ -22,13 +22,26 @@ from jitmarlin._version import __version__
 from jitmarlin.errors import TuneError
 from jitmarlin.jit.cache import KernelCache
 from jitmarlin.jit.profiles import DeviceProfile
-from jitmarlin.kernels import planner, tuned
+from jitmarlin.kernels import planner
 from jitmarlin.kernels.problem import Problem
 from jitmarlin.kernels.spec import spec_kind
 from jitmarlin.kernels.tuned import (  # noqa: F401  (the pure part, re-exported)
-    MARGIN, MAX_BUCKET, RECORD_FORMAT, TUNE_PREFIX, TUNED_MEMBER, TunedChoice, bucket_problem,
-    canonical_json, choose_for, describe_spec, lookup, record_problem, shape_bucket, templates_tag,
-    tune_key)
+    MARGIN,
+    MAX_BUCKET,
+    RECORD_FORMAT,
+    TUNE_PREFIX,
+    TUNED_MEMBER,
+    TunedChoice,
+    bucket_problem,
+    canonical_json,
+    choose_for,
+    describe_spec,
+    lookup,
+    record_problem,
+    shape_bucket,
+    templates_tag,
+    tune_key,
+)
 
 log = logging.getLogger("jitmarlin")
 
@@ -153,41 +166,3 @@ def choice_from(profile: DeviceProfile, arch: str, bp: Problem, sel: Selection) 
 def store(cache: KernelCache, choice: TunedChoice) -> bool:
     """Persist `choice` (replacing an earlier one for the same key); False if not writable."""
     return cache.put_record(choice.key, choice.to_dict())
-
-
-_failed: set = set()   # keys whose tuning failed in this process: not retried at every call
-
-
-def _tune_now(profile, arch, p, cache, device, tuner) -> TunedChoice | None:
-    key = tune_key(profile.name, arch, p)
-    if key in _failed:
-        return None
-    planner.check_problem(profile, p)       # a bad problem fails with its own clear error
-    if tuner is None:
-        from jitmarlin.service.measure import gpu_tuner
-
-        tuner = gpu_tuner(device)
-    with cache.record_lock(key):
-        choice = lookup(cache, profile.name, arch, p)    # another process may have tuned it
-        if choice is not None:
-            return choice
-        bp = bucket_problem(p)
-        log.info("jitmarlin: autotune %s %s g%d N=%d K=%d M<=%d on %s", p.qtype, p.act,
-                 p.group_size, p.n, p.k, bp.m, profile.name)
-        try:
-            choice = tuner(profile, arch, bp)
-        except Exception as exc:
-            _failed.add(key)
-            log.warning("jitmarlin: autotune of %s failed (%s: %s); using the planner's choice",
-                        key, type(exc).__name__, exc)
-            return None
-        log.info("jitmarlin: tuned %s: %s %.1f us, default %.1f us (%d candidates, %d failed)",
-                 key, describe_spec(choice.spec, choice.kind), choice.us, choice.default_us,
-                 choice.candidates, choice.failed)
-        store(cache, choice)
-    return choice
-
-
-
-
-tuned.set_autotuner(_tune_now)

@@ -15,10 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from jitmarlin.weights import halves
-from jitmarlin.weights import packing
-from jitmarlin.jit.arrays import to_host
 from jitmarlin.errors import InputError, UnsupportedError
+from jitmarlin.jit.arrays import to_host
+from jitmarlin.weights import halves, packing
 from jitmarlin.weights.qtypes import TILE, check_group, check_shape, get_qtype, kernel_dims
 
 # ---- value decoders (host) -----------------------------------------------------------------------
@@ -85,7 +84,7 @@ class QuantizedWeight:
     layout: str = packing.LAYOUT
     _device: dict = field(default_factory=dict, repr=False)
     _launchers: dict = field(default_factory=dict, repr=False)
-    _gather: dict = field(default_factory=dict, repr=False)   # act-order buffers (api.py)
+    _gather: dict = field(default_factory=dict, repr=False)   # act-order buffers (ops/linear.py)
 
     def __post_init__(self):
         if _is_int(self.n) and _is_int(self.k):
@@ -327,7 +326,8 @@ def from_codes(qtype: str, codes, scales, group_size: int, *, zeros=None, offset
     if affine and zeros is None and offsets is None:
         raise InputError(f"{qtype} needs zero points (zeros=) or offsets (offsets=)")
     if not affine and (zeros is not None or offsets is not None):
-        raise InputError(f"{qtype} has no zero points; use {'uint4' if qt.bits == 4 else 'uint8'} for asymmetric weights")
+        raise InputError(f"{qtype} has no zero points; use {'uint4' if qt.bits == 4 else 'uint8'} "
+                         "for asymmetric weights")
 
     perm = None
     if g_idx is not None:

@@ -3,7 +3,8 @@ for a 256-thread kernel at one block per SM (the decode kernel's shape), by dyna
 Prints one line per (cluster size, shared memory). Device-only probe; no jitmarlin code involved."""
 import sys
 
-from cuda.bindings import driver as cu, nvrtc
+from cuda.bindings import driver as cu
+from cuda.bindings import nvrtc
 
 SRC = b'extern "C" __global__ void probe(int* p) { if (p) p[blockIdx.x] = 1; }'
 

@@ -23,8 +23,8 @@ sys.path.insert(0, os.path.join(HERE, "..", ".."))
 from benchlib import select_shapes  # noqa: E402
 
 import jitmarlin  # noqa: E402
-from jitmarlin.service.bench import Timer, copies_needed, random_weights  # noqa: E402
 from jitmarlin.jit.profiles import live_profile  # noqa: E402
+from jitmarlin.service.bench import Timer, copies_needed, random_weights  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--shapes", default="all")

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from jitmarlin.kernels.dequant import cublas
 from jitmarlin.errors import CaptureError
 from jitmarlin.jit.launch import current_device, get_function, is_capturing, private_stream, stream_object
 from jitmarlin.jit.nvrtc import Artifact
+from jitmarlin.kernels.dequant import cublas
 from jitmarlin.kernels.plan_base import Plan
 
 MB = 1 << 20
@@ -100,7 +100,7 @@ def workspace(device: int, stream_ptr: int, elems: int, cc: tuple[int, int]) -> 
 class DequantLauncher:
     """Everything fixed for one (weight, device, activation dtype, M, stream) on the large-M
     route; the call only adds the pointers of x, out and bias (the same call as
-    launch.Launcher's). A call: expand the weight into the workspace (dequant kernel), fill out
+    kernels.launch.Launcher's). A call: expand the weight into the workspace (dequant kernel), fill out
     with the bias rows when there is a bias, then out = gscale * x @ W.T (+ out) by cuBLAS."""
 
     __slots__ = ("plan", "device", "stream", "stream_ptr", "keep", "dequant", "bias", "grid",

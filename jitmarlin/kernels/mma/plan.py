@@ -144,7 +144,8 @@ HALF_TILES_MIN_TM = 8       # tiles of at least 128 tokens (the ones measured)
 def _half_tiles(profile: DeviceProfile, spec: KernelSpec, tiles: int, n_tiles: int, k_tiles: int,
                 stream_iters: int) -> tuple[int, int, int] | None:
     """(grid, iters, whole) of a half-tile plan of `spec` (above), or None: not the wgmma kernel at
-    one block an SM on tiles of 128 or 256 tokens, an odd K-tile count, no grid between HALF_TILES_MIN_FILL x SMs and SMs that
+    one block an SM on tiles of 128 or 256 tokens, an odd K-tile count, no grid between
+    HALF_TILES_MIN_FILL x SMs and SMs that
     makes the tiles a whole number of waves and a half, whole tiles that would not run in step
     (tiles_in_step) or need a kernel without the hybrid loop, or a busiest block over
     `stream_iters` (the Stream-K share) by more than HALF_TILES_MAX_EXTRA steps or
@@ -440,7 +441,8 @@ def plan_spec(profile: DeviceProfile, p: Problem, spec: AnySpec) -> Plan:
         why = hybrid_fits(profile, p, spec.warps, spec.unroll) if spec.spread == 2 else None
         if why:
             raise UnsupportedError(f"{spec.name}: a hybrid plan does not fit {profile.name}: {why}")
-        if spec.spread == 1 and -(-(p.n // 64) // spread_clusters(profile, spec.cluster, p.n // 64)) > spec.threads // 32 * spec.cluster:
+        spread = spread_clusters(profile, spec.cluster, p.n // 64)
+        if spec.spread == 1 and -(-(p.n // 64) // spread) > spec.threads // 32 * spec.cluster:
             raise UnsupportedError(f"{spec.name}: a spread plan takes at most one 64-column block a warp "
                                    f"of a cluster; N={p.n} on {profile.name} needs more")
         if profile.path != "sm80":

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from jitmarlin.weights import halves
-from jitmarlin.jit.arrays import is_torch, to_host
 from jitmarlin.errors import InputError, UnsupportedError
+from jitmarlin.jit.arrays import is_torch, to_host
+from jitmarlin.weights import halves
 from jitmarlin.weights.quant import E4M3
 
 # group sizes from_codes takes for integer types, largest first

@@ -5,6 +5,7 @@ import numpy as np
 
 from jitmarlin.errors import InputError
 from jitmarlin.weights.quant import QuantizedWeight, from_codes
+
 from ._common import check_fits, floats, group_size_of, pick_scale_dtype, regroup, unpack_words, words
 
 # AutoAWQ packs the 8 columns 8c..8c+7 of an int32 so that nibble i (bits 4i..4i+3) holds

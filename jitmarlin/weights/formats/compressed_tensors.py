@@ -6,6 +6,7 @@ import numpy as np
 
 from jitmarlin.errors import InputError, UnsupportedError
 from jitmarlin.weights.quant import QuantizedWeight
+
 from ._common import finish_grouped, floats, ints, unpack_words, words
 
 

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from jitmarlin.jit.arrays import is_torch
 from jitmarlin.errors import InputError, UnsupportedError
+from jitmarlin.jit.arrays import is_torch
 from jitmarlin.weights.quant import E4M3, QuantizedWeight, from_codes
+
 from ._common import check_fits, dtype_name, host, pick_scale_dtype
 
 # ggml_type enum (ggml.h / gguf-py GGMLQuantizationType)

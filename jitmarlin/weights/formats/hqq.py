@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from jitmarlin.jit.arrays import is_torch
 from jitmarlin.errors import InputError, UnsupportedError
+from jitmarlin.jit.arrays import is_torch
 from jitmarlin.weights.quant import QuantizedWeight, from_codes
+
 from ._common import check_fits, dtype_name, floats, host, pick_scale_dtype, regroup
 
 

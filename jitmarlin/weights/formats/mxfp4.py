@@ -5,6 +5,7 @@ import numpy as np
 
 from jitmarlin.errors import InputError
 from jitmarlin.weights.quant import QuantizedWeight, from_codes
+
 from ._common import check_fits, ints, pick_scale_dtype
 from .nvfp4 import fp4_bytes, unpack_fp4
 
