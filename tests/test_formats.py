@@ -387,7 +387,11 @@ def test_hqq_errors(rng):
 # ---- GGUF ------------------------------------------------------------------------------------
 
 GG = {"Q4_0": (32, 18), "Q4_1": (32, 20), "Q8_0": (32, 34), "Q4_K": (256, 144),
-      "MXFP4": (32, 17), "NVFP4": (64, 36)}
+      "MXFP4": (32, 17), "NVFP4": (64, 36), "Q5_0": (32, 22), "Q5_1": (32, 24),
+      "Q2_K": (256, 84), "Q3_K": (256, 110), "Q5_K": (256, 176), "Q6_K": (256, 210)}
+# where the fp16 fields of the newer types sit in a block: (d, dmin / m or None)
+GG_F16 = {"Q5_0": (0, None), "Q5_1": (0, 2), "Q2_K": (80, 82), "Q3_K": (108, None),
+          "Q5_K": (0, 2), "Q6_K": (208, None)}
 
 
 def put_f16(raw, col, vals):
@@ -408,6 +412,11 @@ def gguf_raw(rng, name, n, k):
     elif name == "Q4_K":
         put_f16(raw, 0, rng.uniform(1e-4, 1e-3, nb))
         put_f16(raw, 2, rng.uniform(1e-4, 1e-3, nb))
+    elif name in GG_F16:                             # random code and scale bytes; sane d / dmin
+        d_at, m_at = GG_F16[name]
+        put_f16(raw, d_at, sign * rng.uniform(1e-4, 1e-2, nb))
+        if m_at is not None:
+            put_f16(raw, m_at, rng.choice([-1.0, 1.0], nb) * rng.uniform(1e-4, 1e-2, nb))
     elif name == "MXFP4":
         raw[:, 0] = rng.integers(110, 140, nb)
     else:  # NVFP4: unsigned e4m3 block scales (0x7f reads as 0)
@@ -536,8 +545,8 @@ def test_gguf_against_gguf_package(rng, name, n, k):
 
 def test_gguf_errors(rng):
     raw = gguf_raw(rng, "Q4_0", 64, 64)
-    for t in ("Q6_K", "Q5_K", "Q5_0", 14):
-        with pytest.raises(UnsupportedError, match="Q6_K" if t in ("Q6_K", 14) else str(t)):
+    for t in ("IQ4_XS", "Q8_K", "TQ1_0", 23):         # still refused (an UnsupportedError too)
+        with pytest.raises(UnsupportedError, match="IQ4_XS" if t in ("IQ4_XS", 23) else str(t)):
             from_gguf(raw, t, (64, 64))
     with pytest.raises(UnsupportedError, match="not quantized"):
         from_gguf(raw, "F16", (64, 64))
@@ -553,6 +562,254 @@ def test_gguf_errors(rng):
     mx[0, 0] = 255
     with pytest.raises(InputError, match="255"):
         from_gguf(mx, "MXFP4", (64, 64))
+
+
+# ---- GGUF: Q5_0, Q5_1 and the K-quants (codes widened, sub-blocks as groups) -------------------
+
+
+def k4_scale_min(b):
+    """llama.cpp get_scale_min_k4 over (blocks, 12) bytes -> (scales, mins), each (blocks, 8)."""
+    b = b.astype(np.int64)
+    sc, mn = np.zeros((len(b), 8), np.int64), np.zeros((len(b), 8), np.int64)
+    for j in range(8):
+        if j < 4:
+            sc[:, j], mn[:, j] = b[:, j] & 63, b[:, j + 4] & 63
+        else:
+            sc[:, j] = (b[:, j + 4] & 0xF) | ((b[:, j - 4] >> 6) << 4)
+            mn[:, j] = (b[:, j + 4] >> 4) | ((b[:, j] >> 6) << 4)
+    return sc, mn
+
+
+def kq_terms(raw, name, n, k):
+    """(c, s, o), each (N, K) float64, with the format's value c * s + o per weight: c the code
+    measured from the format's zero, s the sub-block's combined step, o its offset. Element by
+    element from ggml-quants.c's dequantize_row_* (independent of the converter's unpacking)."""
+    bs, ts = GG[name]
+    blk = raw.reshape(-1, ts)
+    byte = lambda i: blk[:, i].astype(np.int64)  # noqa: E731
+    nbk = len(blk)
+    c, s, o = np.zeros((nbk, bs)), np.zeros((nbk, bs)), np.zeros((nbk, bs))
+    if name in ("Q5_0", "Q5_1"):
+        at = 2 if name == "Q5_0" else 4
+        qh = blk[:, at:at + 4].copy().view("<u4")[:, 0].astype(np.int64)
+        d = f16_at(blk, 0)
+        for j in range(16):
+            for e, nib in ((j, byte(at + 4 + j) & 0xF), (j + 16, byte(at + 4 + j) >> 4)):
+                q = nib | (((qh >> e) & 1) << 4)
+                if name == "Q5_0":
+                    c[:, e], s[:, e] = q - 16, d
+                else:
+                    c[:, e], s[:, e], o[:, e] = q, d, f16_at(blk, 2)
+    elif name == "Q5_K":
+        d, dmin = f16_at(blk, 0), f16_at(blk, 2)
+        sc, mn = k4_scale_min(blk[:, 4:16])
+        for e in range(256):
+            chunk, hi, l = e // 64, (e % 64) // 32, e % 32
+            j = 2 * chunk + hi
+            q = ((byte(48 + 32 * chunk + l) >> (4 * hi)) & 0xF) + 16 * ((byte(16 + l) >> j) & 1)
+            c[:, e], s[:, e], o[:, e] = q, d * sc[:, j], -dmin * mn[:, j]
+    elif name == "Q6_K":
+        d = f16_at(blk, 208)
+        for e in range(256):
+            h, r = e // 128, e % 128
+            part, l = r // 32, r % 32                  # y[l], y[l+32], y[l+64], y[l+96]
+            lo = byte(64 * h + l + 32 * (part % 2))
+            lo = (lo & 0xF) if part < 2 else (lo >> 4)
+            q = lo | (((byte(128 + 32 * h + l) >> (2 * part)) & 3) << 4)
+            sc = blk[:, 192 + 8 * h + part * 2 + l // 16].view(np.int8).astype(np.int64)
+            c[:, e], s[:, e] = q - 32, d * sc
+    elif name == "Q3_K":
+        d = f16_at(blk, 108)
+        b = blk[:, 96:108].astype(np.int64)
+        sc = np.stack([((b[:, i % 8] >> (4 * (i // 8))) & 0xF) | (((b[:, 8 + i % 4] >> (2 * (i // 4))) & 3) << 4)
+                       for i in range(16)], axis=1) - 32      # the kmask1 / kmask2 shuffle
+        for e in range(256):
+            h, r = e // 128, e % 128
+            shift, l = r // 32, r % 32
+            q = ((byte(32 + 32 * h + l) >> (2 * shift)) & 3) - np.where((byte(l) >> (4 * h + shift)) & 1, 0, 4)
+            c[:, e], s[:, e] = q, d * sc[:, 8 * h + 2 * shift + l // 16]
+    else:  # Q2_K
+        d, dmin = f16_at(blk, 80), f16_at(blk, 82)
+        for e in range(256):
+            h, r = e // 128, e % 128
+            shift, l = r // 32, r % 32
+            sc = byte(8 * h + 2 * shift + l // 16)
+            c[:, e] = (byte(16 + 32 * h + l) >> (2 * shift)) & 3
+            s[:, e], o[:, e] = d * (sc & 0xF), -dmin * (sc >> 4)
+    return c.reshape(n, k), s.reshape(n, k), o.reshape(n, k)
+
+
+def rounding_bound(c, s, o, sdt="float16"):
+    """The docstring's bound: |c| e(s) + e(o), e(x) = |x - round(x)| (exactly, and checked
+    against u |x| + t), + the float32 rounding of the result."""
+    e = lambda x: np.abs(x - halves.round_to(x, sdt).astype(np.float64))  # noqa: E731
+    u, t = (2.0 ** -11, 2.0 ** -25) if sdt == "float16" else (2.0 ** -8, 2.0 ** -133)
+    assert np.all(e(s) <= u * np.abs(s) + t) and np.all(e(o) <= u * np.abs(o) + t)
+    return np.abs(c) * e(s) + e(o) + 2.0 ** -24 * np.abs(c * s + o)
+
+
+NEW = {"Q5_0": ("uint8b128", 32, 16), "Q5_1": ("uint8", 32, 31), "Q5_K": ("uint8", 32, 31),
+       "Q6_K": ("uint8b128", 16, 32), "Q3_K": ("uint4b8", 16, 4), "Q2_K": ("uint4", 16, 3)}
+CLOSED = {"Q5_K": 2.0 ** -6, "Q6_K": 2.0 ** -6, "Q3_K": 2.0 ** -9, "Q2_K": 3 * 2.0 ** -11}
+
+
+def check_new_type(name, raw, n, k, sdt="float16", tensor_type=None):
+    """from_gguf(raw) against the format's value (kq_terms) and gguf-py's dequantizer."""
+    gguf = pytest.importorskip("gguf")
+    c, s, o = kq_terms(raw, name, n, k)
+    want = c * s + o
+    ref = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[name]).astype(np.float64)
+    assert ref.shape == (n, k)
+    np.testing.assert_allclose(ref, want, rtol=2.0 ** -23, atol=0)   # gguf-py computes in fp32
+    qw = from_gguf(raw, name if tensor_type is None else tensor_type, (n, k),
+                   scale_dtype=None if sdt == "float16" else sdt)
+    qtype, gs, cmax = NEW[name]
+    assert (qw.qtype, qw.group_size, qw.shape, qw.scale_dtype) == (qtype, gs, (n, k), sdt)
+    assert np.abs(c).max() <= cmax
+    got = deq(qw)
+    bound = rounding_bound(c, s, o, sdt)
+    assert np.all(np.abs(got - want) <= bound), float((np.abs(got - want) / (bound + 1e-300)).max())
+    assert np.all(np.abs(got - ref) <= bound + 2.0 ** -24 * np.abs(ref))
+    if name in CLOSED and sdt == "float16":    # the docstring's closed form, in steps
+        u, t = 2.0 ** -11, 2.0 ** -25
+        closed = CLOSED[name] * np.abs(s) + u * np.abs(o) + np.abs(c) * t + t + 2.0 ** -24 * np.abs(want)
+        assert np.all(np.abs(got - want) <= closed)
+    return qw, got, want
+
+
+@pytest.mark.parametrize("name,n,k", [("Q5_0", 72, 96), ("Q5_0", 200, 256), ("Q5_1", 72, 96),
+                                      ("Q5_1", 136, 224)])
+def test_gguf_q5_0_q5_1_from_gguf_quantizer(rng, name, n, k):
+    """Q5_0 / Q5_1 blocks from gguf-py's own quantizer: exact (d and m are fp16 already)."""
+    gguf = pytest.importorskip("gguf")
+    w = (rng.standard_normal((n, k)) * rng.uniform(0.01, 0.1, (n, 1))).astype(np.float32)
+    raw = gguf.quants.quantize(w, gguf.GGMLQuantizationType[name])
+    assert raw.shape == (n, k // 32 * GG[name][1])
+    qw, got, want = check_new_type(name, raw, n, k)
+    assert_exact(qw, want)
+    np.testing.assert_array_equal(got, gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[name]))
+    assert np.abs(got - w).max() <= 0.1 * np.abs(w).max()       # and it is the weight, roughly
+
+
+@pytest.mark.parametrize("name", ["Q5_0", "Q5_1"])
+def test_gguf_q5_0_q5_1_random_bytes(rng, name):
+    raw = gguf_raw(rng, name, 72, 160)
+    qw, _, want = check_new_type(name, raw, 72, 160)
+    assert_exact(qw, want)
+
+
+@pytest.mark.parametrize("name,n,k", [("Q5_K", 72, 256), ("Q5_K", 128, 512), ("Q6_K", 72, 512),
+                                      ("Q6_K", 200, 256), ("Q3_K", 72, 256), ("Q3_K", 136, 512),
+                                      ("Q2_K", 72, 512), ("Q2_K", 200, 256)])
+def test_gguf_k_quants_random_blocks(rng, name, n, k):
+    """gguf-py has no quantizer for the K-quants: random block bytes (every code and sub-block
+    scale / min pattern, signed d) under controlled fp16 d / dmin."""
+    check_new_type(name, gguf_raw(rng, name, n, k), n, k)
+
+
+@pytest.mark.parametrize("name", ["Q6_K", "Q5_K", "Q3_K", "Q2_K"])
+def test_gguf_k_quants_bf16_scales_and_enum(rng, name):
+    gguf = pytest.importorskip("gguf")
+    raw = gguf_raw(rng, name, 72, 256)
+    check_new_type(name, raw, 72, 256, sdt="bfloat16", tensor_type=gguf.GGMLQuantizationType[name])
+
+
+@pytest.mark.parametrize("name", ["Q6_K", "Q5_K", "Q2_K"])
+def test_gguf_k_quants_tiny_scales(rng, name):
+    """d, dmin of 1e-7 .. 1e-5: combined scales in fp16's subnormal range (the bound's t)."""
+    raw = gguf_raw(rng, name, 64, 256)
+    blk = raw.reshape(-1, GG[name][1])
+    d_at, m_at = GG_F16[name]
+    for at in (d_at, m_at):
+        if at is not None:
+            put_f16(blk, at, rng.uniform(1e-7, 1e-5, len(blk)))
+    _, got, want = check_new_type(name, raw, 64, 256)
+    assert np.abs(got - want).max() > 0               # the case does reach the rounding
+
+
+def test_gguf_q6_k_extreme_scales_and_scale_overflow(rng):
+    """sc = -128 and 127 with the largest codes; d * sc past 65504 asks for bfloat16."""
+    raw = gguf_raw(rng, "Q6_K", 64, 256)
+    blk = raw.reshape(-1, 210)
+    blk[:, 192:208] = np.array([0x80, 0x7F] * 8, np.uint8)           # -128, 127
+    blk[:, 0:192] = 0xFF                                              # q = 63 -> c = 31
+    blk[::2, 0:192] = 0x00                                            # q = 0 -> c = -32
+    check_new_type("Q6_K", raw, 64, 256)
+    put_f16(blk, 208, np.full(len(blk), 1000.0))
+    with pytest.raises(InputError, match="bfloat16"):
+        from_gguf(raw, "Q6_K", (64, 256), name="output.weight")
+    check_new_type("Q6_K", raw, 64, 256, sdt="bfloat16")
+
+
+def test_gguf_unsupported_types_name_the_tensor(rng):
+    from jitmarlin.weights.formats.gguf import GGUFTypeError
+
+    raw = gguf_raw(rng, "Q4_0", 64, 64)
+    for t, shown in (("IQ4_NL", "IQ4_NL"), ("Q8_K", "Q8_K"), ("TQ2_0", "TQ2_0"), (23, "IQ4_XS"),
+                     ("IQ2_XXS", "IQ2_XXS"), ("Q8_1", "Q8_1")):
+        with pytest.raises(InputError, match=rf"'blk\.3\.ffn_down\.weight' \({shown}\).*not supported") as ei:
+            from_gguf(raw, t, (64, 64), name="blk.3.ffn_down.weight")
+        assert isinstance(ei.value, UnsupportedError) and isinstance(ei.value, GGUFTypeError)
+    with pytest.raises(InputError, match=r"'token_embd\.weight' \(F32\) is not quantized"):
+        from_gguf(raw, "F32", (64, 64), name="token_embd.weight")
+    with pytest.raises(InputError, match=r"'blk\.0\.attn_v\.weight' \(Q6_K\).*multiple of the block size 256"):
+        from_gguf(gguf_raw(rng, "Q6_K", 64, 256), "Q6_K", (64, 128), name="blk.0.attn_v.weight")
+    with pytest.raises(InputError, match="takes 13440 bytes"):
+        from_gguf(gguf_raw(rng, "Q6_K", 64, 256)[:, :-1], "Q6_K", (64, 256))
+
+
+def test_gguf_file_round_trip(rng, tmp_path):
+    """A tiny .gguf holding the mix a Q4_K_M / Q3_K_M download carries, written by
+    gguf.GGUFWriter and read back by gguf.GGUFReader: every quantized tensor converts (within
+    its bound against gguf-py's dequantizer), the ones we cannot take raise naming themselves."""
+    gguf = pytest.importorskip("gguf")
+    T = gguf.GGMLQuantizationType
+    plan = {"blk.0.attn_q.weight": ("Q4_K", 72, 256), "blk.0.attn_v.weight": ("Q6_K", 72, 256),
+            "blk.0.ffn_up.weight": ("Q5_K", 200, 512), "blk.0.ffn_gate.weight": ("Q3_K", 136, 256),
+            "blk.0.ffn_down.weight": ("Q2_K", 72, 512), "blk.1.attn_k.weight": ("Q5_0", 64, 96),
+            "blk.1.attn_output.weight": ("Q8_0", 72, 128), "output.weight": ("Q6_K", 200, 256)}
+    path = tmp_path / "mix.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    raws = {}
+    for tname, (ty, n, k) in plan.items():
+        raws[tname] = gguf_raw(rng, ty, n, k)
+        writer.add_tensor(tname, raws[tname], raw_dtype=T[ty])
+    w5 = (rng.standard_normal((64, 128)) * 0.05).astype(np.float32)
+    writer.add_tensor("blk.1.ffn_up.weight", gguf.quants.quantize(w5, T.Q5_1), raw_dtype=T.Q5_1)
+    writer.add_tensor("blk.1.ffn_gate.weight", rng.integers(0, 256, (64, 64 // 32 * 18)).astype(np.uint8),
+                      raw_dtype=T.IQ4_NL)
+    writer.add_tensor("output_norm.weight", np.ones(64, np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+    seen = set()
+    for t in gguf.GGUFReader(str(path)).tensors:
+        ty = T(int(t.tensor_type)).name
+        shape = tuple(int(v) for v in reversed(t.shape.tolist()))      # ne = [K, N] -> (N, K)
+        seen.add(t.name)
+        if ty in ("IQ4_NL", "F32"):
+            with pytest.raises(InputError, match=rf"'{t.name}' \({ty}\)"):
+                from_gguf(t.data, t.tensor_type, shape, name=t.name)
+            continue
+        qw = from_gguf(t.data, t.tensor_type, shape, name=t.name)
+        assert qw.shape == shape
+        ref = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float64)
+        got = deq(qw)
+        if ty in NEW:
+            c, s, o = kq_terms(np.asarray(t.data), ty, *shape)
+            assert np.all(np.abs(got - ref) <= rounding_bound(c, s, o) + 2.0 ** -24 * np.abs(ref))
+        elif ty == "Q4_K":
+            _, (s, dm) = gguf_reference(np.asarray(t.data), ty, *shape)
+            full = lambda a: np.repeat(a.reshape(shape[0], -1), 32, axis=1)  # noqa: E731
+            assert np.all(np.abs(got - ref) <= 2.0 ** -7 * full(s) + 2.0 ** -11 * full(dm) + 2.0 ** -25
+                          + 2.0 ** -23 * np.abs(ref))
+        else:
+            np.testing.assert_array_equal(got, ref)
+        if t.name in raws:
+            np.testing.assert_array_equal(np.asarray(t.data).reshape(-1), raws[t.name].reshape(-1))
+    assert seen == set(plan) | {"blk.1.ffn_up.weight", "blk.1.ffn_gate.weight", "output_norm.weight"}
 
 
 # ---- NVFP4 (ModelOpt) ------------------------------------------------------------------------
