@@ -286,6 +286,10 @@ QTYPE_CASES = [
     ("mxfp4", 32, "bfloat16", "h100", 9),
     ("uint8", 64, "float16", "v100", 20), ("nvfp4", 16, "float16", "v100", 3),
     ("uint4", 32, "float16", "t4", 7), ("float8_e4m3fn", -1, "float16", "t4", 18),
+    # groups of 16 of integer codes: GGUF's K-quant sub-blocks (Q6_K, Q3_K, Q2_K) land here
+    ("uint8b128", 16, "float16", "h100", 9), ("uint4b8", 16, "bfloat16", "h100", 12),
+    ("uint4", 16, "float16", "h100", 5), ("uint8", 16, "float16", "t4", 7),
+    ("uint8b128", 16, "float16", "v100", 3),
 ]
 
 
