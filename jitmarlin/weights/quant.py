@@ -19,6 +19,7 @@ from jitmarlin.errors import InputError, UnsupportedError
 from jitmarlin.jit.arrays import to_host
 from jitmarlin.weights import halves, packing
 from jitmarlin.weights.qtypes import TILE, check_group, check_shape, get_qtype, kernel_dims
+from jitmarlin.weights.shard import shard_fields
 
 # ---- value decoders (host) -----------------------------------------------------------------------
 
@@ -118,6 +119,15 @@ class QuantizedWeight:
     @property
     def nbytes(self) -> int:
         return self.packed.nbytes + self.scales.nbytes + (0 if self.offsets is None else self.offsets.nbytes)
+
+    def shard(self, dim: int, rank: int, world: int) -> "QuantizedWeight":
+        """Rank `rank`'s part of this weight split over `world` GPUs: dim=0 (column-parallel) a
+        contiguous block of out_features/world output rows; dim=1 (row-parallel) the checkpoint-order
+        input columns [rank, rank + 1) * in_features/world, whose outputs over all ranks sum to the
+        full output. dequantize(shard) is exactly that slice of dequantize(self). A new host-side
+        weight; InputError for a bad rank/world/dim, a split that is not a multiple of 8 features per
+        rank, or a row split that cuts a quantization group (act-order groups included)."""
+        return QuantizedWeight(**shard_fields(self, dim, rank, world))
 
     def scales_for(self, act: str) -> np.ndarray:
         """Scale bit patterns the kernel uses with `act` activations (rounded if dtypes differ)."""
