@@ -31,7 +31,7 @@ run() {   # name, pytest args...
     -p no:cacheprovider --maxfail=25 -o addopts="" -rfE > "$OUT/pytest-$name.log" 2>&1
 }
 t0=$(date +%s)
-for g in ${GROUPS:-api1 api2 api3 gemv tune wgmma route}; do
+for g in ${GROUPS:-api1 api2 api3 gemv tune wgmma route}; do   # route also runs test_shard.py
   case $g in
     api1) run api1 tests/test_api.py -k "linear and not bf" & ;;
     api2) run api2 tests/test_api.py -k "linear and bf" & ;;
@@ -39,7 +39,7 @@ for g in ${GROUPS:-api1 api2 api3 gemv tune wgmma route}; do
     gemv) run gemv tests/test_gemv.py & ;;
     tune) run tune tests/test_tune.py tests/test_torch.py & ;;
     wgmma) run wgmma tests/test_wgmma.py & ;;
-    route) run route tests/test_dequant_route.py & ;;
+    route) run route tests/test_dequant_route.py tests/test_shard.py & ;;
   esac
 done
 wait
@@ -63,6 +63,39 @@ if [ "${FIRST_CALL:-1}" = 1 ]; then
      timeout 150 python3 -m jitmarlin bench --m 1,16 --overhead > "$OUT/overhead-$tag.log" 2>&1
      echo "overhead ($tag): $(grep -i "overhead" "$OUT/overhead-$tag.log" | tail -1)")
   done
+fi
+if [ "${BENCH_AB:-0}" = 1 ]; then
+  # tools/bench of this tree and of the base tree (.base/, with its own tools/), interleaved
+  # twice, jitmarlin and cuBLAS only, fp16, M = 1, 16, 64, 1024: the move must not change times
+  for pass in 1 2; do
+    for tree in . .base; do
+      [ -d "$tree/jitmarlin" ] || continue
+      tag=$([ "$tree" = . ] && echo head || echo base)
+      c=$([ "$tag" = head ] && echo /tmp/jmcache || echo /tmp/jmcache-base)   # head: the prewarmed one
+      (root=$PWD; export PYTHONPATH="$root/$tree:/tmp/site" JITMARLIN_CACHE_DIR=$c
+       mkdir -p -m 700 $c; cd /tmp
+       timeout ${BENCH_TIMEOUT:-200} python3 "$root/$tree/tools/bench" --peers cublas --m ${BENCH_M:-1,16,64,1024} \
+         --act float16 --repeats 3 --json "$OUT/bench-$tag-$pass.json" > "$OUT/bench-$tag-$pass.log" 2>&1
+       echo "bench $tag pass $pass rc=$?")
+    done
+  done
+  python3 - "$OUT" <<'PYEOF'
+import json, sys
+o = sys.argv[1]
+def rows(tag):
+    out = {}
+    for p in (1, 2):
+        try:
+            for r in json.load(open(f"{o}/bench-{tag}-{p}.json"))["rows"]:
+                out.setdefault((r["shape"], r["M"]), []).append(r["jitmarlin_us"])
+        except (OSError, ValueError, KeyError):
+            pass
+    return {k: min(v) for k, v in out.items()}
+h, b = rows("head"), rows("base")
+print("bench head / base (jitmarlin us, best of two passes):")
+for k in sorted(set(h) & set(b), key=lambda k: (k[0], k[1])):
+    print(f"  {k[0]:<14} M={k[1]:<5} {h[k]:8.2f} {b[k]:8.2f}  {h[k] / b[k]:.3f}")
+PYEOF
 fi
 for f in "$OUT"/pytest-*.log; do
   echo "== $(basename "$f" .log): $(grep -E '(passed|failed|error|no tests ran)' "$f" | tail -1)"
