@@ -27,7 +27,8 @@ if [ "${PREWARM:-1}" = 1 ]; then
 fi
 run() {   # name, pytest args...
   local name=$1; shift
-  JITMARLIN_MARGINS_JSON="$OUT/margins-$name.json" timeout ${TEST_TIMEOUT:-420} python3 -m pytest "$@" -m gpu -q \
+  # SIGINT at the limit: pytest still prints its summary and the margins
+  JITMARLIN_MARGINS_JSON="$OUT/margins-$name.json" timeout -s INT -k 30 ${TEST_TIMEOUT:-420} python3 -m pytest "$@" -m gpu -q \
     -p no:cacheprovider --maxfail=25 -o addopts="" -rfE > "$OUT/pytest-$name.log" 2>&1
 }
 t0=$(date +%s)
