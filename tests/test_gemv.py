@@ -765,7 +765,8 @@ def test_hybrid_plans_match_reference(qt, seed, rng):
     import cupy
 
     import jitmarlin
-    from jitmarlin.jit import launch
+    from jitmarlin.kernels import launch  # the Stream-K / gemv workspaces (kernels/launch.py)
+
     sms = cupy.cuda.Device(0).attributes["MultiProcessorCount"]
     g = GROUP_OF.get(qt, 128)
     k_in = {16: 2032, 64: 1984}.get(g, 2000 if g < 0 else 4096)   # >= 2 batches a warp of its own column block

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU test suite on a lent GPU machine, in parallel groups, with the element-wise checker's
 # margins collected per group; then the warm first call and the host overhead per call.
-#   OUT=<dir> [EMULATE="t4 v100"] [PREWARM=1] [JOBS=16] [GROUPS="api gemv ..."] bash tools/gpu_tests.sh
+#   OUT=<dir> [EMULATE="t4 v100"] [PREWARM=1] [JOBS=16] [TEST_GROUPS="api1 gemv ..."] bash tools/gpu_tests.sh
 # Carried wheels in .whl/ are installed to /tmp/site; the kernel cache is /tmp/jmcache (a carried
 # .jmcache is copied there first). A cold cache is filled by tools/prewarm_suite.py first.
 set -u
@@ -18,7 +18,7 @@ if [ -d .jmcache ] && [ ! -d /tmp/jmcache ]; then cp -r .jmcache /tmp/jmcache; f
 mkdir -p /tmp/jmcache && chmod 700 /tmp/jmcache
 export JITMARLIN_CACHE_DIR=/tmp/jmcache JITMARLIN_TEST_CACHE_DIR=/tmp/jmcache
 nvidia-smi --query-gpu=name,driver_version,temperature.gpu --format=csv,noheader
-python3 -c "import torch, cupy, jitmarlin; from jitmarlin import nvrtc; print('torch', torch.__version__, 'cupy', cupy.__version__, 'nvrtc', nvrtc.version())"
+python3 -c "import torch, cupy, jitmarlin; from jitmarlin.jit import nvrtc; print('torch', torch.__version__, 'cupy', cupy.__version__, 'nvrtc', nvrtc.version())"
 if [ "${PREWARM:-1}" = 1 ]; then
   t0=$(date +%s)
   timeout ${PREWARM_TIMEOUT:-300} python3 tools/prewarm_suite.py --profile "${PROFILE:-h100}" --jobs "${JOBS:-16}" \
@@ -32,7 +32,7 @@ run() {   # name, pytest args...
     -p no:cacheprovider --maxfail=25 -o addopts="" -rfE > "$OUT/pytest-$name.log" 2>&1
 }
 t0=$(date +%s)
-for g in ${GROUPS:-api1 api2 api3 gemv tune wgmma route}; do   # route also runs test_shard.py
+for g in ${TEST_GROUPS:-api1 api2 api3 gemv tune wgmma route}; do   # route also runs test_shard.py
   case $g in
     api1) run api1 tests/test_api.py -k "linear and not bf" & ;;
     api2) run api2 tests/test_api.py -k "linear and bf" & ;;
