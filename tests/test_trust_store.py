@@ -573,3 +573,15 @@ def test_read_only_cache_dir_says_so(tmp_path, seed, monkeypatch, capsys):
     assert "2 entries checked, 0 bad" in capsys.readouterr().out
     assert main(["cache", "clear", "--cache-dir", d]) == 1
     assert "read-only" in capsys.readouterr().err
+
+
+def test_info_names_a_refused_cache_instead_of_counting_zero_entries(tmp_path):
+    d = tmp_path / "c"
+    assert _cli(d, "info").returncode == 0          # creates the store, private
+    ok = _cli(d, "info").stdout
+    assert "cache_state       ok" in ok and "cache_entries     0" in ok
+    d.chmod(0o777)
+    r = _cli(d, "info")
+    assert r.returncode == 0
+    assert "cache_state       refused: cache dir" in r.stdout and "writable by other users" in r.stdout
+    assert "cache_entries" not in r.stdout

@@ -56,11 +56,14 @@ def cmd_info(args) -> int:
     cache = default_cache()
     info["cache_dir"] = str(cache.directory)
     try:
-        st = cache.stats()
-        info["cache_entries"] = st["entries"]
-        info["cache_mb"] = round(st["bytes"] / 2**20, 1)
+        state, problem = cache.health()
+        info["cache_state"] = state if problem is None else f"{state}: {problem}"
+        if state in ("ok", "read-only"):   # a refused or corrupt store has no entries to count
+            st = cache.stats()
+            info["cache_entries"] = st["entries"]
+            info["cache_mb"] = round(st["bytes"] / 2**20, 1)
     except Exception as e:  # an unusable cache dir must not break `info`
-        info["cache_entries"] = f"unavailable ({e})"
+        info["cache_state"] = f"unavailable ({e})"
     info["templates"] = str(templates_dir())
     info["templates_sha256"] = templates_digest()[:16]
     info["emulate"] = emulated_name()
