@@ -65,6 +65,8 @@ def block_local_g_idx(k: int, gs: int, blocks: int, rng) -> np.ndarray:
     group numbers shuffled across blocks and columns shuffled inside each block."""
     per = k // blocks // gs
     order = rng.permutation(k // gs)
+    while order.size > 1 and np.all(order[:-1] < order[1:]):   # in order is no act-order (1 in 24
+        order = rng.permutation(k // gs)                        # draws with one group a block)
     g_idx = np.empty(k, dtype=np.int64)
     for b in range(blocks):
         cols = np.repeat(order[b * per:(b + 1) * per], gs)
