@@ -117,11 +117,11 @@ def check_output(out, ref, act: str, *, what: str = "", seed=None, family: str |
         raise AssertionError(f"{tag}: output shape {o.shape}, expected {r.shape}")
     o2 = o.reshape(-1, o.shape[-1]) if o.ndim else o.reshape(1, 1)
     r2 = r.reshape(o2.shape)
+    margin = (MARGINS.setdefault((family or (family_of(spec) if spec is not None else "unlabelled"), act),
+                                 {"ratio": 0.0, "rel": 0.0, "checks": 0}) if record else {})
     bad = ~np.isfinite(o2) & np.isfinite(r2)
     if bad.any():
-        if record:
-            MARGINS.setdefault((family or (family_of(spec) if spec is not None else "unlabelled"), act),
-                               {"ratio": 0.0, "rel": 0.0, "checks": 0})["ratio"] = float("inf")
+        margin["ratio"] = float("inf")
         i, j = (int(v) for v in np.argwhere(bad)[0])
         raise AssertionError(f"{tag}: {int(bad.sum())} non-finite (unwritten?) output elements, "
                              f"first at row {i}, column {j}: expected {r2[i, j]:.6g}, got {o2[i, j]}")
@@ -133,10 +133,8 @@ def check_output(out, ref, act: str, *, what: str = "", seed=None, family: str |
                       ratio=float(ratios[i, j]), row=i, col=j, expected=float(r2[i, j]),
                       got=float(o2[i, j]), bound=float(bound[i, j]))
     if record:
-        fam = family or (family_of(spec) if spec is not None else "unlabelled")
-        m = MARGINS.setdefault((fam, act), {"ratio": 0.0, "rel": 0.0, "checks": 0})
-        m["ratio"], m["rel"] = max(m["ratio"], res.ratio), max(m["rel"], res.rel)
-        m["checks"] += 1
+        margin["ratio"], margin["rel"] = max(margin["ratio"], res.ratio), max(margin["rel"], res.rel)
+        margin["checks"] += 1
     limit = REL_TOL[act] if rel_tol is None else rel_tol
     if res.ratio > 1.0 or res.rel > limit:
         raise AssertionError(

@@ -198,3 +198,26 @@ def rewrite_bundle():
                 bundle_mod._tar_add(tar, name, data)
 
     return _rewrite
+
+
+class SeededCache:
+    """A cache dir holding two real sm_90 kernels (`keys`); tests work on copies (`copy`)."""
+
+    def __init__(self, directory, keys):
+        self.dir, self.keys = directory, keys
+
+    def copy(self, dst):
+        shutil.copytree(self.dir, dst)
+        return dst
+
+
+@pytest.fixture(scope="module")
+def seeded_cache(tmp_path_factory):
+    from jitmarlin.jit.cache import KernelCache
+    from jitmarlin.kernels.spec import KernelSpec
+
+    d = tmp_path_factory.mktemp("seeded") / "c"
+    c = KernelCache(d, ro_dir="")
+    keys = [c.get(KernelSpec("sm80", "uint4b8", "float16", 8, 1, 8, 8, st), "sm_90")[1] for st in (4, 3)]
+    c._open().close()          # flush SQLite's WAL so a plain copy holds everything
+    return SeededCache(d, keys)

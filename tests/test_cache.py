@@ -99,7 +99,6 @@ def test_unwritable_cache_dir_compiles_in_memory(tmp_path):
 
 import json
 import select
-import shutil
 import signal
 import tarfile
 import time
@@ -112,21 +111,6 @@ from jitmarlin.service.cli import main
 SPEC3 = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 8, 8, 3)
 SPEC2 = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 8, 8, 2)
 SPEC_TEXT = 'KernelSpec("sm80", "uint4b8", "float16", 8, 1, 8, 8, 4)'
-
-
-@pytest.fixture(scope="module")
-def seed(tmp_path_factory):
-    """A cache dir holding two real sm_90 kernels (SPEC, SPEC3); tests work on copies."""
-    d = tmp_path_factory.mktemp("seed")
-    c = KernelCache(d, ro_dir="")
-    keys = [c.get(s, "sm_90")[1] for s in (SPEC, SPEC3)]
-    c._open().close()          # flush SQLite's WAL so a plain copy holds everything
-    return d, keys
-
-
-def _copy(seed, dst):
-    shutil.copytree(seed[0], dst)
-    return dst
 
 
 def _no_compiles(monkeypatch):
@@ -146,19 +130,19 @@ def _flip_cubin_byte(c: KernelCache, key: str) -> None:
     disk.set(key, e)
 
 
-def test_usage_rows_track_size_and_last_used(tmp_path, seed, monkeypatch):
-    d = _copy(seed, tmp_path / "c")
+def test_usage_rows_track_size_and_last_used(tmp_path, seeded_cache, monkeypatch):
+    d = seeded_cache.copy(tmp_path / "c")
     rows = KernelCache(d).usage()
-    assert set(rows) == set(seed[1])
+    assert set(rows) == set(seeded_cache.keys)
     for key, r in rows.items():
         assert r["arch"] == "sm_90" and r["size"] > 1000 and r["last_used"] >= r["created"]
     monkeypatch.setattr(cache_mod, "TOUCH_RESOLUTION_S", 0.0)
-    before = rows[seed[1][0]]["last_used"]
+    before = rows[seeded_cache.keys[0]]["last_used"]
     time.sleep(0.01)
     _, key, status = KernelCache(d).get(SPEC, "sm_90")        # disk hit: last_used moves
     assert status == "disk" and KernelCache(d).usage()[key]["last_used"] > before
     c = KernelCache(d)                                         # usage rows stay out of sight
-    assert sorted(c.keys()) == sorted(seed[1])
+    assert sorted(c.keys()) == sorted(seeded_cache.keys)
     assert all(isinstance(e, dict) and e["format"] == 2 for _, e in c.entries())
 
 
@@ -194,11 +178,11 @@ def test_cap_from_environment(monkeypatch, tmp_path):
     assert KernelCache(tmp_path, max_mb=3).max_bytes == 3 << 20
 
 
-def test_verify_finds_flipped_byte_and_fix_removes_it(tmp_path, seed):
-    d = _copy(seed, tmp_path / "c")
+def test_verify_finds_flipped_byte_and_fix_removes_it(tmp_path, seeded_cache):
+    d = seeded_cache.copy(tmp_path / "c")
     c = KernelCache(d)
     assert c.verify() == []
-    bad_key, good_key = seed[1]
+    bad_key, good_key = seeded_cache.keys
     _flip_cubin_byte(c, bad_key)
     bad = KernelCache(d).verify()
     assert [(k, p) for k, _, p in bad] == [(bad_key, "checksum mismatch (cubin/ptx altered)")]
@@ -208,17 +192,17 @@ def test_verify_finds_flipped_byte_and_fix_removes_it(tmp_path, seed):
     assert c.verify() == [] and c.keys() == [good_key]
 
 
-def test_verify_finds_entry_under_the_wrong_key(tmp_path, seed):
-    d = _copy(seed, tmp_path / "c")
+def test_verify_finds_entry_under_the_wrong_key(tmp_path, seeded_cache):
+    d = seeded_cache.copy(tmp_path / "c")
     c = KernelCache(d)
     disk = c._open()
-    disk.set("0" * 64, disk.get(seed[1][0]))                  # sound entry, foreign key
+    disk.set("0" * 64, disk.get(seeded_cache.keys[0]))                  # sound entry, foreign key
     (key, name, problem), = c.verify()
     assert key == "0" * 64 and "key does not match" in problem
 
 
-def test_export_import_into_empty_dir_needs_no_nvrtc(tmp_path, seed, monkeypatch):
-    src = KernelCache(_copy(seed, tmp_path / "src"))
+def test_export_import_into_empty_dir_needs_no_nvrtc(tmp_path, seeded_cache, monkeypatch):
+    src = KernelCache(seeded_cache.copy(tmp_path / "src"))
     bundle = tmp_path / "kernels.tar"
     r = export_bundle(src, bundle)
     assert r["exported"] == 2 and r["skipped"] == []
@@ -231,7 +215,7 @@ def test_export_import_into_empty_dir_needs_no_nvrtc(tmp_path, seed, monkeypatch
         assert all(m.mtime == 0 and m.uid == 0 for m in tar.getmembers())
     assert names[0] == "manifest.json" and all(not n.startswith("/") and ".." not in n for n in names)
     assert manifest["bundle_format"] == 1 and manifest["entry_format"] == 2
-    assert manifest["jitmarlin"] and sorted(e["key"] for e in manifest["entries"]) == sorted(seed[1])
+    assert manifest["jitmarlin"] and sorted(e["key"] for e in manifest["entries"]) == sorted(seeded_cache.keys)
     one = manifest["entries"][0]
     assert {"key", "name", "arch", "spec", "nvrtc", "sha256"} <= set(one)
     assert one["arch"] == "sm_90" and KernelSpec.from_canonical(one["spec"])
@@ -241,26 +225,26 @@ def test_export_import_into_empty_dir_needs_no_nvrtc(tmp_path, seed, monkeypatch
     rep = import_bundle(KernelCache(empty), bundle)
     assert (rep.imported, rep.present, rep.rejected) == (2, 0, [])
     fresh = KernelCache(empty)
-    for spec, key in zip((SPEC, SPEC3), seed[1]):
+    for spec, key in zip((SPEC, SPEC3), seeded_cache.keys):
         art, k, status = fresh.get(spec, "sm_90", compile_missing=False)
         assert status == "disk" and k == key and art.cubin[:4] == b"\x7fELF"
     rep = import_bundle(KernelCache(empty), bundle)                   # merge: existing keys kept
     assert (rep.imported, rep.present) == (0, 2)
 
 
-def test_tampered_bundle_entry_is_rejected_with_a_reason(tmp_path, seed, rewrite_bundle):
+def test_tampered_bundle_entry_is_rejected_with_a_reason(tmp_path, seeded_cache, rewrite_bundle):
     import hashlib
 
     bundle = tmp_path / "b.tar"
-    export_bundle(KernelCache(_copy(seed, tmp_path / "src")), bundle)
-    victim = f"entries/{seed[1][0]}.json"
+    export_bundle(KernelCache(seeded_cache.copy(tmp_path / "src")), bundle)
+    victim = f"entries/{seeded_cache.keys[0]}.json"
 
     def set_member(files, e, fix_manifest):
         files[victim] = bundle_mod.entry_to_json(e)
         if fix_manifest:
             m = json.loads(files["manifest.json"])
             for item in m["entries"]:
-                if item["key"] == seed[1][0]:
+                if item["key"] == seeded_cache.keys[0]:
                     item["file_sha256"] = hashlib.sha256(files[victim]).hexdigest()
             files["manifest.json"] = json.dumps(m).encode()
 
@@ -291,8 +275,8 @@ def test_tampered_bundle_entry_is_rejected_with_a_reason(tmp_path, seed, rewrite
         rep = import_bundle(KernelCache(tmp_path / f"dst{i}"), bad)
         assert rep.imported == 1, reason                       # the other kernel still imports
         (key, why), = rep.rejected
-        assert key == seed[1][0] and reason in why, why
-        assert KernelCache(tmp_path / f"dst{i}").keys() == [seed[1][1]]
+        assert key == seeded_cache.keys[0] and reason in why, why
+        assert KernelCache(tmp_path / f"dst{i}").keys() == [seeded_cache.keys[1]]
 
 
 def test_not_a_bundle_is_an_input_error(tmp_path):
@@ -304,10 +288,10 @@ def test_not_a_bundle_is_an_input_error(tmp_path):
         import_bundle(KernelCache(tmp_path / "c"), junk)
 
 
-def test_read_only_tier_serves_a_hit(tmp_path, seed, monkeypatch):
-    ro = _copy(seed, tmp_path / "ro")                          # a cache dir ...
+def test_read_only_tier_serves_a_hit(tmp_path, seeded_cache, monkeypatch):
+    ro = seeded_cache.copy(tmp_path / "ro")                          # a cache dir ...
     unpacked = tmp_path / "unpacked"                           # ... and an unpacked bundle
-    export_bundle(KernelCache(_copy(seed, tmp_path / "src")), tmp_path / "b.tar")
+    export_bundle(KernelCache(seeded_cache.copy(tmp_path / "src")), tmp_path / "b.tar")
     with tarfile.open(tmp_path / "b.tar") as tar:
         tar.extractall(unpacked)
     _no_compiles(monkeypatch)
@@ -319,18 +303,18 @@ def test_read_only_tier_serves_a_hit(tmp_path, seed, monkeypatch):
         monkeypatch.setenv("JITMARLIN_CACHE_RO", str(tier))
         w = KernelCache(tmp_path / f"w-{tier.name}")
         art, key, status = w.get(SPEC, "sm_90")
-        assert status == "disk" and key == seed[1][0] and art.cubin
+        assert status == "disk" and key == seeded_cache.keys[0] and art.cubin
         assert w.keys() == []                                 # served, not copied
         after = contents(tier)
         assert {p: after[p] for p in before} == before            # nothing written
 
 
-def test_read_only_tier_bad_entry_is_ignored(tmp_path, seed, monkeypatch):
+def test_read_only_tier_bad_entry_is_ignored(tmp_path, seeded_cache, monkeypatch):
     unpacked = tmp_path / "unpacked"
-    export_bundle(KernelCache(_copy(seed, tmp_path / "src")), tmp_path / "b.tar")
+    export_bundle(KernelCache(seeded_cache.copy(tmp_path / "src")), tmp_path / "b.tar")
     with tarfile.open(tmp_path / "b.tar") as tar:
         tar.extractall(unpacked)
-    member = unpacked / "entries" / f"{seed[1][0]}.json"
+    member = unpacked / "entries" / f"{seeded_cache.keys[0]}.json"
     e = bundle_mod.entry_from_json(member.read_bytes())
     e["sha256"] = "0" * 64
     member.write_bytes(bundle_mod.entry_to_json(e))
@@ -339,20 +323,20 @@ def test_read_only_tier_bad_entry_is_ignored(tmp_path, seed, monkeypatch):
     assert w.get(SPEC3, "sm_90", compile_missing=False)[2] == "disk"
 
 
-def test_stats(tmp_path, seed):
-    st = KernelCache(_copy(seed, tmp_path / "c"), max_mb=64).stats()
+def test_stats(tmp_path, seeded_cache):
+    st = KernelCache(seeded_cache.copy(tmp_path / "c"), max_mb=64).stats()
     assert st["entries"] == 2 and st["archs"] == {"sm_90": 2} and st["bytes"] > 0
     assert st["oldest"] <= st["newest"] and st["cap_bytes"] == 64 << 20
     empty = KernelCache(tmp_path / "e").stats()
     assert empty["entries"] == 0 and empty["oldest"] is None
 
 
-def test_cli_cache_subcommands(tmp_path, seed, capsys):
-    d = str(_copy(seed, tmp_path / "c"))
+def test_cli_cache_subcommands(tmp_path, seeded_cache, capsys):
+    d = str(seeded_cache.copy(tmp_path / "c"))
     assert main(["cache", "ls", "--cache-dir", d]) == 0
     out = capsys.readouterr().out
     assert SPEC.name in out and SPEC3.name in out and "2 entries" in out
-    assert seed[1][0][:16] in out
+    assert seeded_cache.keys[0][:16] in out
     assert main(["cache", "--cache-dir", d, "stats"]) == 0
     out = capsys.readouterr().out
     assert "entries" in out and "sm_90: 2" in out
@@ -373,10 +357,10 @@ def test_cli_cache_subcommands(tmp_path, seed, capsys):
     assert main(["cache", "import", str(tmp_path / "missing.tar"), "--cache-dir", other]) == 2
     assert "jitmarlin:" in capsys.readouterr().err
 
-    _flip_cubin_byte(KernelCache(d), seed[1][0])
+    _flip_cubin_byte(KernelCache(d), seeded_cache.keys[0])
     assert main(["cache", "verify", "--cache-dir", d]) == 1
     out = capsys.readouterr().out
-    assert seed[1][0][:16] in out and "checksum mismatch" in out and "1 bad" in out
+    assert seeded_cache.keys[0][:16] in out and "checksum mismatch" in out and "1 bad" in out
     assert main(["cache", "verify", "--fix", "--cache-dir", d]) == 1
     assert "removed" in capsys.readouterr().out
     assert main(["cache", "verify", "--cache-dir", d]) == 0

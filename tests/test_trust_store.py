@@ -10,7 +10,6 @@ import json
 import os
 import pathlib
 import pickle
-import shutil
 import sqlite3
 import stat
 import subprocess
@@ -46,21 +45,6 @@ class Evil:
 
 def payload(marker) -> bytes:
     return pickle.dumps(Evil(marker), protocol=2)
-
-
-@pytest.fixture(scope="module")
-def seed(tmp_path_factory):
-    """A cache dir holding two real sm_90 kernels (SPEC, SPEC3); tests work on copies."""
-    d = tmp_path_factory.mktemp("trust-seed") / "c"
-    c = KernelCache(d, ro_dir="")
-    keys = [c.get(s, "sm_90")[1] for s in (SPEC, SPEC3)]
-    c._open().close()          # flush SQLite's WAL so a plain copy holds everything
-    return d, keys
-
-
-def _copy(seed, dst):
-    shutil.copytree(seed[0], dst)
-    return dst
 
 
 def _db(d) -> Path:
@@ -103,9 +87,9 @@ def _cli(cache_dir, *args, **extra):
 
 # ---- nothing is unpickled ------------------------------------------------------------------------
 
-def test_pickle_value_rows_never_run(tmp_path, seed):
+def test_pickle_value_rows_never_run(tmp_path, seeded_cache):
     marker = tmp_path / "MARKER"
-    d = _copy(seed, tmp_path / "c")
+    d = seeded_cache.copy(tmp_path / "c")
     _plant_pickle_rows(d, marker)                      # every entry and usage row
     art, key, status = KernelCache(d).get(SPEC, "sm_90")
     assert status == "compiled" and art.cubin        # refused row: recompiled, not loaded
@@ -134,9 +118,9 @@ def test_prewarm_over_planted_rows(tmp_path):
     assert second.returncode == 0 and "1 compiled" in second.stdout, second.stdout + second.stderr
 
 
-def test_non_raw_key_and_pickle_value_file(tmp_path, seed):
+def test_non_raw_key_and_pickle_value_file(tmp_path, seeded_cache):
     marker = tmp_path / "MARKER"
-    d = _copy(seed, tmp_path / "c")
+    d = seeded_cache.copy(tmp_path / "c")
     _plant_row(d, payload(marker), 0, b"x", mode=1)               # a pickled key (raw=0)
     vf = Path(d) / STORE_DIR / "ab" / "cd" / ("0" * 28 + ".val")  # a pickle value file
     vf.parent.mkdir(parents=True)
@@ -145,7 +129,7 @@ def test_non_raw_key_and_pickle_value_file(tmp_path, seed):
     _plant_row(d, "tune:planted", 1, None, filename=f"ab/cd/{'0' * 28}.val")
     _plant_row(d, "1" * 64, 1, None, mode=2, filename="../../../../etc/passwd")  # path games
     c = KernelCache(d)
-    assert sorted(c.keys()) == sorted(seed[1] + ["1" * 64])
+    assert sorted(c.keys()) == sorted(seeded_cache.keys + ["1" * 64])
     assert c.get(SPEC, "sm_90", compile_missing=False)[2] == "disk"
     assert c.get_record("tune:planted") is None
     assert c.records("tune:").get("tune:planted") is None
@@ -199,10 +183,10 @@ def test_render_keeps_parsed_templates_in_memory():
 
 # ---- the read-only tier --------------------------------------------------------------------------
 
-def test_read_only_tier_pickle_rows_and_foreign_entries(tmp_path, seed):
+def test_read_only_tier_pickle_rows_and_foreign_entries(tmp_path, seeded_cache):
     marker = tmp_path / "MARKER"
-    ro = _copy(seed, tmp_path / "ro")
-    _plant_pickle_rows(ro, marker, where=seed[1][0])
+    ro = seeded_cache.copy(tmp_path / "ro")
+    _plant_pickle_rows(ro, marker, where=seeded_cache.keys[0])
     w = KernelCache(tmp_path / "w", ro_dir=ro)
     assert w.get(SPEC, "sm_90", compile_missing=False)[2] == "missing"
     assert w.get(SPEC3, "sm_90", compile_missing=False)[2] == "disk"
@@ -212,10 +196,10 @@ def test_read_only_tier_pickle_rows_and_foreign_entries(tmp_path, seed):
     assert not marker.exists()
 
 
-def test_entry_under_another_specs_key_is_never_served(tmp_path, seed, caplog):
-    a, b = seed[1]
+def test_entry_under_another_specs_key_is_never_served(tmp_path, seeded_cache, caplog):
+    a, b = seeded_cache.keys
     for tier in ("local", "ro"):
-        d = _copy(seed, tmp_path / tier)
+        d = seeded_cache.copy(tmp_path / tier)
         disk = KernelCache(d)._open()
         disk.set(b, disk.get(a))                 # SPEC's sound entry stored under SPEC3's key
         disk.close()
@@ -341,9 +325,9 @@ def test_planted_emulator_library_is_not_loaded(tmp_path, monkeypatch):
 # ---- bundles -------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def bundle(seed, tmp_path_factory):
+def bundle(seeded_cache, tmp_path_factory):
     path = tmp_path_factory.mktemp("trust-bundle") / "b.tar"
-    export_bundle(KernelCache(seed[0]), path)
+    export_bundle(KernelCache(seeded_cache.dir), path)
     return path
 
 
@@ -416,9 +400,9 @@ def test_total_cap_and_member_checks(tmp_path, bundle, monkeypatch):
         import_bundle(KernelCache(tmp_path / "d2"), link)
 
 
-def test_duplicate_and_pickled_members(tmp_path, seed, bundle, rewrite_bundle):
+def test_duplicate_and_pickled_members(tmp_path, seeded_cache, bundle, rewrite_bundle):
     marker = tmp_path / "MARKER"
-    a, b = seed[1]
+    a, b = seeded_cache.keys
     dup = tmp_path / "dup.tar"
     with tarfile.open(bundle) as src, tarfile.open(dup, "w") as tar:
         for m in src.getmembers():
@@ -477,11 +461,11 @@ def test_other_version_entries_are_skipped_not_imported(tmp_path, bundle, rewrit
         assert "imported 0" in out and "skipped 2" in out and why in err
 
 
-def test_truncated_bundle_is_one_clear_error(tmp_path, seed, bundle):
+def test_truncated_bundle_is_one_clear_error(tmp_path, seeded_cache, bundle):
     cut = tmp_path / "cut.tar"
     data = bundle.read_bytes()
     cut.write_bytes(data[: len(data) // 2])
-    d = _copy(seed, tmp_path / "c")
+    d = seeded_cache.copy(tmp_path / "c")
     before = sorted(KernelCache(d).keys())
     with pytest.raises(BundleError, match="truncated|not a readable"):
         import_bundle(KernelCache(d), cut)
@@ -500,8 +484,8 @@ def test_sha256_pin(tmp_path, bundle):
     assert r.returncode == 0 and "imported 2" in r.stdout, r.stderr
 
 
-def test_export_unknown_arch_or_empty_is_an_error(tmp_path, seed, capsys):
-    d = str(_copy(seed, tmp_path / "c"))
+def test_export_unknown_arch_or_empty_is_an_error(tmp_path, seeded_cache, capsys):
+    d = str(seeded_cache.copy(tmp_path / "c"))
     for arch, why in (("sm_60", "unknown arch"), ("sm_80", "nothing to export")):
         out = tmp_path / f"{arch}.tar"
         assert main(["cache", "export", str(out), "--arch", arch, "--cache-dir", d]) == 1
@@ -542,8 +526,8 @@ def test_lock_held_too_long_compiles_in_memory(tmp_path, monkeypatch, caplog):
 
 # ---- the CLI on broken and read-only stores ------------------------------------------------------
 
-def test_corrupt_store_is_reported_and_repaired(tmp_path, seed):
-    d = _copy(seed, tmp_path / "c")
+def test_corrupt_store_is_reported_and_repaired(tmp_path, seeded_cache):
+    d = seeded_cache.copy(tmp_path / "c")
     for name in ("cache.db-wal", "cache.db-shm"):
         (Path(d) / STORE_DIR / name).unlink(missing_ok=True)
     _db(d).write_bytes(b"this is not a database" * 500)
@@ -562,8 +546,8 @@ def test_corrupt_store_is_reported_and_repaired(tmp_path, seed):
     assert _cli(d, "cache", "verify").returncode == 0
 
 
-def test_read_only_cache_dir_says_so(tmp_path, seed, monkeypatch, capsys):
-    d = str(_copy(seed, tmp_path / "c"))
+def test_read_only_cache_dir_says_so(tmp_path, seeded_cache, monkeypatch, capsys):
+    d = str(seeded_cache.copy(tmp_path / "c"))
     real = os.access
     monkeypatch.setattr(os, "access", lambda p, mode, **k: False if mode & os.W_OK else real(p, mode))
     assert main(["cache", "stats", "--cache-dir", d]) == 0

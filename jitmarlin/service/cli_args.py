@@ -36,12 +36,9 @@ def jobs(text: str) -> int:
     if text.strip().lower() in ("auto", "0"):
         return 0
     try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1 or 'auto', got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1 or 'auto' (one per CPU), got {v}")
-    return v
+        return positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1 or 'auto' (one per CPU), got {text!r}") from None
 
 
 def group_size(text: str) -> int:

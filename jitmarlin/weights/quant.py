@@ -361,23 +361,18 @@ def from_codes(qtype: str, codes, scales, group_size: int, *, zeros=None, offset
     s_used = halves.from_bits(s_bits, scale_dtype).astype(np.float64)
     m = None
     if affine:
+        def per_group(a, name):   # (g0, n0) finite float64
+            v = _host_array(a, name, "fiu").astype(np.float64)
+            if v.size != g0 * n0:
+                raise InputError(f"{name} must have shape ({g0}, {n0}), got {v.shape}")
+            if not np.all(np.isfinite(v)):
+                raise InputError(f"{name} contain NaN or Inf")
+            return v.reshape(g0, n0)
+
         if zeros is not None:
-            z = _host_array(zeros, "zeros", "fiu").astype(np.float64)
-            if z.size != g0 * n0:
-                raise InputError(f"zeros must have shape ({g0}, {n0}), got {z.shape}")
-            z = z.reshape(-1, n0)
-            if not np.all(np.isfinite(z)):
-                raise InputError("zeros contain NaN or Inf")
-            if z.shape[0] != g0:
-                raise InputError(f"zeros must have {g0} rows, got {z.shape[0]}")
-            m = (implicit_bias(qtype) - z) * s_used
+            m = (implicit_bias(qtype) - per_group(zeros, "zeros")) * s_used
         else:
-            m = _host_array(offsets, "offsets", "fiu").astype(np.float64)
-            if m.size != g0 * n0:
-                raise InputError(f"offsets must have shape ({g0}, {n0}), got {m.shape}")
-            m = m.reshape(-1, n0)
-            if not np.all(np.isfinite(m)):
-                raise InputError("offsets contain NaN or Inf")
+            m = per_group(offsets, "offsets")
         _fit(m, scale_dtype, "offsets (zero points times scales)")
 
     # pad: N to 64, K to 64 and to whole groups (padded inputs are zero in the kernel)
