@@ -112,6 +112,17 @@ def build(spec: AnySpec) -> ctypes.CDLL:
             ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_longlong),
             ctypes.POINTER(ctypes.c_int), ctypes.c_float, ctypes.c_uint, ctypes.c_char_p, ctypes.c_int,
         ]
+    elif spec.route == "moe":   # templates/emu/moe_launcher.cuh
+        lib.jm_emu_moe.restype = ctypes.c_int
+        lib.jm_emu_moe.argtypes = [
+            ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_longlong),
+            ctypes.POINTER(ctypes.c_int), ctypes.c_uint, ctypes.c_char_p, ctypes.c_int]
+    elif spec.route == "moe_route":   # templates/emu/moe_route_launcher.cuh
+        lib.jm_emu_align.restype = lib.jm_emu_combine.restype = ctypes.c_int
+        common = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_longlong), ctypes.POINTER(ctypes.c_int),
+                  ctypes.c_uint, ctypes.c_char_p, ctypes.c_int]
+        lib.jm_emu_align.argtypes = common
+        lib.jm_emu_combine.argtypes = [ctypes.c_int] + common
     else:  # the dequantisation module's two entry points (templates/emu/dequant_launcher.cuh)
         for entry in (lib.jm_emu_dequant, lib.jm_emu_bias):
             entry.restype = ctypes.c_int
@@ -231,3 +242,108 @@ def run_bias(spec: DequantSpec, bias_bits: np.ndarray, m: int, grid: int, *, see
     if not np.all(c[m:] == poison):
         raise EmuError(f"{spec.name}_bias: the kernel wrote past the end of C")
     return c[:m]
+
+
+# ---- the MoE family (kernels/moe): routing module and grouped GEMMs -------------------------------
+
+def _ptrs(arrays: list):
+    ptrs = (ctypes.c_void_p * len(arrays))(*[None if v is None else v.ctypes.data for v in arrays])
+    sizes = (ctypes.c_longlong * len(arrays))(*[0 if v is None else v.nbytes for v in arrays])
+    return ptrs, sizes
+
+
+def run_moe_align(plan, topk_ids: np.ndarray, expert_map=None, *, seed: int = 1):
+    """The alignment kernel on the CPU: (sorted pair ids, expert of each row block, rows in use).
+    Outputs start poisoned (-7) so unwritten entries show."""
+    spec = plan.route
+    lib = build(spec)
+    p = plan.problem
+    ids = np.ascontiguousarray(topk_ids, dtype=np.int32).reshape(-1)
+    emap = None if expert_map is None else np.ascontiguousarray(expert_map, dtype=np.int32)
+    sorted_ids = np.full(plan.sorted_rows, -7, dtype=np.int32)
+    blk = np.full(plan.max_blocks, -7, dtype=np.int32)
+    n_rows = np.full(1, -7, dtype=np.int32)
+    ptrs, sizes = _ptrs([ids, emap, sorted_ids, blk, n_rows])
+    n_global = p.experts if emap is None else emap.shape[0]
+    dims = (ctypes.c_int * 4)(ids.shape[0], n_global, p.experts, plan.max_blocks)
+    err = ctypes.create_string_buffer(512)
+    if lib.jm_emu_align(ptrs, sizes, dims, seed, err, len(err)):
+        raise EmuError(f"{spec.name}: {err.value.decode()}")
+    return sorted_ids, blk, int(n_rows[0])
+
+
+def run_moe_gemm(plan, spec, a_bits: np.ndarray, mw, sorted_ids, blk, n_rows: int, topk_w, *,
+                 topk: int, seed: int = 1, poison: int = 0xFFFF) -> np.ndarray:
+    """One grouped GEMM (spec = plan.up or plan.down) on the CPU. a_bits: the A rows (x for the
+    up stage, read at pair / topk; the intermediate for the down stage, read at pair). Returns
+    the (pairs, n_out) output bit patterns; rows the routing did not reach stay `poison`."""
+    lib = build(spec)
+    p = plan.problem
+    pairs = p.pairs
+    n_out = mw.out_features // 2 if spec.gated else mw.out_features
+    a = np.ascontiguousarray(a_bits, dtype=np.uint16)
+    b = np.ascontiguousarray(mw.packed)
+    s = np.ascontiguousarray(mw.scales_for(spec.act))
+    z = mw.offsets_for(spec.act)
+    z = None if z is None else np.ascontiguousarray(z)
+    bias = None if mw.bias is None else np.ascontiguousarray(mw.bias, dtype=np.float32)
+    gs = (np.ones(mw.num_experts, np.float32) if mw.global_scales is None
+          else np.ascontiguousarray(mw.global_scales, dtype=np.float32))
+    tw = None if topk_w is None else np.ascontiguousarray(topk_w, dtype=np.float32).reshape(-1)
+    guard_rows = 2
+    c = np.full((pairs + guard_rows, n_out), poison, dtype=np.uint16)
+    nr = np.array([n_rows], dtype=np.int32)
+    arrays = [a, b, s, z, bias, gs, tw, np.ascontiguousarray(sorted_ids, dtype=np.int32),
+              np.ascontiguousarray(blk, dtype=np.int32), nr, c]
+    ptrs, sizes = _ptrs(arrays)
+    sizes[10] = pairs * n_out * 2
+    n = mw.n
+    dims = (ctypes.c_int * 7)(pairs, topk, n, mw.k, n_out, mw.in_features, a.shape[1])
+    err = ctypes.create_string_buffer(512)
+    grid = plan.grid(spec, n)
+    if lib.jm_emu_moe(grid, spec.smem_bytes(), ptrs, sizes, dims, seed, err, len(err)):
+        raise EmuError(f"{spec.name}: {err.value.decode()}")
+    if not np.all(c[pairs:] == poison):
+        raise EmuError(f"{spec.name}: the kernel wrote past the end of the output")
+    return c[:pairs]
+
+
+def run_moe_combine(plan, y_bits: np.ndarray, topk_ids, expert_map=None, *, seed: int = 1,
+                    poison: int = 0xFFFF) -> np.ndarray:
+    """The combine kernel on the CPU: (T, hidden) bit patterns of each token's rows summed."""
+    spec = plan.route
+    lib = build(spec)
+    p = plan.problem
+    ids = np.ascontiguousarray(topk_ids, dtype=np.int32).reshape(-1)
+    emap = None if expert_map is None else np.ascontiguousarray(expert_map, dtype=np.int32)
+    y = np.ascontiguousarray(y_bits, dtype=np.uint16)
+    guard_rows = 2
+    out = np.full((p.tokens + guard_rows, p.hidden), poison, dtype=np.uint16)
+    ptrs, sizes = _ptrs([y, ids, emap, out])
+    sizes[3] = p.tokens * p.hidden * 2
+    n_global = p.experts if emap is None else emap.shape[0]
+    dims = (ctypes.c_int * 5)(n_global, p.experts, p.tokens, p.topk, p.hidden)
+    err = ctypes.create_string_buffer(512)
+    if lib.jm_emu_combine(plan.combine_grid, ptrs, sizes, dims, seed, err, len(err)):
+        raise EmuError(f"{spec.combine_name}: {err.value.decode()}")
+    if not np.all(out[p.tokens:] == poison):
+        raise EmuError(f"{spec.combine_name}: the kernel wrote past the end of the output")
+    return out[: p.tokens]
+
+
+def run_moe(plan, x: np.ndarray, w13, w2, topk_weights, topk_ids, *, expert_map=None,
+            apply_router_weight_on_input: bool = False, seed: int = 1) -> np.ndarray:
+    """The whole MoE block on the CPU, as jitmarlin.moe runs it on a GPU: float inputs (x
+    rounded to the plan's activation dtype), float32 (T, hidden) output."""
+    act = plan.up.act
+    p = plan.problem
+    xb = halves.to_bits(np.asarray(x), act)
+    if xb.shape[1] % 8:
+        raise ValueError("hidden must be a multiple of 8")
+    sorted_ids, blk, n_rows = run_moe_align(plan, topk_ids, expert_map, seed=seed)
+    tw = np.asarray(topk_weights, dtype=np.float32)
+    h = run_moe_gemm(plan, plan.up, xb, w13, sorted_ids, blk, n_rows,
+                     tw if apply_router_weight_on_input else None, topk=p.topk, seed=seed)
+    y = run_moe_gemm(plan, plan.down, h, w2, sorted_ids, blk, n_rows,
+                     None if apply_router_weight_on_input else tw, topk=1, seed=seed)
+    return halves.from_bits(run_moe_combine(plan, y, topk_ids, expert_map, seed=seed), act)

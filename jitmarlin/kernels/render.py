@@ -121,12 +121,29 @@ def main_template(spec: AnySpec) -> str:
     return "wgmma.cu.j2" if spec.wgmma else "gemm.cu.j2"
 
 
+# Families in folders of their own (kernels/moe/) register how their specs render: spec class ->
+# fn(spec, target, env) -> source.
+RENDERERS: dict[type, object] = {}
+
+
+def register_renderer(cls: type, fn) -> None:
+    RENDERERS[cls] = fn
+
+
+def env() -> jinja2.Environment:
+    """The shared template environment (parsed templates are kept per process)."""
+    return _env()
+
+
 def render(spec: AnySpec, target: str = "cuda") -> str:
     """CUDA C++ source of `spec` (either kind). target 'cuda' for NVRTC, 'emu' for the CPU
     emulator."""
     if target not in ("cuda", "emu"):
         raise ValueError(f"unknown render target {target!r}")
     spec.check()
+    own = RENDERERS.get(type(spec))
+    if own is not None:
+        return own(spec, target)
     spec = spec.kernel_spec()   # without plan-only fields (KernelSpec.whole)
     family = _family(spec)
     if family == "wgmma" and target == "emu":

@@ -622,6 +622,16 @@ AnySpec = Union[KernelSpec, DequantSpec, GemvSpec]
 SPEC_KINDS: dict[str, type] = {"KernelSpec": KernelSpec, "DequantSpec": DequantSpec, "GemvSpec": GemvSpec}
 # The kind a canonical text names through its "route" field (a KernelSpec's has none).
 ROUTE_KINDS = {"dequant": "DequantSpec"}
+# The kind a canonical text names through its "family" field (families in folders of their own
+# register theirs with register_kind).
+FAMILY_KINDS = {"gemv": "GemvSpec"}
+
+
+def register_kind(cls: type, family: str) -> None:
+    """Register a spec class whose canonical text carries `"family": family` (a kernel family
+    in a folder of its own, e.g. kernels/moe/): stored specs of it parse back."""
+    SPEC_KINDS[cls.__name__] = cls
+    FAMILY_KINDS[family] = cls.__name__
 
 
 def spec_kind(spec) -> str:
@@ -642,8 +652,11 @@ def kind_of_canonical(text: str) -> str:
         raise ValueError(f"not a spec: {exc}") from None
     if not isinstance(d, dict):
         raise ValueError(f"not a spec: {text[:120]!r}")
-    if d.get("family") == "gemv":
-        return "GemvSpec"
+    family = d.get("family")
+    if family is not None:
+        if family not in FAMILY_KINDS:
+            raise ValueError(f"not a kernel spec: unknown family {family!r}")
+        return FAMILY_KINDS[family]
     route = d.get("route")
     if route is None:
         return "KernelSpec"

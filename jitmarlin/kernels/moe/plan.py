@@ -1,0 +1,127 @@
+"""MoE plan rules (pure): the routing module's block size and the two grouped GEMMs' tiles for a
+layer of E local experts, top-k routing and T tokens.
+
+Nothing here may depend on the routing itself (it is on the GPU, and changes between replays of a
+CUDA graph): the grids are sized for the worst case, max_blocks row blocks of block_m rows, and
+blocks past the rows the alignment kernel produced return at once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jitmarlin.errors import InputError, UnsupportedError
+from jitmarlin.jit.profiles import DeviceProfile
+from jitmarlin.kernels.moe.spec import ACTIVATIONS, ROUTE_THREADS, MoERouteSpec, MoESpec
+from jitmarlin.kernels.plan_base import PATH_MAX_STAGES, check_problem, group_blocks, max_tm
+from jitmarlin.kernels.problem import Problem
+
+
+@dataclass(frozen=True)
+class MoEProblem:
+    """tokens T, topk k, experts E on this GPU; n13/k13 and n2/k2 the padded kernel dims of one
+    expert's w13 (2I x hidden) and w2 (hidden x I); n_out2 = hidden, inter = I."""
+
+    tokens: int
+    topk: int
+    experts: int
+    n13: int
+    k13: int
+    n2: int
+    k2: int
+    inter: int
+    hidden: int
+    act: str
+    qtype: str
+    group_size: int
+    activation: str = "silu"
+
+    @property
+    def pairs(self) -> int:
+        return self.tokens * self.topk
+
+
+@dataclass(frozen=True)
+class MoEPlan:
+    problem: MoEProblem
+    route: MoERouteSpec
+    up: MoESpec
+    down: MoESpec
+    max_blocks: int       # row blocks the alignment can produce in the worst case
+
+    @property
+    def block_m(self) -> int:
+        return self.route.block_m
+
+    @property
+    def sorted_rows(self) -> int:
+        return self.max_blocks * self.block_m
+
+    def grid(self, spec: MoESpec, n: int) -> int:
+        return self.max_blocks * -(-n // spec.tile_n)
+
+    @property
+    def grid_up(self) -> int:
+        return self.grid(self.up, self.problem.n13)
+
+    @property
+    def grid_down(self) -> int:
+        return self.grid(self.down, self.problem.n2)
+
+    @property
+    def combine_grid(self) -> int:
+        return -(-self.problem.tokens * (self.problem.hidden // 8) // ROUTE_THREADS)
+
+
+def max_blocks(pairs: int, experts: int, block_m: int) -> int:
+    """Row blocks of the aligned list in the worst routing: each expert that gets pairs adds at
+    most one partly filled block to the ceil(pairs / block_m) full ones."""
+    return -(-pairs // block_m) + min(experts, pairs)
+
+
+def _tm_for(profile: DeviceProfile, p: MoEProblem, dense: Problem) -> int:
+    """m16 blocks a tile: by the rows an expert gets when the routing is even (more rows, more
+    reuse of each weight tile; fewer, less padding)."""
+    rows = -(-p.pairs // max(1, min(p.experts, p.pairs)))
+    tm = 1 if rows <= 16 else 2 if rows <= 32 else 4
+    return min(tm, max_tm(profile.path, dense))
+
+
+def _spec(profile: DeviceProfile, dense: Problem, tm: int, stage: str, activation: str) -> MoESpec:
+    gb = group_blocks(dense)
+    legacy = profile.path != "sm80"
+    for tn, tk in ((8, 8), (8, 4), (4, 8), (4, 4)):
+        top = 2 if legacy else min(4, PATH_MAX_STAGES[profile.path])
+        for stages in range(top, 1, -1):
+            spec = MoESpec(profile.path, dense.qtype, dense.act, gb, tm, tn, tk, stages, stage,
+                           activation if stage == "up" else "")
+            try:
+                spec.check()
+            except ValueError:
+                continue
+            if dense.k % spec.tile_k:   # whole K tiles only
+                continue
+            if spec.smem_bytes() <= profile.smem_per_block:
+                return spec
+    raise UnsupportedError(f"no MoE tile fits {profile.name} for {dense.qtype} x {dense.act}")
+
+
+def plan_moe(profile: DeviceProfile, p: MoEProblem, *, tm: int | None = None) -> MoEPlan:
+    """The routing module and the two grouped GEMMs for `p` on `profile` (no GPU needed)."""
+    if p.activation not in ACTIVATIONS:
+        raise InputError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {p.activation!r}")
+    if p.tokens < 1 or p.topk < 1:
+        raise InputError(f"tokens and topk must be >= 1, got {p.tokens} and {p.topk}")
+    if not 1 <= p.experts <= ROUTE_THREADS:
+        raise UnsupportedError(f"at most {ROUTE_THREADS} experts a GPU, got {p.experts}")
+    if p.inter % 8 or p.hidden % 8:
+        raise InputError(f"hidden and intermediate sizes must be multiples of 8, got {p.hidden}, {p.inter}")
+    d13 = Problem(p.pairs, p.n13, p.k13, p.act, p.qtype, p.group_size)
+    d2 = Problem(p.pairs, p.n2, p.k2, p.act, p.qtype, p.group_size)
+    check_problem(profile, d13)
+    check_problem(profile, d2)
+    tm = tm or _tm_for(profile, p, d13)
+    up = _spec(profile, d13, tm, "up", p.activation)
+    down = _spec(profile, d2, tm, "down", "")
+    route = MoERouteSpec(p.act, 16 * tm, profile.path)
+    route.check()
+    return MoEPlan(p, route, up, down, max_blocks(p.pairs, p.experts, 16 * tm))

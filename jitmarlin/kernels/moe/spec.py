@@ -1,0 +1,186 @@
+"""MoE kernel specs: the grouped expert GEMM (MoESpec) and the routing module (MoERouteSpec).
+
+A MoESpec is one grouped GEMM over the experts' stacked weights: its tile geometry, pipeline and
+dequantisation are those of the dense mma.sync kernel (a KernelSpec with the same fields, whose
+checks and shared-memory sums it reuses); what differs is where rows come from (the routing's
+sorted pair list), which expert's weight a block streams, and the epilogue (`stage`):
+'up' (w13: gate and up interleaved in blocks of 8 columns, the activation fused, the result of
+width I written per routed pair) or 'down' (w2: each pair's row times its router weight).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import ClassVar
+
+from jitmarlin.kernels.spec import THREADS, KernelSpec, _WeightFormat
+from jitmarlin.weights.qtypes import ACT_DTYPES
+
+ACTIVATIONS = ("silu", "gelu", "swigluoai")
+STAGES_MOE = ("up", "down")
+ROUTE_THREADS = 1024   # the alignment kernel is one block
+
+
+@dataclass(frozen=True)
+class MoESpec(_WeightFormat):
+    """One grouped expert GEMM.
+
+    path, qtype, act, group_blocks, tm, tn, tk, stages: as KernelSpec's (mma.sync paths sm70,
+    sm75, sm80); a block computes one tile of 16 tm routed rows (one expert's) by 16 tn weight
+    columns over the whole of K. stage: 'up' or 'down'; activation: the gated activation the
+    'up' stage fuses ('silu', 'gelu', 'swigluoai'; '' for 'down').
+    """
+
+    route: ClassVar[str] = "moe"
+
+    path: str
+    qtype: str
+    act: str
+    group_blocks: int
+    tm: int
+    tn: int
+    tk: int
+    stages: int
+    stage: str = "up"
+    activation: str = "silu"
+    threads: int = THREADS
+
+    def dense(self) -> KernelSpec:
+        """The dense kernel with this tile geometry (its checks and sizes hold here too)."""
+        return KernelSpec(self.path, self.qtype, self.act, self.group_blocks, self.tm, self.tn,
+                          self.tk, self.stages)
+
+    @property
+    def gated(self) -> bool:
+        return self.stage == "up"
+
+    @property
+    def tile_m(self) -> int:
+        return 16 * self.tm
+
+    @property
+    def tile_n(self) -> int:
+        return 16 * self.tn
+
+    @property
+    def tile_k(self) -> int:
+        return 16 * self.tk
+
+    @property
+    def warps_n(self) -> int:
+        return self.dense().warps_n
+
+    @property
+    def warps_k(self) -> int:
+        return self.dense().warps_k
+
+    @property
+    def sub_steps(self) -> int:
+        return self.dense().sub_steps
+
+    @property
+    def wgmma(self) -> bool:
+        return False
+
+    @property
+    def occupancy(self) -> int:
+        return 1
+
+    @property
+    def cluster(self) -> int:
+        return 1
+
+    @property
+    def pdl(self) -> bool:
+        return False
+
+    def smem_bytes(self) -> int:
+        """The dense kernel's pipeline, reduction and staging area, plus the tile's routed row
+        ids and their router weights (8 bytes a row)."""
+        d = self.dense()
+        used = max(d.stages * d.stage_bytes(), d.reduce_bytes(), d.epilogue_bytes())
+        return used + 8 * self.tile_m
+
+    def smem_per_sm(self) -> int:
+        return self.smem_bytes() + 1024
+
+    def check(self) -> None:
+        """Raise ValueError when the fields do not describe a buildable kernel."""
+        if self.path not in ("sm70", "sm75", "sm80"):
+            raise ValueError(f"MoE GEMMs run on the mma.sync paths sm70, sm75, sm80 (got {self.path!r})")
+        self.dense().check()
+        if self.stage not in STAGES_MOE:
+            raise ValueError(f"stage must be 'up' or 'down', got {self.stage!r}")
+        if self.stage == "up" and self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}")
+        if self.stage == "down" and self.activation != "":
+            raise ValueError("the down stage fuses no activation (activation='')")
+
+    def canonical(self) -> str:
+        d = asdict(self)
+        d["family"] = "moe"
+        return json.dumps(d, sort_keys=True, separators=(",", ":"))
+
+    @property
+    def name(self) -> str:
+        """Kernel symbol: jm_moe_up_silu_sm80_uint4b8_f16_g128_m1n8k8s4."""
+        what = f"up_{self.activation}" if self.stage == "up" else "down"
+        return (f"jm_moe_{what}_{self.path}_{self.qtype}_{ACT_DTYPES[self.act]}_{self.group_tag}"
+                f"_m{self.tm}n{self.tn}k{self.tk}s{self.stages}")
+
+
+@dataclass(frozen=True)
+class MoERouteSpec:
+    """The routing module: the alignment kernel (routed pairs sorted by expert, each expert's
+    rows padded to whole blocks of `block_m`) and the combine kernel (each token's k rows summed
+    in slot order, in fp32, rounded to `act`)."""
+
+    route: ClassVar[str] = "moe_route"
+
+    act: str
+    block_m: int
+    path: str = "sm80"   # picks the half-precision partial (sm70 has no bf16 instructions)
+
+    @property
+    def threads(self) -> int:
+        return ROUTE_THREADS
+
+    @property
+    def pdl(self) -> bool:
+        return False
+
+    @property
+    def cluster(self) -> int:
+        return 1
+
+    def kernel_spec(self) -> MoERouteSpec:
+        return self
+
+    def check(self) -> None:
+        if self.act not in ACT_DTYPES:
+            raise ValueError(f"unknown activation dtype {self.act!r}")
+        if self.block_m not in (16, 32, 48, 64):
+            raise ValueError(f"block_m must be 16, 32, 48 or 64, got {self.block_m}")
+        if self.path not in ("sm70", "sm75", "sm80"):
+            raise ValueError(f"unknown code path {self.path!r}")
+        if self.path != "sm80" and self.act == "bfloat16":
+            raise ValueError(f"{self.path} has no bfloat16 tensor-core path")
+
+    def canonical(self) -> str:
+        d = asdict(self)
+        d["family"] = "moe_route"
+        return json.dumps(d, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_canonical(cls, text: str) -> MoERouteSpec:
+        d = json.loads(text)
+        d.pop("family", None)
+        return cls(**d)
+
+    @property
+    def name(self) -> str:
+        return f"jm_moe_align_{ACT_DTYPES[self.act]}_m{self.block_m}_{self.path}"
+
+    @property
+    def combine_name(self) -> str:
+        return f"jm_moe_combine_{ACT_DTYPES[self.act]}_m{self.block_m}_{self.path}"
