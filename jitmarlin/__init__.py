@@ -2,6 +2,7 @@
 
     qw = jitmarlin.quantize(w, "uint4b8", group_size=128)   # w: (out_features, in_features)
     y = jitmarlin.linear(x, qw)                              # x: (..., in_features) fp16/bf16 on GPU
+    y = jitmarlin.moe(x, w13, w2, topk_weights, topk_ids)    # a MoE layer's routed experts
 
 Kernels are specialised per GPU, quant type, group size and tile shape at first call, compiled
 with NVRTC, cached on disk and launched from CuPy on the caller's stream. Large batches instead
@@ -13,6 +14,7 @@ from jitmarlin.jit.profiles import PROFILES as profiles
 from jitmarlin.jit.profiles import DeviceProfile, get_profile
 from jitmarlin.kernels.spec import DequantSpec, KernelSpec, spec_from_canonical
 from jitmarlin.ops.linear import PrewarmResult, linear, plan_for
+from jitmarlin.ops.moe import moe
 from jitmarlin.service.fleet import prewarm
 from jitmarlin.weights.formats import (
                       from_awq,
@@ -23,14 +25,15 @@ from jitmarlin.weights.formats import (
                       from_mxfp4,
                       from_nvfp4,
 )
+from jitmarlin.weights.moe import MoEWeight, dequantize_moe, quantize_moe
 from jitmarlin.weights.qtypes import QTYPES
 from jitmarlin.weights.quant import QuantizedWeight, dequantize, quantize
 
 __all__ = [
-    "__version__", "linear", "prewarm", "plan_for", "PrewarmResult", "quantize", "dequantize",
+    "__version__", "linear", "moe", "prewarm", "plan_for", "PrewarmResult", "quantize", "dequantize",
     "QuantizedWeight", "KernelSpec", "DequantSpec", "spec_from_canonical", "DeviceProfile",
     "get_profile", "profiles", "QTYPES",
     "JitMarlinError", "InputError", "UnsupportedError", "CompileError", "CaptureError",
     "from_gptq", "from_awq", "from_compressed_tensors", "from_hqq", "from_gguf", "from_nvfp4",
-    "from_mxfp4",
+    "from_mxfp4", "MoEWeight", "quantize_moe", "dequantize_moe",
 ]

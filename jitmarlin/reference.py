@@ -2,11 +2,15 @@
 kernel-output test uses (tests and tools import this module, production code never does)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from jitmarlin.errors import InputError
 from jitmarlin.jit.arrays import to_host
+from jitmarlin.weights import halves
+from jitmarlin.weights.moe import MoEWeight, dequantize_moe, logical_bias
 from jitmarlin.weights.quant import QuantizedWeight, dequantize
 
 
@@ -17,6 +21,88 @@ def linear_reference(x, qw: QuantizedWeight, bias=None, act: str | None = None) 
     out = xh @ w.T
     if bias is not None:
         out = out + np.asarray(to_host(bias), dtype=np.float64)
+    return out
+
+
+MOE_ACTIVATIONS = ("silu", "gelu", "swigluoai")
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):            # exp(-z) -> inf for very negative z: sigmoid 0
+        return 1.0 / (1.0 + np.exp(-z))
+
+
+def _activate(gate: np.ndarray, up: np.ndarray, activation: str) -> np.ndarray:
+    """vLLM's gated activations on the gate and up halves of x @ w13.T, in float64."""
+    if activation == "silu":
+        return gate * _sigmoid(gate) * up
+    if activation == "gelu":                    # exact (erf) gelu, not the tanh approximation
+        return 0.5 * gate * (1.0 + _erf(gate / math.sqrt(2.0))) * up
+    if activation == "swigluoai":               # gpt-oss: clamped, alpha 1.702, up shifted by 1
+        gate = np.minimum(gate, 7.0)
+        up = np.clip(up, -7.0, 7.0)
+        return (up + 1.0) * gate * _sigmoid(1.702 * gate)
+    raise InputError(f"activation must be one of {MOE_ACTIVATIONS}, got {activation!r}")
+
+
+def moe_reference(x, w13: MoEWeight, w2: MoEWeight, topk_weights, topk_ids, *, activation: str = "silu",
+                  expert_map=None, apply_router_weight_on_input: bool = False, act: str | None = None,
+                  round_intermediate: bool = True) -> np.ndarray:
+    """vLLM's fused_experts in float64: returns (T, hidden).
+
+    x (T, hidden); topk_ids (T, k) global expert ids; topk_weights (T, k). expert_map: optional
+    (num_global_experts,) global -> local expert index, -1 for experts not on this rank (their
+    pairs add nothing). For each token t and slot j with local expert e:
+        h = x[t] @ W13[e].T + b13[e]        (x[t] * topk_weights[t, j] if apply_router_weight_on_input)
+        a = activation(h[:I], h[I:])        rounded to `act` through float32 if round_intermediate
+                                            (the kernels keep the intermediate in the activation
+                                            dtype, as vLLM does, rounding an fp32 value)
+        out[t] += topk_weights[t, j] * (a @ W2[e].T + b2[e])    (no factor if applied on input)
+    W13, W2: dequantize_moe(., act) in logical order (as linear_reference: float32 weights). act
+    defaults to x's dtype when that is float16/bfloat16, else w13's scale dtype.
+    """
+    if activation not in MOE_ACTIVATIONS:
+        raise InputError(f"moe_reference: activation must be one of {MOE_ACTIVATIONS}, got {activation!r}")
+    if act is None:
+        name = str(getattr(x, "dtype", "")).replace("torch.", "")
+        act = name if name in ("float16", "bfloat16") else w13.scale_dtype
+    xh = np.asarray(to_host(x), dtype=np.float64)
+    ids = np.asarray(to_host(topk_ids))
+    wts = np.asarray(to_host(topk_weights), dtype=np.float64)
+    if not w13.gated or w2.gated:
+        raise InputError("moe_reference: w13 must be a gated MoEWeight and w2 a plain one")
+    inter, hidden = w13.intermediate, w13.in_features
+    if xh.ndim != 2 or xh.shape[1] != hidden:
+        raise InputError(f"moe_reference: x must be (T, {hidden}), got {xh.shape}")
+    if (w2.num_experts, w2.out_features, w2.in_features) != (w13.num_experts, hidden, inter):
+        raise InputError(f"moe_reference: w2 must be ({w13.num_experts}, {hidden}, {inter}), got {w2.shape}")
+    if ids.dtype.kind not in "iu" or ids.ndim != 2 or ids.shape[0] != xh.shape[0] or wts.shape != ids.shape:
+        raise InputError(f"moe_reference: topk_ids (integer) and topk_weights must both be (T={xh.shape[0]}, k), "
+                         f"got {ids.dtype} {ids.shape} and {wts.shape}")
+    # jitmarlin.moe's contract: a pair whose id lies outside the map (or, without one, outside the
+    # experts), or whose map entry is -1 or out of range, adds nothing
+    ids = ids.astype(np.int64)
+    if expert_map is not None:
+        emap = np.asarray(to_host(expert_map)).astype(np.int64).reshape(-1)
+        inside = (ids >= 0) & (ids < emap.size)
+        ids = np.where(inside, emap[np.clip(ids, 0, max(emap.size - 1, 0))], -1)
+    ids = np.where((ids >= 0) & (ids < w13.num_experts), ids, -1)
+    W13 = dequantize_moe(w13, act).astype(np.float64)
+    W2 = dequantize_moe(w2, act).astype(np.float64)
+    b13, b2 = logical_bias(w13), logical_bias(w2)
+    out = np.zeros((xh.shape[0], hidden))
+    for e in range(w13.num_experts):          # every (token, slot) pair routed to expert e at once
+        t, j = np.nonzero(ids == e)
+        if not t.size:
+            continue
+        inp = xh[t] * wts[t, j, None] if apply_router_weight_on_input else xh[t]
+        h = inp @ W13[e].T + (0.0 if b13 is None else b13[e])
+        a = _activate(h[:, :inter], h[:, inter:], activation)
+        if round_intermediate:
+            a = halves.round_to(a, act).astype(np.float64)
+        y = a @ W2[e].T + (0.0 if b2 is None else b2[e])
+        np.add.at(out, t, y if apply_router_weight_on_input else y * wts[t, j, None])
     return out
 
 

@@ -1,0 +1,230 @@
+"""The MoE family's kernels on the CPU warp emulator: the alignment and combine kernels and both
+grouped GEMMs, for every quant type and code path, against the float64 reference
+(jitmarlin.reference.moe_reference), with poisoned outputs and routings that leave experts empty,
+put every token on one expert, or send half the experts to another GPU."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jitmarlin import emu
+from jitmarlin.errors import InputError
+from jitmarlin.jit.profiles import get_profile
+from jitmarlin.kernels.moe import MoEProblem, MoESpec, plan_moe
+from jitmarlin.kernels.moe.plan import max_blocks
+from jitmarlin.kernels.render import render
+from jitmarlin.kernels.spec import spec_from_canonical
+from jitmarlin.reference import check_output, moe_reference
+from jitmarlin.weights import halves
+from jitmarlin.weights.moe import quantize_moe
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(emu.compiler() is None, reason="no C++ compiler for the emulator")]
+
+
+def _problem(w13, w2, t, k, act, activation="silu"):
+    return MoEProblem(t, k, w13.num_experts, w13.n, w13.k, w2.n, w2.k, w13.intermediate, w2.out_features,
+                      act, w13.qtype, w13.group_size, activation)
+
+
+def _weights(rng, e, hidden, inter, qtype, group, bias=False):
+    w13 = quantize_moe(rng.standard_normal((e, 2 * inter, hidden)) * 0.1, qtype, group, gated=True,
+                       bias=rng.standard_normal((e, 2 * inter)) * 0.5 if bias else None)
+    w2 = quantize_moe(rng.standard_normal((e, hidden, inter)) * 0.1, qtype, group,
+                      bias=rng.standard_normal((e, hidden)) * 0.5 if bias else None)
+    return w13, w2
+
+
+def _routing(rng, t, k, e):
+    ids = np.stack([rng.choice(e, k, replace=False) for _ in range(t)]).astype(np.int32)
+    return ids, (rng.random((t, k)) + 0.05).astype(np.float32)
+
+
+def _run_and_check(rng, seed, profile, w13, w2, t, ids, tw, act, *, activation="silu", expert_map=None,
+                   on_input=False, what="", record=True):
+    k = ids.shape[1]
+    plan = plan_moe(get_profile(profile), _problem(w13, w2, t, k, act, activation))
+    x = rng.standard_normal((t, w13.in_features))
+    out = emu.run_moe(plan, x, w13, w2, tw, ids, expert_map=expert_map, apply_router_weight_on_input=on_input,
+                      seed=seed)
+    xr = halves.from_bits(halves.to_bits(x, act), act)
+    ref = moe_reference(xr, w13, w2, tw, ids, activation=activation, expert_map=expert_map,
+                        apply_router_weight_on_input=on_input, act=act)
+    check_output(out, ref, act, what=what or f"moe {profile} {w13.qtype} {act}", seed=seed, family="moe",
+                 record=record)
+    return plan
+
+
+CASES = [  # profile, qtype, group, act
+    ("h100", "uint4b8", 128, "float16"),
+    ("h100", "uint4b8", 64, "bfloat16"),
+    ("h100", "uint4", 64, "float16"),
+    ("h100", "uint4", -1, "bfloat16"),
+    ("h100", "uint8b128", -1, "float16"),
+    ("h100", "uint8b128", 32, "bfloat16"),
+    ("h100", "float8_e4m3fn", 128, "float16"),
+    ("h100", "float8_e4m3fn", -1, "bfloat16"),
+    ("h100", "nvfp4", 16, "float16"),
+    ("h100", "mxfp4", 32, "bfloat16"),
+    ("rtx-pro-6000", "mxfp4", 32, "float16"),
+    ("t4", "uint4b8", 128, "float16"),
+    ("t4", "uint8b128", 32, "float16"),
+    ("v100", "uint4", -1, "float16"),
+    ("v100", "uint4b8", 64, "float16"),
+]
+
+
+@pytest.mark.parametrize("profile,qtype,group,act", CASES)
+def test_moe_types_and_paths(rng, seed, profile, qtype, group, act):
+    """Every quant type and code path; hidden 136 and I 72 leave both weights with padded
+    columns and rows (N, K not multiples of the tiles)."""
+    e, t, k = 4, 7, 2
+    w13, w2 = _weights(rng, e, 136, 72, qtype, group)
+    ids, tw = _routing(rng, t, k, e)
+    _run_and_check(rng, seed, profile, w13, w2, t, ids, tw, act)
+
+
+@pytest.mark.parametrize("activation", ["silu", "gelu", "swigluoai"])
+def test_moe_activations_with_bias(rng, seed, activation):
+    """The fused gated activations, with w13 and w2 biases (gpt-oss's swigluoai carries both)."""
+    e, t, k = 3, 5, 2
+    w13, w2 = _weights(rng, e, 128, 64, "mxfp4", 32, bias=True)
+    ids, tw = _routing(rng, t, k, e)
+    _run_and_check(rng, seed, "h100", w13, w2, t, ids, tw, "bfloat16", activation=activation)
+
+
+def test_moe_skewed_and_empty_experts(rng, seed):
+    """All tokens on expert 2 (and slot 1 on expert 5): 6 of 8 experts get nothing; enough rows on
+    one expert for the planner's larger row tiles."""
+    e, t, k = 8, 40, 2
+    w13, w2 = _weights(rng, e, 128, 64, "uint4b8", 128)
+    ids = np.tile(np.array([[2, 5]], dtype=np.int32), (t, 1))
+    tw = (rng.random((t, k)) + 0.05).astype(np.float32)
+    plan = _run_and_check(rng, seed, "h100", w13, w2, t, ids, tw, "float16")
+    sorted_ids, blk, rows = emu.run_moe_align(plan, ids, seed=seed)
+    assert rows == 2 * -(-t // plan.block_m) * plan.block_m
+    assert set(blk[: rows // plan.block_m].tolist()) == {2, 5}
+
+
+def test_moe_many_tokens_larger_tiles(rng, seed):
+    """T = 70, k = 4 on 8 experts: 35 rows an expert on average, row tiles of 64."""
+    e, t, k = 8, 70, 4
+    w13, w2 = _weights(rng, e, 128, 64, "uint4", 64)
+    ids, tw = _routing(rng, t, k, e)
+    plan = _run_and_check(rng, seed, "h100", w13, w2, t, ids, tw, "float16")
+    assert plan.up.tm == 4 and plan.block_m == 64
+
+
+def test_moe_expert_map_half_absent(rng, seed):
+    """Expert parallelism: 8 global experts, the odd ones on this GPU (local 0..3); pairs routed to
+    the others add nothing, and ids outside the map are dropped."""
+    e_global, t, k = 8, 9, 3
+    w13, w2 = _weights(rng, 4, 128, 64, "uint4b8", 64)
+    ids, tw = _routing(rng, t, k, e_global)
+    ids[0, 0] = 11    # outside the map
+    emap = np.full(e_global, -1, dtype=np.int32)
+    emap[1::2] = np.arange(4, dtype=np.int32)
+    _run_and_check(rng, seed, "h100", w13, w2, t, ids, tw, "float16", expert_map=emap)
+
+
+def test_moe_router_weight_on_input(rng, seed):
+    e, t, k = 4, 6, 1
+    w13, w2 = _weights(rng, e, 128, 64, "uint4b8", 128, bias=True)
+    ids, tw = _routing(rng, t, k, e)
+    _run_and_check(rng, seed, "h100", w13, w2, t, ids, tw, "float16", on_input=True)
+
+
+def test_moe_align_lists_every_pair_once(rng, seed):
+    """The aligned list holds every local pair exactly once, grouped by expert in whole blocks,
+    padding (= the pair count) elsewhere; the block experts follow; nothing else is written."""
+    e, t, k = 6, 33, 3
+    w13, w2 = _weights(rng, e, 64, 64, "uint4b8", 64)
+    ids, _ = _routing(rng, t, k, e)
+    ids[ids == 4] = 3      # expert 4 gets no pairs
+    plan = plan_moe(get_profile("h100"), _problem(w13, w2, t, k, "float16"))
+    sorted_ids, blk, rows = emu.run_moe_align(plan, ids, seed=seed)
+    pairs = t * k
+    bm = plan.block_m
+    assert rows % bm == 0 and rows <= plan.sorted_rows
+    real = sorted_ids[sorted_ids < pairs]
+    assert sorted(real.tolist()) == list(range(pairs))
+    assert np.all(sorted_ids[:rows][sorted_ids[:rows] >= pairs] == pairs)
+    assert np.all(sorted_ids[rows:] == pairs)
+    flat = ids.reshape(-1)
+    for b in range(rows // bm):
+        members = sorted_ids[b * bm:(b + 1) * bm]
+        members = members[members < pairs]
+        assert members.size and np.all(flat[members] == blk[b])
+    assert np.all(blk[rows // bm:] == -1)
+    assert 4 not in blk.tolist()
+
+
+def test_moe_combine_sums_in_slot_order(rng, seed):
+    """The combine kernel: each token's k rows summed in fp32 and rounded once; pairs whose expert
+    is absent contribute nothing (their rows are poison, so reading one would show)."""
+    e, t, k = 4, 5, 3
+    w13, w2 = _weights(rng, e, 64, 64, "uint4b8", 64)
+    plan = plan_moe(get_profile("h100"), _problem(w13, w2, t, k, "bfloat16"))
+    ids, _ = _routing(rng, t, k, e)
+    emap = np.array([0, -1, 2, 3], dtype=np.int32)   # expert 1 on another GPU
+    y = rng.standard_normal((t * k, 64))
+    yb = halves.to_bits(y, "bfloat16")
+    yb[(ids.reshape(-1) == 1)] = 0xFFFF
+    out = halves.from_bits(emu.run_moe_combine(plan, yb, ids, emap, seed=seed), "bfloat16")
+    yv = halves.from_bits(yb, "bfloat16").astype(np.float64).reshape(t, k, 64)
+    keep = (ids != 1)[:, :, None]
+    want = halves.from_bits(halves.to_bits(np.where(keep, yv, 0).sum(1).astype(np.float32), "bfloat16"),
+                            "bfloat16")
+    np.testing.assert_array_equal(out, want)
+
+
+def test_checker_catches_wrong_moe_expert(rng, seed, monkeypatch):
+    """A planted bug (every block reads expert 0's weights) fails the check."""
+    real = emu.render
+    old = "const int4* Be = B + (size_t)e *"
+
+    def planted(spec, target="cuda"):
+        src = real(spec, target)
+        if isinstance(spec, MoESpec):
+            assert old in src
+            src = src.replace(old, "const int4* Be = B + (size_t)0 *")
+        return src
+
+    monkeypatch.setattr(emu, "render", planted)
+    e, t, k = 4, 6, 2
+    w13, w2 = _weights(rng, e, 128, 64, "uint4b8", 64)
+    ids, tw = _routing(rng, t, k, e)
+    with pytest.raises(AssertionError):
+        _run_and_check(rng, seed, "h100", w13, w2, t, ids, tw, "float16", record=False)
+
+
+# ---- plans, specs, sources (no emulator runs) ---------------------------------------------------
+
+def test_moe_specs_round_trip_and_render():
+    w13, w2 = _weights(np.random.default_rng(0), 2, 64, 64, "uint4b8", 64)
+    for profile in ("v100", "t4", "a100", "h100", "rtx-pro-6000"):
+        act = "float16"
+        plan = plan_moe(get_profile(profile), _problem(w13, w2, 3, 2, act))
+        for spec in (plan.route, plan.up, plan.down):
+            assert spec_from_canonical(spec.canonical()) == spec
+            src = render(spec)
+            assert spec.name in src
+            assert spec.smem_bytes() <= get_profile(profile).smem_per_block if isinstance(spec, MoESpec) else True
+
+
+def test_moe_plan_grid_covers_worst_routing():
+    """max_blocks bounds the aligned rows of any routing (checked by brute force on small cases)."""
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        e, pairs, bm = int(rng.integers(1, 9)), int(rng.integers(1, 80)), int(rng.choice([16, 32, 64]))
+        counts = np.bincount(rng.integers(0, e, pairs), minlength=e)
+        need = int(sum(-(-c // bm) for c in counts))
+        assert need <= max_blocks(pairs, e, bm)
+
+
+def test_moe_plan_refusals():
+    w13, w2 = _weights(np.random.default_rng(0), 2, 64, 64, "uint4b8", 64)
+    with pytest.raises(InputError, match="activation"):
+        plan_moe(get_profile("h100"), _problem(w13, w2, 3, 2, "float16", "relu"))
+    with pytest.raises(Exception, match="bfloat16"):
+        plan_moe(get_profile("t4"), _problem(w13, w2, 3, 2, "bfloat16"))
