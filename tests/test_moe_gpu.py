@@ -1,0 +1,141 @@
+"""jitmarlin.moe on a GPU against the float64 per-expert reference: quant types, dtypes, expert
+counts, top-k, token counts, routings that leave experts empty or put every token on one, half
+the experts on another GPU, torch tensors, and a CUDA graph replayed with new routing each time."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import jitmarlin
+from jitmarlin.reference import check_output, moe_reference
+from jitmarlin.weights import halves
+from jitmarlin.weights.moe import quantize_moe
+
+pytestmark = pytest.mark.gpu
+
+QTYPES = [("uint4b8", 128), ("uint4", 64), ("uint8b128", -1), ("float8_e4m3fn", 128), ("nvfp4", 16),
+          ("mxfp4", 32)]
+SHAPES = [(8, 2, 1), (32, 4, 7), (64, 6, 64), (128, 8, 1000), (8, 1, 4096)]   # E, k, T
+_weights_cache: dict = {}
+
+
+def _weights(qtype, group, e, hidden=256, inter=128, seed=0, bias=False):
+    key = (qtype, group, e, hidden, inter, seed, bias)
+    if key not in _weights_cache:
+        r = np.random.default_rng(seed)
+        w13 = quantize_moe(r.standard_normal((e, 2 * inter, hidden)) * 0.05, qtype, group, gated=True,
+                           bias=r.standard_normal((e, 2 * inter)) * 0.3 if bias else None)
+        w2 = quantize_moe(r.standard_normal((e, hidden, inter)) * 0.05, qtype, group,
+                          bias=r.standard_normal((e, hidden)) * 0.3 if bias else None)
+        _weights_cache[key] = (w13, w2)
+    return _weights_cache[key]
+
+
+def _routing(rng, t, k, e):
+    ids = np.argsort(rng.random((t, e)), axis=1)[:, :k].astype(np.int32)   # k distinct experts a token
+    return ids, (rng.random((t, k)) + 0.05).astype(np.float32)
+
+
+def _check(cp, rng, seed, w13, w2, ids, tw, act, *, activation="silu", expert_map=None, what=""):
+    t = ids.shape[0]
+    x = rng.standard_normal((t, w13.in_features)).astype(np.float32)
+    xb = halves.to_bits(x, act)
+    dt = cp.float16 if act == "float16" else None
+    xd = cp.asarray(xb).view(cp.float16) if dt is not None else None
+    if act == "bfloat16":
+        torch = pytest.importorskip("torch")
+        xd = torch.from_numpy(xb.view(np.int16)).cuda().view(torch.bfloat16)
+        idd, twd = torch.from_numpy(ids).cuda(), torch.from_numpy(tw).cuda()
+        emd = None if expert_map is None else torch.from_numpy(expert_map).cuda()
+        out = jitmarlin.moe(xd, w13, w2, twd, idd, activation=activation, expert_map=emd)
+        got = halves.from_bits(out.view(torch.int16).cpu().numpy().view(np.uint16), act)
+    else:
+        emd = None if expert_map is None else cp.asarray(expert_map)
+        out = jitmarlin.moe(xd, w13, w2, cp.asarray(tw), cp.asarray(ids), activation=activation, expert_map=emd)
+        got = halves.from_bits(cp.asnumpy(out.view(cp.uint16)), act)
+    ref = moe_reference(halves.from_bits(xb, act), w13, w2, tw, ids, activation=activation,
+                        expert_map=expert_map, act=act)
+    check_output(got, ref, act, what=what, seed=seed, family="moe")
+
+
+@pytest.mark.parametrize("act", ["float16", "bfloat16"])
+@pytest.mark.parametrize("qtype,group", QTYPES)
+@pytest.mark.parametrize("e,k,t", SHAPES)
+def test_moe_gpu(rng, seed, qtype, group, act, e, k, t):
+    cp = pytest.importorskip("cupy")
+    w13, w2 = _weights(qtype, group, e)
+    ids, tw = _routing(rng, t, k, e)
+    _check(cp, rng, seed, w13, w2, ids, tw, act, what=f"moe {qtype} {act} E={e} k={k} T={t}")
+
+
+@pytest.mark.parametrize("activation", ["silu", "gelu", "swigluoai"])
+def test_moe_gpu_activations_bias(rng, seed, activation):
+    cp = pytest.importorskip("cupy")
+    w13, w2 = _weights("mxfp4", 32, 8, bias=True)
+    ids, tw = _routing(rng, 64, 4, 8)
+    _check(cp, rng, seed, w13, w2, ids, tw, "float16", activation=activation, what=f"moe {activation}")
+
+
+def test_moe_gpu_all_tokens_one_expert(rng, seed):
+    cp = pytest.importorskip("cupy")
+    w13, w2 = _weights("uint4b8", 128, 64)
+    ids = np.tile(np.array([[5, 9]], dtype=np.int32), (1000, 1))
+    tw = (rng.random((1000, 2)) + 0.05).astype(np.float32)
+    _check(cp, rng, seed, w13, w2, ids, tw, "float16", what="moe skewed")
+
+
+def test_moe_gpu_expert_map_half_absent(rng, seed):
+    cp = pytest.importorskip("cupy")
+    w13, w2 = _weights("uint4b8", 128, 32)
+    emap = np.full(64, -1, dtype=np.int32)
+    emap[::2] = np.arange(32, dtype=np.int32)
+    ids, tw = _routing(rng, 300, 6, 64)
+    _check(cp, rng, seed, w13, w2, ids, tw, "float16", expert_map=emap, what="moe expert_map")
+
+
+def test_moe_gpu_graph_replay_new_routing(rng, seed):
+    """Captured once (static T = 16), replayed with fresh topk_ids and weights copied into the
+    captured buffers: every replay matches the reference of its own routing."""
+    cp = pytest.importorskip("cupy")
+    w13, w2 = _weights("uint4b8", 128, 32)
+    t, k, act = 16, 4, "float16"
+    x = cp.asarray(halves.to_bits(rng.standard_normal((t, w13.in_features)), act)).view(cp.float16)
+    ids0, tw0 = _routing(rng, t, k, 32)
+    ids_d, tw_d = cp.asarray(ids0), cp.asarray(tw0)
+    out = cp.empty((t, w13.in_features), dtype=cp.float16)
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        jitmarlin.moe(x, w13, w2, tw_d, ids_d, out=out)    # warm-up: plan, compile, workspaces
+        s.synchronize()
+        s.begin_capture()
+        jitmarlin.moe(x, w13, w2, tw_d, ids_d, out=out)
+        graph = s.end_capture()
+    xr = halves.from_bits(cp.asnumpy(x.view(cp.uint16)), act)
+    for step in range(4):
+        ids, tw = _routing(rng, t, k, 32)
+        if step == 3:
+            ids[:] = 7                                     # everything on one expert
+        ids_d.set(ids)
+        tw_d.set(tw)
+        out.fill(cp.nan)
+        graph.launch(s)
+        s.synchronize()
+        got = halves.from_bits(cp.asnumpy(out.view(cp.uint16)), act)
+        check_output(got, moe_reference(xr, w13, w2, tw, ids, act=act), act, what=f"moe graph step {step}",
+                     seed=seed, family="moe")
+
+
+def test_moe_gpu_refuses_bad_input():
+    cp = pytest.importorskip("cupy")
+    w13, w2 = _weights("uint4b8", 128, 8)
+    x = cp.zeros((4, 256), dtype=cp.float16)
+    ids = cp.zeros((4, 2), dtype=cp.int32)
+    tw = cp.ones((4, 2), dtype=cp.float32)
+    with pytest.raises(jitmarlin.InputError, match="hidden"):
+        jitmarlin.moe(cp.zeros((4, 128), dtype=cp.float16), w13, w2, tw, ids)
+    with pytest.raises(jitmarlin.InputError, match="topk_weights"):
+        jitmarlin.moe(x, w13, w2, tw[:, :1], ids)
+    with pytest.raises(jitmarlin.InputError, match="gated"):
+        jitmarlin.moe(x, w2, w2, tw, ids)
+    with pytest.raises(jitmarlin.InputError, match="topk == 1"):
+        jitmarlin.moe(x, w13, w2, tw, ids, apply_router_weight_on_input=True)
