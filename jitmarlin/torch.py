@@ -24,9 +24,12 @@ from torch import nn
 
 from jitmarlin.errors import InputError
 from jitmarlin.ops import linear as api
+from jitmarlin.ops import moe as moe_api
+from jitmarlin.weights.moe import MoEWeight
 from jitmarlin.weights.quant import QuantizedWeight, quantize
 
-__all__ = ["MarlinLinear", "quantize_model", "select_linears", "Selection", "register", "unregister"]
+__all__ = ["MarlinLinear", "MarlinMoE", "quantize_model", "select_linears", "Selection", "register",
+           "unregister", "register_moe"]
 
 log = logging.getLogger("jitmarlin.torch")
 
@@ -165,6 +168,80 @@ class MarlinLinear(nn.Module):
         # The QuantizedWeight is never modified, so copies share it, and with it its device
         # copies and launchers (CuPy objects that cannot be deep-copied).
         memo[id(self.qweight)] = self.qweight
+        new = self.__class__.__new__(self.__class__)
+        memo[id(self)] = new
+        new.__setstate__(copy.deepcopy(self.__dict__, memo))
+        return new
+
+
+# ---- mixture of experts --------------------------------------------------------------------------
+
+_moe_weights: Dict[int, tuple] = {}
+
+
+def register_moe(w13: MoEWeight, w2: MoEWeight, owner: object = None) -> int:
+    """Make the expert weights (w13, w2) reachable from `torch.ops.jitmarlin.moe`; an int handle,
+    with `register`'s lifetime rules (MarlinMoE passes itself as owner)."""
+    for name, w in (("w13", w13), ("w2", w2)):
+        if not isinstance(w, MoEWeight):
+            raise InputError(f"{name} must be a jitmarlin MoEWeight, got {type(w).__name__}")
+    handle = next(_next_handle)
+    _moe_weights[handle] = (w13, w2)
+    if owner is not None:
+        weakref.finalize(owner, _moe_weights.pop, handle, None)
+    return handle
+
+
+@torch.library.custom_op("jitmarlin::moe", mutates_args=())
+def _moe_op(x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor, handle: int,
+            activation: str, expert_map: Optional[torch.Tensor], apply_router_weight_on_input: bool) -> torch.Tensor:
+    """x (T, hidden) fp16/bf16 CUDA -> (T, hidden): the routed experts under `handle`
+    (jitmarlin.moe)."""
+    pair = _moe_weights.get(handle)
+    if pair is None:
+        raise InputError(f"no MoE weights are registered under handle {handle}")
+    return moe_api.moe(x.contiguous(), pair[0], pair[1], topk_weights, topk_ids, activation=activation,
+                       expert_map=expert_map, apply_router_weight_on_input=apply_router_weight_on_input)
+
+
+@_moe_op.register_fake
+def _moe_fake(x, topk_weights, topk_ids, handle, activation, expert_map, apply_router_weight_on_input):
+    return x.new_empty(x.shape)
+
+
+class MarlinMoE(nn.Module):
+    """The routed experts of a MoE layer with jitmarlin-quantized weights, taking a router's
+    output: forward(x, topk_weights, topk_ids) -> (..., hidden), x (..., hidden) fp16/bf16 CUDA,
+    topk_weights / topk_ids (tokens, k). Runs under torch.compile(fullgraph=True) and in CUDA
+    graphs whose routing changes between replays (jitmarlin.moe). expert_map: optional (global
+    experts,) int tensor for expert parallelism (a buffer: `.to(device)` moves it)."""
+
+    def __init__(self, w13: MoEWeight, w2: MoEWeight, activation: str = "silu",
+                 expert_map: Optional[torch.Tensor] = None, apply_router_weight_on_input: bool = False):
+        super().__init__()
+        moe_api._check_weights(w13, w2, activation)
+        self.w13, self.w2 = w13, w2
+        self.activation = activation
+        self.apply_router_weight_on_input = bool(apply_router_weight_on_input)
+        self.register_buffer("expert_map", None if expert_map is None else expert_map.detach().to(torch.int32))
+        self._handle = register_moe(w13, w2, owner=self)
+
+    def forward(self, x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        y = torch.ops.jitmarlin.moe(x.reshape(-1, shape[-1]), topk_weights, topk_ids, self._handle,
+                                    self.activation, self.expert_map, self.apply_router_weight_on_input)
+        return y.reshape(shape)
+
+    def extra_repr(self) -> str:
+        return (f"experts={self.w13.num_experts}, hidden={self.w13.in_features}, "
+                f"intermediate={self.w13.intermediate}, qtype={self.w13.qtype}, activation={self.activation}")
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self._handle = register_moe(self.w13, self.w2, owner=self)
+
+    def __deepcopy__(self, memo):
+        memo[id(self.w13)], memo[id(self.w2)] = self.w13, self.w2
         new = self.__class__.__new__(self.__class__)
         memo[id(self)] = new
         new.__setstate__(copy.deepcopy(self.__dict__, memo))

@@ -139,3 +139,41 @@ def test_moe_gpu_refuses_bad_input():
         jitmarlin.moe(x, w2, w2, tw, ids)
     with pytest.raises(jitmarlin.InputError, match="topk == 1"):
         jitmarlin.moe(x, w13, w2, tw, ids, apply_router_weight_on_input=True)
+
+
+def test_marlin_moe_compile_and_torch_graph(rng, seed):
+    """jitmarlin.torch.MarlinMoE under torch.compile(fullgraph=True), then inside a torch CUDA graph
+    replayed with new routing."""
+    torch = pytest.importorskip("torch")
+    import jitmarlin.torch as jmt
+
+    w13, w2 = _weights("uint4b8", 128, 16)
+    mod = jmt.MarlinMoE(w13, w2)
+    t, k, act = 8, 2, "float16"
+    xb = halves.to_bits(rng.standard_normal((t, w13.in_features)), act)
+    x = torch.from_numpy(xb.view(np.int16)).cuda().view(torch.float16)
+    ids, tw = _routing(rng, t, k, 16)
+    ids_d, tw_d = torch.from_numpy(ids).cuda(), torch.from_numpy(tw).cuda()
+    compiled = torch.compile(mod, fullgraph=True)
+    xr = halves.from_bits(xb, act)
+
+    def got(y):
+        return halves.from_bits(y.view(torch.int16).cpu().numpy().view(np.uint16), act)
+
+    check_output(got(compiled(x, tw_d, ids_d)), moe_reference(xr, w13, w2, tw, ids, act=act), act,
+                 what="MarlinMoE compiled", seed=seed, family="moe")
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        mod(x, tw_d, ids_d)            # warm-up on the capture stream
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = mod(x, tw_d, ids_d)
+    for _ in range(3):
+        ids, tw = _routing(rng, t, k, 16)
+        ids_d.copy_(torch.from_numpy(ids))
+        tw_d.copy_(torch.from_numpy(tw))
+        g.replay()
+        torch.cuda.synchronize()
+        check_output(got(y), moe_reference(xr, w13, w2, tw, ids, act=act), act, what="MarlinMoE graph",
+                     seed=seed, family="moe")
