@@ -133,6 +133,11 @@ UNIT_ROUNDOFF = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8, "float32": 2.0 **
 REL_TOL = {"float16": 2e-3, "bfloat16": 1e-2, "float32": 1e-5}
 ATOL_U = 6.0
 RTOL_U = 1.5
+# A MoE block chains two GEMMs: the down GEMM sums the up GEMM's rounding terms (its dequantised
+# weights, and an intermediate rounded to the activation dtype, whose last bit flips where the fp32
+# and float64 values straddle a rounding point) on top of its own. Measured on an H100: up to 6.6u
+# rms in bf16 (fp8 weights, T = 4096); the bound for MoE outputs is 1.5x the dense one.
+ATOL_U_MOE = 9.0
 
 # The largest |out - ref| / bound seen per (family, dtype) in this process: the margin of the
 # element-wise bound (tests/conftest.py prints it, and writes it to JITMARLIN_MARGINS_JSON).

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import jitmarlin
-from jitmarlin.reference import check_output, moe_reference
+from jitmarlin.reference import ATOL_U_MOE, check_output, moe_reference
 from jitmarlin.weights import halves
 from jitmarlin.weights.moe import quantize_moe
 
@@ -37,6 +37,11 @@ def _routing(rng, t, k, e):
 
 
 def _check(cp, rng, seed, w13, w2, ids, tw, act, *, activation="silu", expert_map=None, what=""):
+    from jitmarlin.jit.profiles import planning_profile
+    from jitmarlin.kernels.plan_base import PATH_ACTS
+
+    if act not in PATH_ACTS[planning_profile(0).path]:   # JITMARLIN_EMULATE of a GPU without bf16
+        pytest.skip(f"{act} is not supported on the {planning_profile(0).name} path")
     t = ids.shape[0]
     x = rng.standard_normal((t, w13.in_features)).astype(np.float32)
     xb = halves.to_bits(x, act)
@@ -55,7 +60,7 @@ def _check(cp, rng, seed, w13, w2, ids, tw, act, *, activation="silu", expert_ma
         got = halves.from_bits(cp.asnumpy(out.view(cp.uint16)), act)
     ref = moe_reference(halves.from_bits(xb, act), w13, w2, tw, ids, activation=activation,
                         expert_map=expert_map, act=act)
-    check_output(got, ref, act, what=what, seed=seed, family="moe")
+    check_output(got, ref, act, what=what, seed=seed, family="moe", atol_u=ATOL_U_MOE)
 
 
 @pytest.mark.parametrize("act", ["float16", "bfloat16"])
@@ -122,7 +127,7 @@ def test_moe_gpu_graph_replay_new_routing(rng, seed):
         s.synchronize()
         got = halves.from_bits(cp.asnumpy(out.view(cp.uint16)), act)
         check_output(got, moe_reference(xr, w13, w2, tw, ids, act=act), act, what=f"moe graph step {step}",
-                     seed=seed, family="moe")
+                     seed=seed, family="moe", atol_u=ATOL_U_MOE)
 
 
 def test_moe_gpu_refuses_bad_input():
@@ -161,13 +166,13 @@ def test_marlin_moe_compile_and_torch_graph(rng, seed):
         return halves.from_bits(y.view(torch.int16).cpu().numpy().view(np.uint16), act)
 
     check_output(got(compiled(x, tw_d, ids_d)), moe_reference(xr, w13, w2, tw, ids, act=act), act,
-                 what="MarlinMoE compiled", seed=seed, family="moe")
+                 what="MarlinMoE compiled", seed=seed, family="moe", atol_u=ATOL_U_MOE)
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
         mod(x, tw_d, ids_d)            # warm-up on the capture stream
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
+    with torch.cuda.graph(g, stream=s):   # the stream it was warmed up on (per-stream workspaces)
         y = mod(x, tw_d, ids_d)
     for _ in range(3):
         ids, tw = _routing(rng, t, k, 16)
@@ -176,4 +181,4 @@ def test_marlin_moe_compile_and_torch_graph(rng, seed):
         g.replay()
         torch.cuda.synchronize()
         check_output(got(y), moe_reference(xr, w13, w2, tw, ids, act=act), act, what="MarlinMoE graph",
-                     seed=seed, family="moe")
+                     seed=seed, family="moe", atol_u=ATOL_U_MOE)
