@@ -293,18 +293,24 @@ def run_moe_gemm(plan, spec, a_bits: np.ndarray, mw, sorted_ids, blk, n_rows: in
     guard_rows = 2
     c = np.full((pairs + guard_rows, n_out), poison, dtype=np.uint16)
     nr = np.array([n_rows], dtype=np.int32)
+    splits = plan.splits if spec.stage == "down" else 1
+    cp_ = np.full((splits, pairs, n_out), np.nan, dtype=np.float32) if splits > 1 else None
     arrays = [a, b, s, z, bias, gs, tw, np.ascontiguousarray(sorted_ids, dtype=np.int32),
-              np.ascontiguousarray(blk, dtype=np.int32), nr, c]
+              np.ascontiguousarray(blk, dtype=np.int32), nr, c, cp_]
     ptrs, sizes = _ptrs(arrays)
     sizes[10] = pairs * n_out * 2
     n = mw.n
-    dims = (ctypes.c_int * 7)(pairs, topk, n, mw.k, n_out, mw.in_features, a.shape[1])
+    dims = (ctypes.c_int * 8)(pairs, topk, n, mw.k, n_out, mw.in_features, a.shape[1], splits)
     err = ctypes.create_string_buffer(512)
     grid = plan.grid(spec, n)
     if lib.jm_emu_moe(grid, spec.smem_bytes(), ptrs, sizes, dims, seed, err, len(err)):
         raise EmuError(f"{spec.name}: {err.value.decode()}")
     if not np.all(c[pairs:] == poison):
         raise EmuError(f"{spec.name}: the kernel wrote past the end of the output")
+    if splits > 1:
+        if not np.all(c == poison):
+            raise EmuError(f"{spec.name}: a split plan wrote the act-dtype rows")
+        return cp_
     return c[:pairs]
 
 
@@ -316,13 +322,14 @@ def run_moe_combine(plan, y_bits: np.ndarray, topk_ids, expert_map=None, *, seed
     p = plan.problem
     ids = np.ascontiguousarray(topk_ids, dtype=np.int32).reshape(-1)
     emap = None if expert_map is None else np.ascontiguousarray(expert_map, dtype=np.int32)
-    y = np.ascontiguousarray(y_bits, dtype=np.uint16)
+    split = y_bits.dtype == np.float32     # the down GEMM's fp32 partial sums (splits, pairs, hidden)
+    y = np.ascontiguousarray(y_bits, dtype=np.float32 if split else np.uint16)
     guard_rows = 2
     out = np.full((p.tokens + guard_rows, p.hidden), poison, dtype=np.uint16)
-    ptrs, sizes = _ptrs([y, ids, emap, out])
+    ptrs, sizes = _ptrs([None if split else y, ids, emap, out, y if split else None])
     sizes[3] = p.tokens * p.hidden * 2
     n_global = p.experts if emap is None else emap.shape[0]
-    dims = (ctypes.c_int * 5)(n_global, p.experts, p.tokens, p.topk, p.hidden)
+    dims = (ctypes.c_int * 6)(n_global, p.experts, p.tokens, p.topk, p.hidden, y.shape[0] if split else 1)
     err = ctypes.create_string_buffer(512)
     if lib.jm_emu_combine(plan.combine_grid, ptrs, sizes, dims, seed, err, len(err)):
         raise EmuError(f"{spec.combine_name}: {err.value.decode()}")

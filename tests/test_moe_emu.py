@@ -228,3 +228,31 @@ def test_moe_plan_refusals():
         plan_moe(get_profile("h100"), _problem(w13, w2, 3, 2, "float16", "relu"))
     with pytest.raises(Exception, match="bfloat16"):
         plan_moe(get_profile("t4"), _problem(w13, w2, 3, 2, "bfloat16"))
+
+
+@pytest.mark.parametrize("splits,qtype,group", [(2, "uint4b8", 64), (3, "uint4", 64), (4, "float8_e4m3fn", -1)])
+def test_moe_down_k_splits(rng, seed, splits, qtype, group):
+    """The down GEMM split over K (fp32 partial sums, bias once, added by the combine kernel in a
+    fixed order), with w2 biases and a split count that does not divide the K tiles."""
+    from dataclasses import replace
+
+    e, t, k = 4, 5, 2
+    w13, w2 = _weights(rng, e, 128, 320, qtype, group, bias=True)
+    ids, tw = _routing(rng, t, k, e)
+    plan = replace(plan_moe(get_profile("h100"), _problem(w13, w2, t, k, "float16")), splits=splits)
+    assert (w2.k // plan.down.tile_k) % splits or splits == 2
+    x = rng.standard_normal((t, 128))
+    out = emu.run_moe(plan, x, w13, w2, tw, ids, seed=seed)
+    xr = halves.from_bits(halves.to_bits(x, "float16"), "float16")
+    check_output(out, moe_reference(xr, w13, w2, tw, ids, act="float16"), "float16", what=f"moe splits={splits}",
+                 seed=seed, family="moe", atol_u=ATOL_U_MOE)
+
+
+def test_moe_decode_plans_split_down():
+    """Mixtral decode on an H100: 2 experts x 32 column tiles would leave most SMs idle."""
+    prof = get_profile("h100")
+    p = MoEProblem(1, 2, 8, 28672, 4096, 4096, 14336, 14336, 4096, "float16", "uint4b8", 128)
+    plan = plan_moe(prof, p)
+    assert plan.splits > 1 and plan.grid_down >= prof.sms
+    big = plan_moe(prof, MoEProblem(4096, 2, 8, 28672, 4096, 4096, 14336, 14336, 4096, "float16", "uint4b8", 128))
+    assert big.splits == 1

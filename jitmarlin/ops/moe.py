@@ -70,6 +70,9 @@ class _Runner:
             self.n_rows = cp.empty(1, dtype=cp.int32)
             self.h = cp.empty((problem.pairs, problem.inter), dtype=dt)
             self.y = cp.empty((problem.pairs, problem.hidden), dtype=dt)
+            # the down GEMM's fp32 partial sums when its K range is split (MoEPlan.splits)
+            self.yp = (cp.empty((plan.splits, problem.pairs, problem.hidden), dtype=cp.float32)
+                       if plan.splits > 1 else None)
         s.synchronize()
         b13, s13, z13, g13, bias13 = w13.to_device(device, act)
         b2, s2, z2, g2, bias2 = w2.to_device(device, act)
@@ -83,12 +86,14 @@ class _Runner:
         self.keep = (w13.to_device(device, act), w2.to_device(device, act))
         self.ints = {name: np.int32(v) for name, v in dict(
             pairs=p.pairs, topk=topk, n13=w13.n, k13=w13.k, n2=w2.n, k2=w2.k, inter=p.inter, hidden=p.hidden,
-            experts=p.experts, max_blocks=plan.max_blocks, tokens=tokens).items()}
+            experts=p.experts, max_blocks=plan.max_blocks, tokens=tokens, splits=plan.splits).items()}
 
     def __call__(self, x_ptr: int, ids_ptr: int, tw_ptr: int, emap_ptr: int, n_global: int, out_ptr: int):
         plan, i = self.plan, self.ints
         sorted_, blk, n_rows = _u64(self.sorted.data.ptr), _u64(self.blk.data.ptr), _u64(self.n_rows.data.ptr)
         h, y = _u64(self.h.data.ptr), _u64(self.y.data.ptr)
+        yp = _u64(0 if self.yp is None else self.yp.data.ptr)
+        one, zero = np.int32(1), _u64(0)
         ids, emap, tw = _u64(ids_ptr), _u64(emap_ptr), _u64(tw_ptr)
         ng = np.int32(n_global)
         st = self.stream
@@ -97,15 +102,16 @@ class _Runner:
         b, s, z, bias, g = self.up_w
         self.up((plan.grid_up,), (plan.up.threads,),
                 (_u64(x_ptr), b, s, z, bias, g, tw if self.on_input else _u64(0), sorted_, blk, n_rows, h,
-                 i["pairs"], i["topk"], i["n13"], i["k13"], i["inter"], i["hidden"], i["hidden"]),
+                 i["pairs"], i["topk"], i["n13"], i["k13"], i["inter"], i["hidden"], i["hidden"], zero, one),
                 shared_mem=plan.up.smem_bytes(), stream=st)
         b, s, z, bias, g = self.down_w
         self.down((plan.grid_down,), (plan.down.threads,),
                   (h, b, s, z, bias, g, _u64(0) if self.on_input else tw, sorted_, blk, n_rows, y,
-                   i["pairs"], np.int32(1), i["n2"], i["k2"], i["hidden"], i["inter"], i["inter"]),
+                   i["pairs"], one, i["n2"], i["k2"], i["hidden"], i["inter"], i["inter"], yp, i["splits"]),
                   shared_mem=plan.down.smem_bytes(), stream=st)
         self.combine((plan.combine_grid,), (ROUTE_THREADS,),
-                     (y, ids, emap, ng, i["experts"], i["tokens"], i["topk"], i["hidden"], _u64(out_ptr)),
+                     (y, ids, emap, ng, i["experts"], i["tokens"], i["topk"], i["hidden"], _u64(out_ptr), yp,
+                      i["splits"]),
                      stream=st)
 
 

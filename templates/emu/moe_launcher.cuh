@@ -1,12 +1,13 @@
 // ---- emulator entry point of a grouped MoE GEMM (CPU builds only) --------------------------------
 // bufs: A, B, S, Z, bias, gscales, topk_w, sorted, blk_expert, n_rows, C (Z, bias, topk_w may be
-// null); bytes: their sizes, for bounds checks. dims: num_pairs, topk, N, K, n_out, k_in, lda.
+// null), Cp (fp32 split partials, or null); bytes: their sizes, for bounds checks. dims: num_pairs,
+// topk, N, K, n_out, k_in, lda, splits.
 extern "C" int jm_emu_moe(int grid, int smem_bytes, void* const* bufs, const long long* bytes,
                           const int* dims, unsigned seed, char* err, int errlen) {
   emu::Runtime rt;
-  static const char* names[11] = {"A", "B", "S", "Z", "bias", "gscales", "topk_w", "sorted",
-                                  "blk_expert", "n_rows", "C"};
-  for (int i = 0; i < 11; ++i)
+  static const char* names[12] = {"A", "B", "S", "Z", "bias", "gscales", "topk_w", "sorted",
+                                  "blk_expert", "n_rows", "C", "Cp"};
+  for (int i = 0; i < 12; ++i)
     if (bufs[i])
       rt.buffers.push_back(emu::Buffer{static_cast<const unsigned char*>(bufs[i]),
                                        static_cast<const unsigned char*>(bufs[i]) + bytes[i], names[i]});
@@ -17,7 +18,7 @@ extern "C" int jm_emu_moe(int grid, int smem_bytes, void* const* bufs, const lon
                     static_cast<const float*>(bufs[6]), static_cast<const int*>(bufs[7]),
                     static_cast<const int*>(bufs[8]), static_cast<const int*>(bufs[9]),
                     static_cast<u32*>(bufs[10]), dims[0], dims[1], dims[2], dims[3], dims[4], dims[5],
-                    dims[6]);
+                    dims[6], static_cast<float*>(bufs[11]), dims[7]);
   };
   return emu::run(rt, grid, {{ spec.threads }}, smem_bytes, seed, err, errlen);
 }

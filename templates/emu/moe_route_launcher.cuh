@@ -26,10 +26,10 @@ extern "C" int jm_emu_align(void* const* bufs, const long long* bytes, const int
 
 extern "C" int jm_emu_combine(int grid, void* const* bufs, const long long* bytes, const int* dims,
                               unsigned seed, char* err, int errlen) {
-  static const char* names[4] = {"Y", "ids", "expert_map", "out"};
-  return jm_emu_route_run(grid, 0, bufs, bytes, names, 4, [&] {
+  static const char* names[5] = {"Y", "ids", "expert_map", "out", "Yp"};
+  return jm_emu_route_run(grid, 0, bufs, bytes, names, 5, [&] {
     {{ spec.combine_name }}(static_cast<const int4*>(bufs[0]), static_cast<const int*>(bufs[1]),
                             static_cast<const int*>(bufs[2]), dims[0], dims[1], dims[2], dims[3], dims[4],
-                            static_cast<int4*>(bufs[3]));
+                            static_cast<int4*>(bufs[3]), static_cast<const float4*>(bufs[4]), dims[5]);
   }, seed, err, errlen);
 }

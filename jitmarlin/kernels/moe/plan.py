@@ -47,6 +47,7 @@ class MoEPlan:
     up: MoESpec
     down: MoESpec
     max_blocks: int       # row blocks the alignment can produce in the worst case
+    splits: int = 1       # K splits of the down GEMM (fp32 partial sums, added by the combine kernel)
 
     @property
     def block_m(self) -> int:
@@ -57,7 +58,7 @@ class MoEPlan:
         return self.max_blocks * self.block_m
 
     def grid(self, spec: MoESpec, n: int) -> int:
-        return self.max_blocks * -(-n // spec.tile_n)
+        return self.max_blocks * -(-n // spec.tile_n) * (self.splits if spec.stage == "down" else 1)
 
     @property
     def grid_up(self) -> int:
@@ -83,7 +84,9 @@ def _tm_for(profile: DeviceProfile, p: MoEProblem, dense: Problem) -> int:
     reuse of each weight tile; fewer, less padding)."""
     rows = -(-p.pairs // max(1, min(p.experts, p.pairs)))
     tm = 1 if rows <= 16 else 2 if rows <= 32 else 4
-    return min(tm, max_tm(profile.path, dense))
+    # register-staged paths: the gather state and the gated epilogue leave room for two m16 blocks
+    # (sm75's w13 kernel with four spilled ~100 bytes)
+    return min(tm, max_tm(profile.path, dense), 4 if profile.path == "sm80" else 2)
 
 
 def _spec(profile: DeviceProfile, dense: Problem, tm: int, stage: str, activation: str) -> MoESpec:
@@ -124,4 +127,16 @@ def plan_moe(profile: DeviceProfile, p: MoEProblem, *, tm: int | None = None) ->
     down = _spec(profile, d2, tm, "down", "")
     route = MoERouteSpec(p.act, 16 * tm, profile.path)
     route.check()
-    return MoEPlan(p, route, up, down, max_blocks(p.pairs, p.experts, 16 * tm))
+    return MoEPlan(p, route, up, down, max_blocks(p.pairs, p.experts, 16 * tm),
+                   down_splits(profile, p, down, 16 * tm))
+
+
+def down_splits(profile: DeviceProfile, p: MoEProblem, down: MoESpec, block_m: int) -> int:
+    """K splits for the down GEMM: where the row blocks an even routing fills times the column
+    tiles leave SMs idle (decode: Mixtral's w2 is 2 experts x 32 tiles on 132 SMs), split K so
+    that about two blocks an SM stream weights, keeping at least 4 K tiles a split."""
+    blocks = max(min(p.experts, p.pairs), -(-p.pairs // block_m)) * -(-p.n2 // down.tile_n)
+    k_tiles = p.k2 // down.tile_k
+    if blocks >= profile.sms or down.path != "sm80":   # (moe.cu.j2: K_SPLITS)
+        return 1
+    return max(1, min(-(-2 * profile.sms // blocks), k_tiles // 4, 16))
