@@ -88,6 +88,41 @@ def wgmma_specs():
                 yield s
 
 
+def moe_specs(prof):
+    """The MoE kernels tests/test_moe_gpu.py and the MoE probes plan on `prof`."""
+    from test_moe_gpu import QTYPES, SHAPES
+
+    from jitmarlin.kernels.moe import MoEProblem, plan_moe
+    from jitmarlin.weights.qtypes import kernel_dims
+
+    def problem(t, k, e, hidden, inter, act, qt, g, activation="silu"):
+        n13, k13 = kernel_dims(2 * inter, hidden, g)
+        n2, k2 = kernel_dims(hidden, inter, g)
+        return MoEProblem(t, k, e, n13, k13, n2, k2, inter, hidden, act, qt, g, activation)
+
+    probs = []
+    for qt, g in QTYPES:
+        for act in ("float16", "bfloat16"):
+            probs += [problem(t, k, e, 256, 128, act, qt, g) for e, k, t in SHAPES]
+    for activation in ("silu", "gelu", "swigluoai"):
+        probs.append(problem(64, 4, 8, 256, 128, "float16", "mxfp4", 32, activation))
+    probs += [problem(1000, 2, 64, 256, 128, "float16", "uint4b8", 128),
+              problem(300, 6, 32, 256, 128, "float16", "uint4b8", 128),
+              problem(16, 4, 32, 256, 128, "float16", "uint4b8", 128),
+              problem(8, 2, 16, 256, 128, "float16", "uint4b8", 128)]
+    for t in (1, 4, 16, 64, 256, 1024):     # tools/probe/moe_time.py, tools/bench --moe
+        for act in ("float16", "bfloat16"):
+            probs.append(problem(t, 2, 8, 4096, 14336, act, "uint4b8", 128))
+            probs.append(problem(t, 8, 128, 2048, 768, act, "uint4b8", 128))
+            probs.append(problem(t, 4, 32, 2880, 2880, act, "mxfp4", 32, "swigluoai"))
+    for p in probs:
+        try:
+            plan = plan_moe(prof, p)
+        except JitMarlinError:
+            continue
+        yield from (plan.route, plan.up, plan.down)
+
+
 def _compile(job):
     spec, arch = job
     return default_cache().get(spec, arch)[2] == "compiled"
@@ -120,6 +155,9 @@ def main():
                 add(plan_for(prof, m, n, k, act, qt, g).spec)
             except JitMarlinError:
                 continue
+    for prof in profiles:
+        for spec in moe_specs(prof):
+            add(spec)
     if live.cc == (9, 0):
         for spec in list(wgmma_specs()) + list(cluster_specs()):
             add(spec)

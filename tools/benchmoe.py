@@ -1,0 +1,220 @@
+"""tools/bench --moe: the MoE block (jitmarlin.moe) on the six models' expert shapes, by the dense
+bench's method (../shared/BENCH.md): CUDA-graph replay, weight copies rotated past 4x L2 (by the
+bytes the routing touches), random data, warm-up outside the timed region.
+
+Routing: random top-k (distinct experts a token, seed 0), and for T >= 2 one skewed routing where
+half the tokens put their first slot on expert 0. Floor: the bytes of the experts the routing
+touches (w13 + w2 codes and scales) plus x and the output, over the copy bandwidth of the same run.
+Peers, same run, same routing:
+  humming      humming-kernels' MoE GEMMs (tools/benchmoe_humming.py; its note says which modes)
+  torch-bf16   torch's grouped GEMM (torch._grouped_mm) on bf16 weights, sort and sum in torch
+  dense-loop   jitmarlin.linear looped over the touched experts (host knows the routing)
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import time
+
+import numpy as np
+
+# model: experts, top-k, hidden, intermediate, quant type, group, activation
+MODELS = {
+    "mixtral-8x7b": (8, 2, 4096, 14336, "uint4b8", 128, "silu"),
+    "qwen3-30b-a3b": (128, 8, 2048, 768, "uint4b8", 128, "silu"),
+    "qwen3-235b-a22b": (128, 8, 4096, 1536, "uint4b8", 128, "silu"),
+    "deepseek-v2-lite": (64, 6, 2048, 1408, "uint4b8", 128, "silu"),
+    "gpt-oss-20b": (32, 4, 2880, 2880, "mxfp4", 32, "swigluoai"),
+    "gpt-oss-120b": (128, 4, 2880, 2880, "mxfp4", 32, "swigluoai"),
+}
+TOKENS = (1, 4, 16, 64, 256, 1024, 4096)
+
+
+def _random_moe(rng, e, n, k, qtype, group, gated, bits):
+    """Random codes and power-of-two scales (valid for every quant type's scale format)."""
+    from jitmarlin.weights.moe import MoEWeight
+
+    packed = rng.integers(-(2**31), 2**31 - 1, (e, k // 16, n * bits // 2), dtype=np.int64).astype(np.int32)
+    scales = (rng.integers(0, 3, (e, k // group, n)) + 0x1C00).astype(np.uint16)   # 2^-8 .. 2^-6 in fp16
+    offsets = None
+    if qtype in ("uint4", "uint8"):
+        offsets = np.full((e, k // group, n), 0x9C00, np.uint16)                  # -2^-8
+    return MoEWeight(qtype, group, e, n, k, packed, scales, offsets=offsets, gated=gated, out_features=n,
+                     in_features=k)
+
+
+def routing(rng, t, k, e, skew=False):
+    ids = np.argsort(rng.random((t, e)), axis=1)[:, :k].astype(np.int32)
+    if skew:
+        half = t // 2
+        ids[:half, 0] = 0
+        for j in range(1, k):                               # keep a token's experts distinct
+            clash = ids[:half, j] == 0
+            ids[:half, j][clash] = (ids[:half, 0][clash] + 1 + j) % e
+    w = rng.random((t, k)).astype(np.float32) + 0.05
+    return ids, w / w.sum(1, keepdims=True)
+
+
+def touched_bytes(mw13, mw2, ids) -> int:
+    per = sum(a[0].nbytes for mw in (mw13, mw2) for a in (mw.packed, mw.scales, mw.offsets) if a is not None)
+    return len(np.unique(ids)) * per
+
+
+def _device_copies(cp, mw, dev, act, copies):
+    """`copies` MoEWeights sharing the host arrays, each with its own device copy of the codes."""
+    import copy as _copy
+
+    out = [mw]
+    base = mw.to_device(dev, act)
+    for _ in range(copies - 1):
+        c = _copy.copy(mw)
+        object.__setattr__(c, "_device", {(dev, act): (cp.array(base[0]),) + tuple(base[1:])})
+        out.append(c)
+    return out
+
+
+def _torch_grouped(torch, e, hidden, inter, copies, act_dtype):
+    if not hasattr(torch, "_grouped_mm"):
+        raise RuntimeError("torch._grouped_mm is not in this torch")
+    ws = []
+    for _ in range(copies):
+        # (E, K, N) views of (E, N, K) storage: the layout grouped GEMMs take for their B operand
+        w13 = (torch.randn(e, 2 * inter, hidden, device="cuda", dtype=torch.bfloat16) * 0.02).transpose(-2, -1)
+        w2 = (torch.randn(e, hidden, inter, device="cuda", dtype=torch.bfloat16) * 0.02).transpose(-2, -1)
+        ws.append((w13, w2))
+
+    def block(i, x, ids, tw):
+        t, k = ids.shape
+        flat = ids.reshape(-1)
+        order = torch.argsort(flat)
+        counts = torch.zeros(e, dtype=torch.int32, device=x.device).scatter_add_(
+            0, flat.long(), torch.ones_like(flat, dtype=torch.int32))
+        offs = torch.cumsum(counts, 0, dtype=torch.int32)
+        xs = x.to(torch.bfloat16).index_select(0, order // k)
+        h = torch._grouped_mm(xs, ws[i][0], offs=offs)
+        a = torch.nn.functional.silu(h[:, :inter]) * h[:, inter:]
+        y = torch._grouped_mm(a, ws[i][1], offs=offs) * tw.reshape(-1)[order, None]
+        out = torch.zeros(t, hidden, device=x.device, dtype=torch.float32)
+        out.index_add_(0, order // k, y.float())
+        return out.to(act_dtype)
+
+    return block
+
+
+def _dense_loop(torch, jitmarlin, mws13, mws2, ids_np, tw, activation, x):
+    """jitmarlin.linear over the experts this routing touches (routing known on the host)."""
+    t, k = ids_np.shape
+    plan = []
+    for e in np.unique(ids_np):
+        rows, slots = np.nonzero(ids_np == e)
+        qws = [(mws13[i].expert(int(e)), mws2[i].expert(int(e))) for i in range(len(mws13))]
+        plan.append((qws, torch.from_numpy(rows).cuda(), torch.from_numpy(slots).cuda()))
+    inter = mws13[0].out_features // 2
+
+    def run(i):
+        out = torch.zeros(x.shape, device=x.device, dtype=torch.float32)
+        for qws, rows, slots in plan:
+            xe = x.index_select(0, rows)
+            h = jitmarlin.linear(xe, qws[i][0])
+            h = h.view(-1, inter // 8, 2, 8)                # interleaved gate / up blocks of 8
+            a = (torch.nn.functional.silu(h[:, :, 0].float()) * h[:, :, 1].float()).reshape(-1, inter).to(x.dtype)
+            y = jitmarlin.linear(a, qws[i][1])
+            out.index_add_(0, rows, y.float() * tw[rows, slots, None])
+        return out.to(x.dtype)
+
+    return run
+
+
+def main_moe(args):
+    import cupy as cp
+    import torch
+
+    import jitmarlin
+    from jitmarlin.jit.profiles import live_profile
+    from jitmarlin.service.bench import Timer, copy_bandwidth
+
+    dev = torch.cuda.current_device()
+    prof = live_profile(dev)
+    gpu = torch.cuda.get_device_name(dev)
+    bw = copy_bandwidth(torch)
+    timer = Timer(torch, args.target_ms or 25.0, stream=torch.cuda.Stream())
+    acts = args.act.split(",")
+    peers = [p for p in (args.peers or "humming,torch-bf16,dense-loop").split(",") if p and p != "cublas"]
+    models = list(MODELS) if args.shapes in ("all", None) else args.shapes.split(",")
+    ts = [int(v) for v in args.m.split(",")] if args.m else list(TOKENS)
+    result = {"gpu": gpu, "date": dt.date.today().isoformat(), "copy_tbps": round(bw, 3), "mode": "moe",
+              "method": "CUDA-graph replay of the whole routed-expert block, weight copies rotated past 4x L2 "
+                        "by touched bytes, median of 5 replays", "rows": [], "peers_requested": peers}
+    print(f"# jitmarlin MoE bench on {gpu} ({prof.arch}); copy bandwidth {bw:.2f} TB/s", flush=True)
+    hum = None
+    if "humming" in peers:
+        try:
+            import benchmoe_humming as hum
+        except Exception as e:   # not installed, or its import fails: the run goes on without it
+            print(f"# humming unavailable: {type(e).__name__}: {str(e)[:200]}", flush=True)
+    t_start = time.monotonic()
+    for model in models:
+        e, k, hidden, inter, qtype, group, activation = MODELS[model]
+        rng = np.random.default_rng(0)
+        bits = 8 if qtype in ("uint8b128", "uint8", "float8_e4m3fn") else 4
+        w13 = _random_moe(rng, e, 2 * inter, hidden, qtype, group, True, bits)
+        w2 = _random_moe(rng, e, hidden, inter, qtype, group, False, bits)
+        for act in acts:
+            tdt = torch.float16 if act == "float16" else torch.bfloat16
+            for t in ts:
+                if args.deadline_s and time.monotonic() - t_start > args.deadline_s:
+                    result["stopped_early"] = f"--deadline-s {args.deadline_s:g} reached"
+                    break
+                for skew in ((False, True) if t >= 2 else (False,)):
+                    ids, tw = routing(rng, t, k, e, skew)
+                    tb = touched_bytes(w13, w2, ids)
+                    copies = max(1, min(16, math.ceil(4 * prof.l2_bytes / tb)))
+                    m13 = _device_copies(cp, w13, dev, act, copies)
+                    m2 = _device_copies(cp, w2, dev, act, copies)
+                    x = (torch.randn(t, hidden, device="cuda") * 0.5).to(tdt)
+                    ids_d, tw_d = torch.from_numpy(ids).cuda(), torch.from_numpy(tw).cuda()
+                    out = torch.empty_like(x)
+                    fns = [lambda i=i: jitmarlin.moe(x, m13[i], m2[i], tw_d, ids_d, activation=activation, out=out)
+                           for i in range(copies)]
+                    us = timer(fns)
+                    floor = (tb + 2 * t * hidden * 2) / (bw * 1e12) * 1e6
+                    row = {"model": model, "E": e, "k": k, "hidden": hidden, "inter": inter, "qtype": qtype,
+                           "T": t, "act": act, "routing": "skewed" if skew else "uniform", "copies": copies,
+                           "touched_experts": int(len(np.unique(ids))), "floor_us": round(floor, 2),
+                           "jitmarlin_us": round(us, 2), "peers": {}, "peer_errors": {}}
+                    if "dense-loop" in peers and activation == "silu":
+                        try:
+                            run = _dense_loop(torch, jitmarlin, m13, m2, ids, tw_d, activation, x)
+                            row["peers"]["dense-loop"] = round(timer([lambda i=i: run(i) for i in range(copies)]), 2)
+                        except Exception as ex:
+                            row["peer_errors"]["dense-loop"] = f"{type(ex).__name__}: {str(ex)[:160]}"
+                    if "torch-bf16" in peers:
+                        try:
+                            nc = max(1, min(8, math.ceil(4 * prof.l2_bytes / (tb * 4 / max(bits, 1)))))
+                            blk = _torch_grouped(torch, e, hidden, inter, nc, tdt)
+                            row["peers"]["torch-bf16"] = round(timer([lambda i=i: blk(i, x, ids_d, tw_d)
+                                                                      for i in range(nc)]), 2)
+                            del blk
+                        except Exception as ex:
+                            row["peer_errors"]["torch-bf16"] = f"{type(ex).__name__}: {str(ex)[:160]}"
+                    if hum is not None and activation == "silu":
+                        try:
+                            h = hum.make_humming_moe(torch, e, hidden, inter, qtype, group, tdt, k, t, copies)
+                            h.prepare(x, ids_d, tw_d)
+                            row["humming_rel_err"] = round(float(h.check(x, ids_d, tw_d, None)), 5)
+                            row["peers"]["humming"] = round(timer([lambda i=i: h.run(i) for i in range(copies)]), 2)
+                            row["humming_note"] = h.note
+                            del h
+                        except Exception as ex:
+                            row["peer_errors"]["humming"] = f"{type(ex).__name__}: {str(ex)[:160]}"
+                    result["rows"].append(row)
+                    cells = "  ".join(f"{p} {v:.1f} ({us / v:.2f}x)" for p, v in row["peers"].items())
+                    print(f"{model:<17} {act:<8} T={t:<5} {row['routing']:<8} {us:9.1f} us  floor {floor:8.1f}"
+                          f"  x{us / floor:5.2f}  {cells}", flush=True)
+                    m13 = m2 = fns = None   # free the device copies before the next row
+                    torch.cuda.empty_cache()
+                    if args.json:
+                        with open(args.json, "w") as f:
+                            json.dump(result, f, indent=1)
+    return 0
