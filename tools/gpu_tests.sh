@@ -15,6 +15,8 @@ else
   export PYTHONPATH="$PWD"
 fi
 if [ -d .jmcache ] && [ ! -d /tmp/jmcache ]; then cp -r .jmcache /tmp/jmcache; fi
+# a carried cache as one archive (smaller than the folder): .carry/jmcache.tar.xz holds jmcache/
+if [ -f .carry/jmcache.tar.xz ] && [ ! -d /tmp/jmcache ]; then tar -C /tmp -xJf .carry/jmcache.tar.xz; fi
 mkdir -p /tmp/jmcache && chmod 700 /tmp/jmcache
 export JITMARLIN_CACHE_DIR=/tmp/jmcache JITMARLIN_TEST_CACHE_DIR=/tmp/jmcache
 nvidia-smi --query-gpu=name,driver_version,temperature.gpu --format=csv,noheader
@@ -32,7 +34,7 @@ run() {   # name, pytest args...
     -p no:cacheprovider --maxfail=25 -o addopts="" -rfE > "$OUT/pytest-$name.log" 2>&1
 }
 t0=$(date +%s)
-for g in ${TEST_GROUPS:-api1 api2 api3 gemv tune wgmma route}; do   # route also runs test_shard.py
+for g in ${TEST_GROUPS:-api1 api2 api3 gemv tune wgmma route moe}; do   # route also runs test_shard.py
   case $g in
     api1) run api1 tests/test_api.py -k "linear and not bf" & ;;
     api2) run api2 tests/test_api.py -k "linear and bf" & ;;
@@ -41,15 +43,15 @@ for g in ${TEST_GROUPS:-api1 api2 api3 gemv tune wgmma route}; do   # route also
     tune) run tune tests/test_tune.py tests/test_torch.py & ;;
     wgmma) run wgmma tests/test_wgmma.py & ;;
     route) run route tests/test_dequant_route.py tests/test_shard.py & ;;
+    moe) run moe tests/test_moe_gpu.py tests/test_hf_load.py & ;;
   esac
 done
-wait
-echo "native suite: $(( $(date +%s) - t0 )) s"
+# emulated GPUs in parallel with the native groups (the GPU is rarely the bottleneck of a test run)
 for e in ${EMULATE:-}; do
-  t0=$(date +%s)
-  JITMARLIN_EMULATE=$e run "emu-$e" tests/test_api.py tests/test_gemv.py tests/test_dequant_route.py
-  echo "EMULATE=$e: $(( $(date +%s) - t0 )) s"
+  JITMARLIN_EMULATE=$e run "emu-$e" tests/test_api.py tests/test_gemv.py tests/test_dequant_route.py tests/test_moe_gpu.py &
 done
+wait
+echo "native and emulated suites: $(( $(date +%s) - t0 )) s"
 if [ "${FIRST_CALL:-1}" = 1 ]; then
   # this tree, and (where a base tree was carried as .base/, e.g. `git archive <rev> jitmarlin
   # templates cache`) the base in the same run, each with a cache of its own
