@@ -27,6 +27,7 @@ from jitmarlin.jit.launch import PDL_MIN_CC
 from jitmarlin.jit.profiles import DeviceProfile, get_profile
 from jitmarlin.kernels.spec import AnySpec
 from jitmarlin.ops.linear import PrewarmResult, plan_for
+from jitmarlin.service import fleet_moe
 from jitmarlin.weights import qtypes
 from jitmarlin.weights.qtypes import ACT_DTYPES, GROUP_SIZES, get_qtype
 
@@ -66,6 +67,7 @@ class Manifest:
     num_attention_heads: int = 0     # 0: unknown (no head check when splitting)
     num_key_value_heads: int = 0
     path: str = ""
+    moe: fleet_moe.MoEConfig | None = None   # the routed experts (fleet_moe), if the model has them
 
 
 @dataclass(frozen=True)
@@ -156,7 +158,7 @@ def parse_manifest(d: dict, where: str = "manifest") -> Manifest:
         hidden_size=_int(d, "hidden_size", where, 0),
         num_attention_heads=_int(d, "num_attention_heads", where, 0),
         num_key_value_heads=_int(d, "num_key_value_heads", where, 0),
-        path=where,
+        path=where, moe=fleet_moe.parse_moe(d.get("moe"), where),
     )
 
 
@@ -211,6 +213,13 @@ def expand_shapes(manifest: Manifest, tp: Iterable[int] | None = None) -> tuple[
                 shapes.append(Shape(layer.k, layer.n // t, label))
             else:
                 shapes.append(Shape(layer.k // t, layer.n, label))
+        if manifest.moe is not None:   # MoEShapes travel with the dense ones to plan_fleet
+            if not manifest.hidden_size:
+                raise InputError(f"{manifest.path}: a manifest with 'moe' needs 'hidden_size'")
+            ms, sk = fleet_moe.expand(manifest.moe, manifest.name, manifest.hidden_size, t,
+                                      t == (manifest.tp if tp is None else tuple(tp))[0])
+            shapes += ms
+            skipped += [Skipped(label, manifest.hidden_size, 0, why) for label, why in sk]
     return shapes, skipped
 
 
@@ -262,7 +271,7 @@ def _profiles(profiles) -> list[DeviceProfile]:
 
 
 def _as_shape(s) -> Shape:
-    if isinstance(s, Shape):
+    if isinstance(s, (Shape, fleet_moe.MoEShape)):
         return s
     k, n = s
     return Shape(int(k), int(n), f"{k}x{n}")
@@ -293,7 +302,11 @@ def plan_fleet(profiles, shapes, ms, acts, qtypes, group_sizes, report: FleetRep
     # The same (K, N) often comes from several layers or TP degrees: plan it once.
     unique: dict[tuple[int, int], Shape] = {}
     repeats: Counter = Counter()
+    moe_shapes = []
     for s in map(_as_shape, shapes):
+        if isinstance(s, fleet_moe.MoEShape):
+            moe_shapes.append(s)
+            continue
         if (s.k, s.n) in unique:
             repeats[(s.k, s.n)] += 1
         unique.setdefault((s.k, s.n), s)
@@ -323,6 +336,7 @@ def plan_fleet(profiles, shapes, ms, acts, qtypes, group_sizes, report: FleetRep
                     users = jobs.setdefault((b, p.arch), [])
                     if p.name not in users:
                         users.append(p.name)
+    fleet_moe.plan_jobs(profs, moe_shapes, ms, acts, qtypes, group_sizes, report, jobs)
     return jobs
 
 
