@@ -90,3 +90,21 @@ def test_cli_prewarm_moe_model(capsys, tmp_path):
     listed = capsys.readouterr().out
     assert "jm_moe_up_silu_sm80_uint4b8_f16_g128" in listed and "jm_moe_align_f16" in listed
     assert "jm_moe_down_sm80_uint4b8_f16_g128" in listed
+
+
+def test_cli_inspect_moe(capsys):
+    rc = main(["inspect", "--moe", "--arch", "sm_90", "--m", "1", "--experts", "8", "--topk", "2",
+               "--hidden", "4096", "--inter", "14336", "--json"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    r = json.loads(out)
+    assert [k["stage"] for k in r["kernels"]] == ["route", "up", "down"]
+    assert r["down_k_splits"] > 1 and r["max_blocks"] == 3
+    assert all(k["spill_stores"] == 0 for k in r["kernels"])
+    assert main(["inspect", "--moe", "--profile", "t4", "--m", "64", "--experts", "32", "--topk", "4",
+                 "--hidden", "2880", "--inter", "2880", "--quant", "mxfp4", "--group", "32",
+                 "--activation", "swigluoai", "--stage", "up", "--source"]) == 0
+    src = capsys.readouterr().out
+    assert "jm_moe_up_swigluoai_sm75_mxfp4_f16_g32" in src and "gated_act" in src
+    assert main(["inspect", "--moe", "--arch", "sm_90", "--inter", "12"]) != 0   # not a multiple of 8
+    assert "multiple" in capsys.readouterr().err

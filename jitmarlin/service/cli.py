@@ -9,6 +9,7 @@ import time
 
 from jitmarlin._version import __version__
 from jitmarlin.kernels.tuned import TUNE_PREFIX
+from jitmarlin.service import cli_moe
 from jitmarlin.service.cli_args import HelpFormatter, arch_notes, group_size, jobs, positive_int, run_main
 
 
@@ -100,6 +101,8 @@ def cmd_inspect(args) -> int:
     from jitmarlin.ops.linear import plan_for
 
     prof = _profile_from(args)
+    if args.moe:   # a MoE layer's kernels (service/cli_moe.py)
+        return cli_moe.inspect(args, prof)
     plan = plan_for(prof, args.m, args.n, args.k, args.act, args.quant, args.group)
     if args.pdl and plan.route == "fused":   # the variant linear(enable_pdl=True) runs on sm_90+
         from dataclasses import replace
@@ -622,6 +625,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--pdl", action="store_true",
                    help="the kernel built for programmatic dependent launch (linear(enable_pdl=True))")
     s.add_argument("--json", action="store_true", help="print JSON")
+    cli_moe.add_args(s)
     s.set_defaults(func=cmd_inspect)
 
     s = sub.add_parser("prewarm", help="compile the kernels a fleet will need (no GPU needed)")
