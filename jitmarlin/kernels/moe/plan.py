@@ -89,10 +89,17 @@ def _tm_for(profile: DeviceProfile, p: MoEProblem, dense: Problem) -> int:
     return min(tm, max_tm(profile.path, dense), 4 if profile.path == "sm80" else 2)
 
 
-def _spec(profile: DeviceProfile, dense: Problem, tm: int, stage: str, activation: str) -> MoESpec:
+def _spec(profile: DeviceProfile, dense: Problem, tm: int, stage: str, activation: str,
+          row_blocks: int = 0) -> MoESpec:
+    """The tile for one grouped GEMM: 128 columns, unless the row blocks an even routing fills
+    (`row_blocks`) times 128-column tiles leave SMs idle and the w13 GEMM (which cannot split K:
+    its activation needs whole sums) has the columns for 64-wide tiles."""
     gb = group_blocks(dense)
     legacy = profile.path != "sm80"
-    for tn, tk in ((8, 8), (8, 4), (4, 8), (4, 4)):
+    order = ((8, 8), (8, 4), (4, 8), (4, 4))
+    if stage == "up" and row_blocks and row_blocks * -(-dense.n // 128) < profile.sms:
+        order = ((4, 8), (4, 4), (8, 8), (8, 4))
+    for tn, tk in order:
         top = 2 if legacy else min(4, PATH_MAX_STAGES[profile.path])
         for stages in range(top, 1, -1):
             spec = MoESpec(profile.path, dense.qtype, dense.act, gb, tm, tn, tk, stages, stage,
@@ -123,7 +130,8 @@ def plan_moe(profile: DeviceProfile, p: MoEProblem, *, tm: int | None = None) ->
     check_problem(profile, d13)
     check_problem(profile, d2)
     tm = tm or _tm_for(profile, p, d13)
-    up = _spec(profile, d13, tm, "up", p.activation)
+    rows = max(min(p.experts, p.pairs), -(-p.pairs // (16 * tm)))   # row blocks of an even routing
+    up = _spec(profile, d13, tm, "up", p.activation, rows)
     down = _spec(profile, d2, tm, "down", "")
     route = MoERouteSpec(p.act, 16 * tm, profile.path)
     route.check()
