@@ -24,6 +24,10 @@ from jitmarlin.weights.formats import (
                       from_hqq,
                       from_mxfp4,
                       from_nvfp4,
+                      moe_from_experts,
+                      moe_from_gguf,
+                      moe_from_gpt_oss,
+                      moe_from_nvfp4,
 )
 from jitmarlin.weights.moe import MoEWeight, dequantize_moe, quantize_moe
 from jitmarlin.weights.qtypes import QTYPES
@@ -35,5 +39,6 @@ __all__ = [
     "get_profile", "profiles", "QTYPES",
     "JitMarlinError", "InputError", "UnsupportedError", "CompileError", "CaptureError",
     "from_gptq", "from_awq", "from_compressed_tensors", "from_hqq", "from_gguf", "from_nvfp4",
-    "from_mxfp4", "MoEWeight", "quantize_moe", "dequantize_moe",
+    "from_mxfp4", "MoEWeight", "quantize_moe", "dequantize_moe", "moe_from_experts", "moe_from_gpt_oss",
+    "moe_from_gguf", "moe_from_nvfp4",
 ]
