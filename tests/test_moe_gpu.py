@@ -182,3 +182,20 @@ def test_marlin_moe_compile_and_torch_graph(rng, seed):
         torch.cuda.synchronize()
         check_output(got(y), moe_reference(xr, w13, w2, tw, ids, act=act), act, what="MarlinMoE graph",
                      seed=seed, family="moe", atol_u=ATOL_U_MOE)
+
+
+@pytest.mark.parametrize("t", [1, 5])
+def test_moe_gpu_down_k_splits(rng, seed, t):
+    """Decode shapes whose w2 GEMM splits K (few row blocks x column tiles): fp32 partials added by
+    the combine kernel."""
+    cp = pytest.importorskip("cupy")
+    from jitmarlin.jit.profiles import planning_profile
+    from jitmarlin.kernels.moe import MoEProblem, plan_moe
+
+    w13, w2 = _weights("uint4b8", 128, 8, hidden=512, inter=2048, bias=True)
+    plan = plan_moe(planning_profile(0), MoEProblem(t, 2, 8, w13.n, w13.k, w2.n, w2.k, 2048, 512, "float16",
+                                                    "uint4b8", 128))
+    if planning_profile(0).path == "sm80":
+        assert plan.splits > 1
+    ids, tw = _routing(rng, t, 2, 8)
+    _check(cp, rng, seed, w13, w2, ids, tw, "float16", what=f"moe K splits {plan.splits} T={t}")

@@ -202,7 +202,8 @@ def main_moe(args):
                         try:
                             h = hum.make_humming_moe(torch, e, hidden, inter, qtype, group, tdt, k, t, copies)
                             h.prepare(x, ids_d, tw_d)
-                            row["humming_rel_err"] = round(float(h.check(x, ids_d, tw_d, None)), 5)
+                            ref = hum.humming_moe_reference(torch, h, x, ids_d, tw_d)
+                            row["humming_rel_err"] = round(float(h.check(x, ids_d, tw_d, ref)), 5)
                             row["peers"]["humming"] = round(timer([lambda i=i: h.run(i) for i in range(copies)]), 2)
                             row["humming_note"] = h.note
                             del h
