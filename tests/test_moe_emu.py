@@ -256,3 +256,40 @@ def test_moe_decode_plans_split_down():
     assert plan.splits > 1 and plan.grid_down >= prof.sms
     big = plan_moe(prof, MoEProblem(4096, 2, 8, 28672, 4096, 4096, 14336, 14336, 4096, "float16", "uint4b8", 128))
     assert big.splits == 1
+
+
+def test_moe_candidates_run_correctly(rng, seed):
+    """A spread of the sweep's candidates (wide and narrow tiles, deep pipelines) through the
+    emulator: every candidate the planner may pick computes the same block."""
+    from jitmarlin.kernels.moe.plan import moe_candidates
+
+    e, t, k = 4, 6, 2
+    w13, w2 = _weights(rng, e, 256, 256, "uint4b8", 64)
+    prof = get_profile("h100")
+    problem = _problem(w13, w2, t, k, "float16")
+    ups, downs = moe_candidates(prof, problem, "up", 1), moe_candidates(prof, problem, "down", 1)
+    assert {s.tn for s in ups} == {4, 8, 16} and max(s.stages for s in downs) >= 6
+    picks = [(u, d) for u, d in zip(ups[:: max(1, len(ups) // 4)], downs[1:: max(1, len(downs) // 4)])]
+    x = rng.standard_normal((t, 256))
+    ids, tw = _routing(rng, t, k, e)
+    xr = halves.from_bits(halves.to_bits(x, "float16"), "float16")
+    ref = moe_reference(xr, w13, w2, tw, ids, act="float16")
+    for up, down in picks:
+        plan = plan_moe(prof, problem, up=up, down=down, splits=min(2, problem.k2 // down.tile_k))
+        out = emu.run_moe(plan, x, w13, w2, tw, ids, seed=seed)
+        check_output(out, ref, "float16", what=f"{up.name} + {down.name}", seed=seed, family="moe",
+                     atol_u=ATOL_U_MOE)
+
+
+def test_moe_plan_overrides_refused():
+    w13, w2 = _weights(np.random.default_rng(1), 2, 128, 64, "uint4b8", 64)
+    prof = get_profile("h100")
+    problem = _problem(w13, w2, 3, 2, "float16")
+    base = plan_moe(prof, problem)
+    with pytest.raises(InputError, match="not a down kernel"):
+        plan_moe(prof, problem, down=base.up)
+    with pytest.raises(InputError, match="splits"):
+        plan_moe(prof, problem, splits=99)
+    t4 = plan_moe(get_profile("t4"), problem)
+    with pytest.raises(InputError, match="splits"):
+        plan_moe(get_profile("t4"), problem, down=t4.down, splits=2)

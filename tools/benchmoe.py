@@ -219,3 +219,84 @@ def main_moe(args):
                         with open(args.json, "w") as f:
                             json.dump(result, f, indent=1)
     return 0
+
+
+def sweep_moe(args):
+    """tools/bench --moe --sweep: at each model and T, time the planner's MoE plan, then every w13
+    tile (with the planner's w2), every w2 tile and every K split (with the planner's w13); print
+    the default and the fastest of each, and write them to --json."""
+    import torch
+
+    from jitmarlin.jit.profiles import live_profile
+    from jitmarlin.kernels.moe import MoEProblem, plan_moe
+    from jitmarlin.kernels.moe.plan import moe_candidates
+    from jitmarlin.ops import moe as moe_ops
+    from jitmarlin.service.bench import Timer, copy_bandwidth
+
+    dev = torch.cuda.current_device()
+    prof = live_profile(dev)
+    bw = copy_bandwidth(torch)
+    stream = torch.cuda.Stream()
+    timer = Timer(torch, args.target_ms or 10.0, stream=stream)
+    models = list(MODELS) if args.shapes in ("all", None) else args.shapes.split(",")
+    ts = [int(v) for v in args.m.split(",")] if args.m else [1, 16, 256]
+    act = args.act.split(",")[0]
+    tdt = torch.float16 if act == "float16" else torch.bfloat16
+    out = {"gpu": torch.cuda.get_device_name(dev), "date": dt.date.today().isoformat(), "mode": "moe-sweep",
+           "copy_tbps": round(bw, 3), "rows": []}
+    t_start = time.monotonic()
+    for model in models:
+        e, k, hidden, inter, qtype, group, activation = MODELS[model]
+        rng = np.random.default_rng(0)
+        bits = 8 if qtype in ("uint8b128", "uint8", "float8_e4m3fn") else 4
+        w13 = _random_moe(rng, e, 2 * inter, hidden, qtype, group, True, bits)
+        w2 = _random_moe(rng, e, hidden, inter, qtype, group, False, bits)
+        for t in ts:
+            if args.deadline_s and time.monotonic() - t_start > args.deadline_s:
+                break
+            ids, tw = routing(rng, t, k, e)
+            tb = touched_bytes(w13, w2, ids)
+            copies = max(1, min(16, math.ceil(4 * prof.l2_bytes / tb)))
+            m13 = _device_copies(__import__("cupy"), w13, dev, act, copies)
+            m2 = _device_copies(__import__("cupy"), w2, dev, act, copies)
+            x = (torch.randn(t, hidden, device="cuda") * 0.5).to(tdt)
+            ids_d, tw_d = torch.from_numpy(ids).cuda(), torch.from_numpy(tw).cuda()
+            y = torch.empty_like(x)
+            problem = MoEProblem(t, k, e, w13.n, w13.k, w2.n, w2.k, inter, hidden, act, qtype, group, activation)
+            base = plan_moe(prof, problem)
+
+            def time_plan(plan):
+                rs = [moe_ops._Runner(m13[i], m2[i], dev, act, t, k, stream.cuda_stream, activation, False, plan=plan)
+                      for i in range(copies)]
+                return timer([lambda r=r: r(x.data_ptr(), ids_d.data_ptr(), tw_d.data_ptr(), 0, e, y.data_ptr())
+                              for r in rs])
+
+            floor = (tb + 2 * t * hidden * 2) / (bw * 1e12) * 1e6
+            row = {"model": model, "T": t, "act": act, "floor_us": round(floor, 2),
+                   "default": {"up": base.up.name, "down": base.down.name, "splits": base.splits,
+                               "us": round(time_plan(base), 2)}, "best": {}}
+            trials = [("up", s, {"up": s}) for s in moe_candidates(prof, problem, "up", base.up.tm)]
+            trials += [("down", s, {"down": s}) for s in moe_candidates(prof, problem, "down", base.down.tm)]
+            trials += [("splits", n, {"splits": n}) for n in (1, 2, 3, 4, 6, 8, 12, 16)
+                       if n <= problem.k2 // base.down.tile_k and (n == 1 or base.down.path == "sm80")]
+            for what, choice, kw in trials:
+                try:
+                    us = time_plan(plan_moe(prof, problem, **kw))
+                except Exception as ex:   # a candidate that does not build or run: next one
+                    print(f"  {what} {getattr(choice, 'name', choice)}: {type(ex).__name__}: {str(ex)[:120]}")
+                    continue
+                best = row["best"].get(what)
+                if best is None or us < best["us"]:
+                    row["best"][what] = {"choice": getattr(choice, "name", choice), "us": round(us, 2)}
+            out["rows"].append(row)
+            d = row["default"]
+            print(f"{model:<17} T={t:<5} default {d['us']:8.1f} us (floor {floor:.1f}; {d['up']}, {d['down']}, "
+                  f"splits {d['splits']})", flush=True)
+            for what, b in row["best"].items():
+                print(f"    best {what:<6} {b['us']:8.1f} us  {b['choice']}", flush=True)
+            m13 = m2 = None
+            torch.cuda.empty_cache()
+            if args.json:
+                with open(args.json, "w") as f:
+                    json.dump(out, f, indent=1)
+    return 0

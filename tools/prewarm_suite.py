@@ -123,6 +123,28 @@ def moe_specs(prof):
         yield from (plan.route, plan.up, plan.down)
 
 
+def moe_sweep_specs(prof):
+    """Every candidate tools/bench --moe --sweep times (its default models, T = 1, 16, 256, fp16)."""
+    import benchmoe
+
+    from jitmarlin.kernels.moe import MoEProblem, plan_moe
+    from jitmarlin.kernels.moe.plan import moe_candidates
+    from jitmarlin.weights.qtypes import kernel_dims
+
+    for e, k, hidden, inter, qt, g, activation in benchmoe.MODELS.values():
+        n13, k13 = kernel_dims(2 * inter, hidden, g)
+        n2, k2 = kernel_dims(hidden, inter, g)
+        for t in (1, 16, 256):
+            p = MoEProblem(t, k, e, n13, k13, n2, k2, inter, hidden, "float16", qt, g, activation)
+            try:
+                plan = plan_moe(prof, p)
+            except JitMarlinError:
+                continue
+            yield plan.route
+            yield from moe_candidates(prof, p, "up", plan.up.tm)
+            yield from moe_candidates(prof, p, "down", plan.down.tm)
+
+
 def _compile(job):
     spec, arch = job
     return default_cache().get(spec, arch)[2] == "compiled"
@@ -135,6 +157,7 @@ def main():
     ap.add_argument("--arch", default=None, help="compile arch (default: the profile's)")
     ap.add_argument("--sweep", action="store_true", help="also every candidate spec for the bench shapes (tools/sweep)")
     ap.add_argument("--jobs", type=int, default=1, help="compile in this many processes")
+    ap.add_argument("--moe-sweep", action="store_true", help="also every candidate of tools/bench --moe --sweep")
     args = ap.parse_args()
     live = get_profile(args.profile)
     arch = args.arch or live.arch
@@ -157,6 +180,10 @@ def main():
                 continue
     for prof in profiles:
         for spec in moe_specs(prof):
+            add(spec)
+    if args.moe_sweep:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        for spec in moe_sweep_specs(live):
             add(spec)
     if live.cc == (9, 0):
         for spec in list(wgmma_specs()) + list(cluster_specs()):

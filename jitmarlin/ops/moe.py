@@ -33,7 +33,7 @@ class _Runner:
     kernels and the workspaces (aligned pair list, intermediate rows, per-pair outputs)."""
 
     def __init__(self, w13: MoEWeight, w2: MoEWeight, device: int, act: str, tokens: int, topk: int,
-                 stream_ptr: int, activation: str, on_input: bool):
+                 stream_ptr: int, activation: str, on_input: bool, plan=None):
         import cupy as cp
         from cupy.cuda import driver
 
@@ -41,7 +41,10 @@ class _Runner:
         arch = live_profile(device).arch
         problem = MoEProblem(tokens, topk, w13.num_experts, w13.n, w13.k, w2.n, w2.k, w13.intermediate,
                              w2.out_features, act, w13.qtype, w13.group_size, activation)
-        plan = plan_moe(profile, problem)
+        if plan is None:
+            plan = plan_moe(profile, problem)
+        elif plan.problem != problem:   # (a sweep's or tuner's plan: kernels.moe.plan_moe with overrides)
+            raise InputError(f"the plan is for {plan.problem}, not {problem}")
         cache = default_cache()
         capturing = launch.is_capturing(stream_ptr)
         funcs = {}

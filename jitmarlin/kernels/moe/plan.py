@@ -115,8 +115,11 @@ def _spec(profile: DeviceProfile, dense: Problem, tm: int, stage: str, activatio
     raise UnsupportedError(f"no MoE tile fits {profile.name} for {dense.qtype} x {dense.act}")
 
 
-def plan_moe(profile: DeviceProfile, p: MoEProblem, *, tm: int | None = None) -> MoEPlan:
-    """The routing module and the two grouped GEMMs for `p` on `profile` (no GPU needed)."""
+def plan_moe(profile: DeviceProfile, p: MoEProblem, *, tm: int | None = None, up: MoESpec | None = None,
+             down: MoESpec | None = None, splits: int | None = None) -> MoEPlan:
+    """The routing module and the two grouped GEMMs for `p` on `profile` (no GPU needed). `up`,
+    `down` (specs from moe_candidates) and `splits` override the planner's choices (sweeps,
+    autotuning); InputError when one does not fit `p`."""
     if p.activation not in ACTIVATIONS:
         raise InputError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {p.activation!r}")
     if p.tokens < 1 or p.topk < 1:
@@ -129,14 +132,62 @@ def plan_moe(profile: DeviceProfile, p: MoEProblem, *, tm: int | None = None) ->
     d2 = Problem(p.pairs, p.n2, p.k2, p.act, p.qtype, p.group_size)
     check_problem(profile, d13)
     check_problem(profile, d2)
-    tm = tm or _tm_for(profile, p, d13)
+    tm = (up or down).tm if (up or down) else tm or _tm_for(profile, p, d13)
     rows = max(min(p.experts, p.pairs), -(-p.pairs // (16 * tm)))   # row blocks of an even routing
-    up = _spec(profile, d13, tm, "up", p.activation, rows)
-    down = _spec(profile, d2, tm, "down", "")
+    if up is None:
+        up = _spec(profile, d13, tm, "up", p.activation, rows)
+    else:
+        _check_override(profile, up, d13, tm, "up", p.activation)
+    if down is None:
+        down = _spec(profile, d2, tm, "down", "")
+    else:
+        _check_override(profile, down, d2, tm, "down", "")
     route = MoERouteSpec(p.act, 16 * tm, profile.path)
     route.check()
-    return MoEPlan(p, route, up, down, max_blocks(p.pairs, p.experts, 16 * tm),
-                   down_splits(profile, p, down, 16 * tm))
+    if splits is None:
+        splits = down_splits(profile, p, down, 16 * tm)
+    elif not (isinstance(splits, int) and 1 <= splits <= p.k2 // down.tile_k
+              and (splits == 1 or down.path == "sm80")):
+        raise InputError(f"splits must be 1..{p.k2 // down.tile_k} (K tiles of the down GEMM; > 1 on the sm80 "
+                         f"path only), got {splits!r}")
+    return MoEPlan(p, route, up, down, max_blocks(p.pairs, p.experts, 16 * tm), splits)
+
+
+def _check_override(profile: DeviceProfile, spec: MoESpec, dense: Problem, tm: int, stage: str,
+                    activation: str) -> None:
+    want = (profile.path, dense.qtype, dense.act, group_blocks(dense), tm, stage, activation)
+    got = (spec.path, spec.qtype, spec.act, spec.group_blocks, spec.tm, spec.stage, spec.activation)
+    if got != want:
+        raise InputError(f"{spec.name} is not a {stage} kernel of this problem on {profile.name} "
+                         f"(path, qtype, act, group blocks, tm, stage, activation: {got} != {want})")
+    try:
+        spec.check()
+    except ValueError as e:
+        raise InputError(f"{spec.name}: {e}") from None
+    if dense.k % spec.tile_k or spec.smem_bytes() > profile.smem_per_block:
+        raise InputError(f"{spec.name} needs whole K tiles and at most {profile.smem_per_block} bytes of shared "
+                         "memory")
+
+
+def moe_candidates(profile: DeviceProfile, p: MoEProblem, stage: str, tm: int) -> list[MoESpec]:
+    """Every buildable tile of one grouped GEMM of `p` with `tm` m16 blocks that fits `profile`
+    (the sweep's and autotuner's candidates)."""
+    dense = Problem(p.pairs, p.n13 if stage == "up" else p.n2, p.k13 if stage == "up" else p.k2, p.act,
+                    p.qtype, p.group_size)
+    gb = group_blocks(dense)
+    out = []
+    top = PATH_MAX_STAGES[profile.path] if profile.path == "sm80" else 2
+    for tn in (4, 8, 16):
+        for tk in (4, 8, 16):
+            for stages in range(2, top + 1):
+                spec = MoESpec(profile.path, p.qtype, p.act, gb, tm, tn, tk, stages, stage,
+                               p.activation if stage == "up" else "")
+                try:
+                    _check_override(profile, spec, dense, tm, stage, spec.activation)
+                except InputError:
+                    continue
+                out.append(spec)
+    return out
 
 
 def down_splits(profile: DeviceProfile, p: MoEProblem, down: MoESpec, block_m: int) -> int:
