@@ -15,7 +15,8 @@ from jitmarlin.jit import launch
 from jitmarlin.jit.arrays import is_cupy, is_torch
 from jitmarlin.jit.cache import default_cache
 from jitmarlin.jit.profiles import live_profile, planning_profile
-from jitmarlin.kernels.moe import MoEProblem, plan_moe
+from jitmarlin.kernels.moe import MoEProblem
+from jitmarlin.kernels.moe import tuned as moe_tuned
 from jitmarlin.kernels.moe.spec import ACTIVATIONS, ROUTE_THREADS
 from jitmarlin.weights.moe import MoEWeight
 from jitmarlin.weights.qtypes import normalize_act
@@ -41,11 +42,11 @@ class _Runner:
         arch = live_profile(device).arch
         problem = MoEProblem(tokens, topk, w13.num_experts, w13.n, w13.k, w2.n, w2.k, w13.intermediate,
                              w2.out_features, act, w13.qtype, w13.group_size, activation)
-        if plan is None:
-            plan = plan_moe(profile, problem)
+        cache = default_cache()
+        if plan is None:   # a tuned choice for this GPU model and token bucket, else the planner's
+            plan = moe_tuned.plan_for(profile, arch, problem, cache)
         elif plan.problem != problem:   # (a sweep's or tuner's plan: kernels.moe.plan_moe with overrides)
             raise InputError(f"the plan is for {plan.problem}, not {problem}")
-        cache = default_cache()
         capturing = launch.is_capturing(stream_ptr)
         funcs = {}
         for spec in (plan.route, plan.up, plan.down):

@@ -255,12 +255,16 @@ def _unwritable(cache) -> str:
 def cmd_tune(args) -> int:
     """Time the candidate kernels of every selected problem on the live GPU and store the
     fastest per GPU model and M bucket (see jitmarlin.service.tune)."""
-    from jitmarlin.errors import JitMarlinError
+    from jitmarlin.errors import JitMarlinError, TuneError
     from jitmarlin.jit.cache import default_cache
+    from jitmarlin.jit.profiles import live_profile, planning_profile
     from jitmarlin.kernels import planner
     from jitmarlin.kernels.problem import Problem
-    from jitmarlin.service import fleet, tune
+    from jitmarlin.service import fleet, measure, tune
+    from jitmarlin.weights.qtypes import kernel_dims
 
+    if args.moe:   # the MoE layers of MoE manifests (service/cli_moe.py)
+        return cli_moe.tune(args)
     if not (args.model or args.manifest or args.shapes):
         print("tune: give --model, --manifest or --shapes (see prewarm --list-models)", file=sys.stderr)
         return 2
@@ -280,10 +284,6 @@ def cmd_tune(args) -> int:
     ms, acts = _csv(args.m, int, "--m"), _csv(args.act)
     quants, groups = _csv(args.quant), _csv(args.group, int, "--group")
     fleet._check_choices(ms, acts, quants, groups)
-    from jitmarlin.errors import TuneError
-    from jitmarlin.jit.profiles import live_profile, planning_profile
-    from jitmarlin.service import measure
-
     try:
         measure._torch()
     except TuneError as e:
@@ -294,7 +294,6 @@ def cmd_tune(args) -> int:
     profile, arch = planning_profile(dev), live_profile(dev).arch
     cache = default_cache()
     problems: dict[str, Problem] = {}     # one per tune key, in selection order
-    from jitmarlin.weights.qtypes import kernel_dims
 
     for sh in map(fleet._as_shape, shapes):
         why = fleet.shape_problem(sh.k, sh.n)
@@ -648,6 +647,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--device", type=int, default=0, help="GPU index")
     s.add_argument("--jobs", type=jobs, default="auto", help="compile processes, >= 1 or 'auto' (one per CPU)")
     s.add_argument("--force", action="store_true", help="re-tune problems that have a stored choice")
+    cli_moe.add_tune_args(s)
     s.add_argument("--json", action="store_true", help="print JSON")
     s.add_argument("--cache-dir", default=None, help="cache to store the choices in (default: "
                    "JITMARLIN_CACHE_DIR or ~/.cache/jitmarlin)")

@@ -69,3 +69,60 @@ def inspect(args, prof) -> int:
         print(f"{kr['stage']:<6} {kr['kernel']:<52} grid {kr['grid']:<6} smem {kr['dynamic_shared_bytes']:<7} "
               f"regs {kr['registers']} spills {kr['spill_stores']} ({kr['cache']})")
     return 0
+
+
+def add_tune_args(s) -> None:
+    s.add_argument("--moe", action="store_true",
+                   help="tune the MoE layers of --model manifests instead (w13/w2 tiles and K splits per token "
+                        "bucket of --m; jitmarlin.moe uses the choices)")
+
+
+def tune(args) -> int:
+    """`jitmarlin tune --moe`: the routed experts of each --model at each --m token count."""
+    import sys
+
+    from jitmarlin.jit.cache import default_cache
+    from jitmarlin.jit.profiles import live_profile, planning_profile
+    from jitmarlin.kernels.moe import MoEProblem
+    from jitmarlin.service import fleet, fleet_moe, tune_moe
+    from jitmarlin.service.cli import _csv, _gpus
+    from jitmarlin.weights.qtypes import kernel_dims
+
+    if not (args.model or args.manifest):
+        print("tune --moe: give --model or --manifest (a MoE model's)", file=sys.stderr)
+        return 2
+    if not _gpus():
+        print("jitmarlin tune: no GPU is visible (CuPy sees none); tuning times kernels on the GPU it tunes for",
+              file=sys.stderr)
+        return 1
+    tp = _csv(args.tp, int, "--tp") or None
+    shapes = []
+    for ref in _csv(args.model) + ([args.manifest] if args.manifest else []):
+        s, _ = fleet.expand_shapes(fleet.load_manifest(ref), tp)
+        shapes += [x for x in s if isinstance(x, fleet_moe.MoEShape)]
+    if not shapes:
+        print("tune --moe: the selected manifests have no MoE layer", file=sys.stderr)
+        return 2
+    dev = args.device
+    profile, arch = planning_profile(dev), live_profile(dev).arch
+    cache = default_cache()
+    out = []
+    for sh in dict.fromkeys(shapes):
+        for g in _csv(args.group, int, "--group"):
+            n13, k13 = kernel_dims(2 * sh.inter, sh.hidden, g)
+            n2, k2 = kernel_dims(sh.hidden, sh.inter, g)
+            for t in _csv(args.m, int, "--m"):
+                for act in _csv(args.act):
+                    for q in _csv(args.quant):
+                        p = MoEProblem(t, sh.topk, sh.experts, n13, k13, n2, k2, sh.inter, sh.hidden, act, q, g,
+                                       sh.activation)
+                        c = tune_moe.tune_on_gpu(profile, arch, p, cache, dev, force=args.force)
+                        up, down = c.specs()
+                        out.append({"shape": sh.label, "key": c.key, "us": c.us, "default_us": c.default_us,
+                                    "up": up.name, "down": down.name, "splits": c.splits, "improved": c.improved})
+                        if not args.json:
+                            print(f"{sh.label} T<={c.problem['tokens']} {act} {q} g{g}: {c.us:.1f} us "
+                                  f"(planner {c.default_us:.1f}) {up.name} {down.name} splits {c.splits}")
+    if args.json:
+        print(json.dumps(out, indent=2))
+    return 0
