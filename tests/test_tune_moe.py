@@ -102,9 +102,13 @@ def test_cli_tune_moe_needs_a_moe_model_and_a_gpu(capsys):
 
     assert main(["tune", "--moe", "--m", "1"]) == 2
     assert "--model" in capsys.readouterr().err
-    rc = main(["tune", "--moe", "--model", "qwen3-30b-a3b", "--m", "1"])
-    err = capsys.readouterr().err
-    assert rc == 1 and "no GPU" in err or rc == 0
+    from jitmarlin.service.cli import _gpus
+
+    if _gpus():
+        pytest.skip("a GPU is visible: the no-GPU refusal cannot be checked (tuning a model takes minutes)")
+    assert main(["tune", "--moe", "--model", "qwen3-30b-a3b", "--m", "1"]) == 1
+    assert "no GPU" in capsys.readouterr().err
+    assert main(["tune", "--moe", "--model", "llama-3-8b", "--m", "1"]) == 1   # (the GPU check comes first)
 
 
 @pytest.mark.gpu
