@@ -9,17 +9,21 @@ from jitmarlin.jit import nvrtc
 from jitmarlin.jit.cache import default_cache
 from jitmarlin.jit.profiles import get_profile
 from jitmarlin.kernels.moe import MoEProblem, MoESpec, plan_moe
+from jitmarlin.service.fleet import load_manifest
 from jitmarlin.weights.qtypes import kernel_dims
 
-# model: experts, top-k, hidden, intermediate, quant type, group, activation
-MODELS = {
-    "mixtral-8x7b": (8, 2, 4096, 14336, "uint4b8", 128, "silu"),
-    "qwen3-30b-a3b": (128, 8, 2048, 768, "uint4b8", 128, "silu"),
-    "qwen3-235b-a22b": (128, 8, 4096, 1536, "uint4b8", 128, "silu"),
-    "deepseek-v2-lite": (64, 6, 2048, 1408, "uint4b8", 128, "silu"),
-    "gpt-oss-20b": (32, 4, 2880, 2880, "mxfp4", 32, "swigluoai"),
-    "gpt-oss-120b": (128, 4, 2880, 2880, "mxfp4", 32, "swigluoai"),
-}
+MOE_MODELS = ("mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v2-lite", "gpt-oss-20b", "gpt-oss-120b")
+
+
+def _model(name):
+    """(experts, top-k, hidden, intermediate, quant type, group, activation) from the shipped
+    manifest; gpt-oss ships MXFP4 (its swigluoai models), the others as GPTQ-style int4."""
+    m = load_manifest(name)
+    q = ("mxfp4", 32) if m.moe.activation == "swigluoai" else ("uint4b8", 128)
+    return (m.moe.experts, m.moe.topk, m.hidden_size, m.moe.intermediate, *q, m.moe.activation)
+
+
+MODELS = {name: _model(name) for name in MOE_MODELS}
 PROFILES = [("v100", "float16"), ("t4", "float16"), ("a100", "bfloat16"), ("h100", "float16"),
             ("h100", "bfloat16"), ("rtx-pro-6000", "bfloat16"), ("b200", "float16")]
 TOKENS = (1, 16, 256, 4096)

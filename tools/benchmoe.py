@@ -19,15 +19,21 @@ import time
 
 import numpy as np
 
-# model: experts, top-k, hidden, intermediate, quant type, group, activation
-MODELS = {
-    "mixtral-8x7b": (8, 2, 4096, 14336, "uint4b8", 128, "silu"),
-    "qwen3-30b-a3b": (128, 8, 2048, 768, "uint4b8", 128, "silu"),
-    "qwen3-235b-a22b": (128, 8, 4096, 1536, "uint4b8", 128, "silu"),
-    "deepseek-v2-lite": (64, 6, 2048, 1408, "uint4b8", 128, "silu"),
-    "gpt-oss-20b": (32, 4, 2880, 2880, "mxfp4", 32, "swigluoai"),
-    "gpt-oss-120b": (128, 4, 2880, 2880, "mxfp4", 32, "swigluoai"),
-}
+# The six models' quant types as served (GPTQ-style int4 g128; gpt-oss ships MXFP4); their expert
+# shapes come from the shipped prewarm manifests (cache/<model>.json).
+QUANT = {"mixtral-8x7b": ("uint4b8", 128), "qwen3-30b-a3b": ("uint4b8", 128), "qwen3-235b-a22b": ("uint4b8", 128),
+         "deepseek-v2-lite": ("uint4b8", 128), "gpt-oss-20b": ("mxfp4", 32), "gpt-oss-120b": ("mxfp4", 32)}
+
+
+def model_shape(name: str) -> tuple:
+    """(experts, top-k, hidden, intermediate, quant type, group, activation) of a MoE model."""
+    from jitmarlin.service.fleet import load_manifest
+
+    m = load_manifest(name)
+    return (m.moe.experts, m.moe.topk, m.hidden_size, m.moe.intermediate, *QUANT[name], m.moe.activation)
+
+
+MODELS = {name: model_shape(name) for name in QUANT}
 TOKENS = (1, 4, 16, 64, 256, 1024, 4096)
 
 
@@ -72,6 +78,17 @@ def _device_copies(cp, mw, dev, act, copies):
         object.__setattr__(c, "_device", {(dev, act): (cp.array(base[0]),) + tuple(base[1:])})
         out.append(c)
     return out
+
+
+def _row(torch, cp, rng, prof, w13, w2, t, k, e, skew, dev, act, tdt, hidden):
+    """One row's routing, weight copies (rotated past 4x L2 by the bytes it touches), x and out."""
+    ids, tw = routing(rng, t, k, e, skew)
+    tb = touched_bytes(w13, w2, ids)
+    copies = max(1, min(16, math.ceil(4 * prof.l2_bytes / tb)))
+    m13, m2 = _device_copies(cp, w13, dev, act, copies), _device_copies(cp, w2, dev, act, copies)
+    x = (torch.randn(t, hidden, device="cuda") * 0.5).to(tdt)
+    ids_d, tw_d = torch.from_numpy(ids).cuda(), torch.from_numpy(tw).cuda()
+    return ids, tb, copies, m13, m2, x, ids_d, tw_d, torch.empty_like(x)
 
 
 def _torch_grouped(torch, e, hidden, inter, copies, act_dtype):
@@ -167,14 +184,8 @@ def main_moe(args):
                     result["stopped_early"] = f"--deadline-s {args.deadline_s:g} reached"
                     break
                 for skew in ((False, True) if t >= 2 else (False,)):
-                    ids, tw = routing(rng, t, k, e, skew)
-                    tb = touched_bytes(w13, w2, ids)
-                    copies = max(1, min(16, math.ceil(4 * prof.l2_bytes / tb)))
-                    m13 = _device_copies(cp, w13, dev, act, copies)
-                    m2 = _device_copies(cp, w2, dev, act, copies)
-                    x = (torch.randn(t, hidden, device="cuda") * 0.5).to(tdt)
-                    ids_d, tw_d = torch.from_numpy(ids).cuda(), torch.from_numpy(tw).cuda()
-                    out = torch.empty_like(x)
+                    ids, tb, copies, m13, m2, x, ids_d, tw_d, out = _row(torch, cp, rng, prof, w13, w2, t, k, e,
+                                                                         skew, dev, act, tdt, hidden)
                     fns = [lambda i=i: jitmarlin.moe(x, m13[i], m2[i], tw_d, ids_d, activation=activation, out=out)
                            for i in range(copies)]
                     us = timer(fns)
@@ -254,14 +265,8 @@ def sweep_moe(args):
         for t in ts:
             if args.deadline_s and time.monotonic() - t_start > args.deadline_s:
                 break
-            ids, tw = routing(rng, t, k, e)
-            tb = touched_bytes(w13, w2, ids)
-            copies = max(1, min(16, math.ceil(4 * prof.l2_bytes / tb)))
-            m13 = _device_copies(__import__("cupy"), w13, dev, act, copies)
-            m2 = _device_copies(__import__("cupy"), w2, dev, act, copies)
-            x = (torch.randn(t, hidden, device="cuda") * 0.5).to(tdt)
-            ids_d, tw_d = torch.from_numpy(ids).cuda(), torch.from_numpy(tw).cuda()
-            y = torch.empty_like(x)
+            ids, tb, copies, m13, m2, x, ids_d, tw_d, y = _row(torch, __import__("cupy"), rng, prof, w13, w2, t, k, e,
+                                                               False, dev, act, tdt, hidden)
             problem = MoEProblem(t, k, e, w13.n, w13.k, w2.n, w2.k, inter, hidden, act, qtype, group, activation)
             base = plan_moe(prof, problem)
 

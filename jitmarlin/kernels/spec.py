@@ -58,8 +58,24 @@ class _WeightFormat:
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
+class _Tiles:
+    """Tile sizes in elements of a spec with tm, tn, tk (16-element blocks)."""
+
+    @property
+    def tile_m(self) -> int:
+        return 16 * self.tm
+
+    @property
+    def tile_n(self) -> int:
+        return 16 * self.tn
+
+    @property
+    def tile_k(self) -> int:
+        return 16 * self.tk
+
+
 @dataclass(frozen=True)
-class KernelSpec(_WeightFormat):
+class KernelSpec(_Tiles, _WeightFormat):
     """One specialised GEMM kernel.
 
     path: instruction path ('sm70', 'sm75', 'sm80': mma.sync kernels; 'sm90': the Hopper
@@ -176,18 +192,6 @@ class KernelSpec(_WeightFormat):
         run = min(self.group_blocks, self.tk * self.tn // 32)      # SCALE_RUN of gemm.cu.j2
         return (self.path == "sm80" and self.scale_sums and self.qtype == "uint4b8" and self.act == "bfloat16"
                 and run >= 8)
-
-    @property
-    def tile_m(self) -> int:
-        return 16 * self.tm
-
-    @property
-    def tile_n(self) -> int:
-        return 16 * self.tn
-
-    @property
-    def tile_k(self) -> int:
-        return 16 * self.tk
 
     @property
     def wgmma(self) -> bool:

@@ -145,22 +145,29 @@ class TunedChoice:
     @classmethod
     def from_dict(cls, d) -> "TunedChoice":
         """Parse a stored record; ValueError names what is wrong (unknown fields are ignored)."""
-        if not isinstance(d, dict):
-            raise ValueError(f"not a record ({type(d).__name__})")
-        if d.get("format") != RECORD_FORMAT:
-            raise ValueError(f"record format {d.get('format')!r}, this jitmarlin reads {RECORD_FORMAT}")
-        kw = {}
-        for f in dataclasses.fields(cls):
-            if f.name not in d:
-                raise ValueError(f"missing field {f.name}")
-            v = d[f.name]
-            want = {"str": str, "int": int, "float": (int, float)}[f.type]
-            if not isinstance(v, want) or isinstance(v, bool):
-                raise ValueError(f"field {f.name} is {type(v).__name__}, expected {f.type}")
-            if f.type == "float" and not (math.isfinite(v) and v >= 0):
-                raise ValueError(f"field {f.name} = {v} is not a finite non-negative number")
-            kw[f.name] = float(v) if f.type == "float" else v
-        return cls(**kw)
+        return cls(**record_fields(cls, d, RECORD_FORMAT))
+
+
+def record_fields(cls, d, fmt: int) -> dict:
+    """The fields of dataclass `cls` read from stored record `d` (JSON), each of its annotated
+    type (str, int, float: finite and >= 0, dict), the record's format `fmt`; ValueError names
+    what is wrong. Unknown fields are ignored."""
+    if not isinstance(d, dict):
+        raise ValueError(f"not a record ({type(d).__name__})")
+    if d.get("format") != fmt:
+        raise ValueError(f"record format {d.get('format')!r}, this jitmarlin reads {fmt}")
+    kw = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in d:
+            raise ValueError(f"missing field {f.name}")
+        v = d[f.name]
+        want = {"str": str, "int": int, "float": (int, float), "dict": dict}[f.type]
+        if not isinstance(v, want) or isinstance(v, bool):
+            raise ValueError(f"field {f.name} is {type(v).__name__}, expected {f.type}")
+        if f.type == "float" and not (math.isfinite(v) and v >= 0):
+            raise ValueError(f"field {f.name} = {v} is not a finite non-negative number")
+        kw[f.name] = float(v) if f.type == "float" else v
+    return kw
 
 
 def record_problem(key: str, d) -> str | None:

@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import ClassVar
 
-from jitmarlin.kernels.spec import THREADS, KernelSpec, _WeightFormat
+from jitmarlin.kernels.spec import THREADS, KernelSpec, _Tiles, _WeightFormat
 from jitmarlin.weights.qtypes import ACT_DTYPES
 
 ACTIVATIONS = ("silu", "gelu", "swigluoai")
@@ -22,7 +22,7 @@ ROUTE_THREADS = 1024   # the alignment kernel is one block
 
 
 @dataclass(frozen=True)
-class MoESpec(_WeightFormat):
+class MoESpec(_Tiles, _WeightFormat):
     """One grouped expert GEMM.
 
     path, qtype, act, group_blocks, tm, tn, tk, stages: as KernelSpec's (mma.sync paths sm70,
@@ -53,18 +53,6 @@ class MoESpec(_WeightFormat):
     @property
     def gated(self) -> bool:
         return self.stage == "up"
-
-    @property
-    def tile_m(self) -> int:
-        return 16 * self.tm
-
-    @property
-    def tile_n(self) -> int:
-        return 16 * self.tn
-
-    @property
-    def tile_k(self) -> int:
-        return 16 * self.tk
 
     @property
     def warps_n(self) -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 from dataclasses import dataclass
 
 from jitmarlin._version import __version__
@@ -20,7 +19,7 @@ from jitmarlin.jit.records import RecordKind, register_record_kind
 from jitmarlin.kernels.moe.plan import MoEPlan, MoEProblem, plan_moe
 from jitmarlin.kernels.moe.spec import MoESpec
 from jitmarlin.kernels.spec import spec_from_canonical
-from jitmarlin.kernels.tuned import shape_bucket, templates_tag
+from jitmarlin.kernels.tuned import record_fields, shape_bucket, templates_tag
 
 log = logging.getLogger("jitmarlin")
 
@@ -89,21 +88,7 @@ class MoETunedChoice:
     @classmethod
     def from_dict(cls, d) -> MoETunedChoice:
         """Parse a stored record; ValueError names what is wrong."""
-        if not isinstance(d, dict):
-            raise ValueError(f"not a record ({type(d).__name__})")
-        if d.get("format") != FORMAT:
-            raise ValueError(f"record format {d.get('format')!r}, this jitmarlin reads {FORMAT}")
-        kw = {}
-        for f in dataclasses.fields(cls):
-            if f.name not in d:
-                raise ValueError(f"missing field {f.name}")
-            v = d[f.name]
-            want = {"str": str, "int": int, "float": (int, float), "dict": dict}[f.type]
-            if not isinstance(v, want) or isinstance(v, bool):
-                raise ValueError(f"field {f.name} is {type(v).__name__}, expected {f.type}")
-            if f.type == "float" and not (math.isfinite(v) and v >= 0):
-                raise ValueError(f"field {f.name} = {v} is not a finite non-negative number")
-            kw[f.name] = float(v) if f.type == "float" else v
+        kw = record_fields(cls, d, FORMAT)
         names = {f.name for f in dataclasses.fields(MoEProblem)}
         if set(kw["problem"]) != names:
             raise ValueError(f"problem fields {sorted(kw['problem'])} are not {sorted(names)}")
