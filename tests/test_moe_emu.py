@@ -4,6 +4,8 @@ grouped GEMMs, for every quant type and code path, against the float64 reference
 put every token on one expert, or send half the experts to another GPU."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -293,3 +295,24 @@ def test_moe_plan_overrides_refused():
     t4 = plan_moe(get_profile("t4"), problem)
     with pytest.raises(InputError, match="splits"):
         plan_moe(get_profile("t4"), problem, down=t4.down, splits=2)
+
+
+@pytest.mark.parametrize("profile,q13,g13,q2,g2", [("h100", "uint4", 32, "uint8b128", 16),
+                                                   ("t4", "uint4b8", 128, "float8_e4m3fn", -1)])
+def test_moe_w2_of_another_quant_type(rng, seed, profile, q13, g13, q2, g2):
+    """GGUF K-quant mixes store w2 in another type (Q6_K down under Q4_K gate/up): each grouped GEMM
+    takes its own weight's type."""
+    e, t, k = 4, 6, 2
+    w13 = quantize_moe(rng.standard_normal((e, 128, 128)) * 0.1, q13, g13, gated=True)
+    w2 = quantize_moe(rng.standard_normal((e, 128, 64)) * 0.1, q2, g2)
+    ids, tw = _routing(rng, t, k, e)
+    p = MoEProblem(t, k, e, w13.n, w13.k, w2.n, w2.k, 64, 128, "float16", q13, g13, "silu", q2, g2)
+    plan = plan_moe(get_profile(profile), p)
+    assert (plan.up.qtype, plan.down.qtype) == (q13, q2)
+    x = rng.standard_normal((t, 128))
+    out = emu.run_moe(plan, x, w13, w2, tw, ids, seed=seed)
+    xr = halves.from_bits(halves.to_bits(x, "float16"), "float16")
+    check_output(out, moe_reference(xr, w13, w2, tw, ids, act="float16"), "float16", what=f"{q13} + {q2}",
+                 seed=seed, family="moe", atol_u=ATOL_U_MOE)
+    with pytest.raises(InputError, match="go together"):
+        plan_moe(get_profile(profile), dataclasses.replace(p, group2=0))

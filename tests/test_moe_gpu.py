@@ -199,3 +199,13 @@ def test_moe_gpu_down_k_splits(rng, seed, t):
         assert plan.splits > 1
     ids, tw = _routing(rng, t, 2, 8)
     _check(cp, rng, seed, w13, w2, ids, tw, "float16", what=f"moe K splits {plan.splits} T={t}")
+
+
+def test_moe_gpu_w2_of_another_quant_type(rng, seed):
+    """A GGUF-style mix: w13 uint4 (zero points, group 32), w2 uint8b128 group 16."""
+    cp = pytest.importorskip("cupy")
+    r = np.random.default_rng(5)
+    w13 = quantize_moe(r.standard_normal((16, 256, 256)) * 0.05, "uint4", 32, gated=True)
+    w2 = quantize_moe(r.standard_normal((16, 256, 128)) * 0.05, "uint8b128", 16)
+    ids, tw = _routing(rng, 40, 2, 16)
+    _check(cp, rng, seed, w13, w2, ids, tw, "float16", what="moe uint4 + uint8b128")

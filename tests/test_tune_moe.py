@@ -127,3 +127,12 @@ def test_tune_on_gpu_stores_a_choice_moe_uses(tmp_path):
     plan = mt.plan_for(prof, arch, p, cache)
     up, down = c.specs()
     assert (plan.up, plan.down) == ((up, down) if c.improved else (plan_moe(prof, p).up, plan_moe(prof, p).down))
+
+
+def test_mixed_quant_types_have_their_own_key():
+    mixed = dataclasses.replace(P, qtype2="uint8b128", group2=32)
+    assert mt.moe_key("G", "sm_90", mixed) != mt.moe_key("G", "sm_90", P)
+    assert "uint4b8+uint8b128" in mt.moe_key("G", "sm_90", mixed)
+    c = tune_moe.tune_moe(PROF, "sm_90", mixed, cost)
+    assert c.moe_problem() == mt.bucket(mixed) and mt.record_problem(c.key, c.to_dict()) is None
+    assert c.specs()[1].qtype == "uint8b128"

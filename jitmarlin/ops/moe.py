@@ -40,8 +40,10 @@ class _Runner:
 
         profile = planning_profile(device)
         arch = live_profile(device).arch
+        mixed = (w2.qtype, w2.group_size) != (w13.qtype, w13.group_size)
         problem = MoEProblem(tokens, topk, w13.num_experts, w13.n, w13.k, w2.n, w2.k, w13.intermediate,
-                             w2.out_features, act, w13.qtype, w13.group_size, activation)
+                             w2.out_features, act, w13.qtype, w13.group_size, activation,
+                             w2.qtype if mixed else "", w2.group_size if mixed else 0)
         cache = default_cache()
         if plan is None:   # a tuned choice for this GPU model and token bucket, else the planner's
             plan = moe_tuned.plan_for(profile, arch, problem, cache)
@@ -133,9 +135,6 @@ def _check_weights(w13, w2, activation: str) -> None:
     if w2.in_features != w13.intermediate:
         raise InputError(f"w2.in_features ({w2.in_features}) must equal w13's intermediate size "
                          f"({w13.intermediate})")
-    if (w13.qtype, w13.group_size) != (w2.qtype, w2.group_size):
-        raise InputError(f"w13 ({w13.qtype}, group {w13.group_size}) and w2 ({w2.qtype}, group "
-                         f"{w2.group_size}) must share quant type and group size")
     if activation not in ACTIVATIONS:
         raise InputError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
 

@@ -93,24 +93,25 @@ class GpuMoeMeasure:
         from jitmarlin.weights.moe import MoEWeight
 
         rng = np.random.default_rng(seed)
-        bits = 8 if p.qtype in ("uint8b128", "uint8", "float8_e4m3fn") else 4
-        affine = p.qtype in ("uint4", "uint8")
 
-        def weight(n, k, gated):   # random codes, one power-of-two scale: only the timing matters
+        def weight(n, k, gated, qtype, group):   # random codes, one power-of-two scale: only timing matters
+            bits = 8 if qtype in ("uint8b128", "uint8", "float8_e4m3fn") else 4
+            affine = qtype in ("uint4", "uint8")
             packed = rng.integers(0, 2**31 - 1, (p.experts, k // 16, n * bits // 2), dtype=np.int64).astype(np.int32)
-            if p.qtype == "float8_e4m3fn":
+            if qtype == "float8_e4m3fn":
                 packed &= 0x3F3F3F3F   # no NaN codes
-            if p.group_size == -1:
+            if group == -1:
                 shape = (p.experts, 1, n) if affine else (p.experts, n)
             else:
-                shape = (p.experts, k // p.group_size, n)
-            return MoEWeight(p.qtype, p.group_size, p.experts, n, k, packed, np.full(shape, 0x2000, np.uint16),
+                shape = (p.experts, k // group, n)
+            return MoEWeight(qtype, group, p.experts, n, k, packed, np.full(shape, 0x2000, np.uint16),
                              offsets=np.full(shape, 0xA000, np.uint16) if affine else None, gated=gated,
                              out_features=2 * p.inter if gated else p.hidden,
                              in_features=p.hidden if gated else p.inter)
 
         self.p, self.device = p, device
-        self.w13, self.w2 = weight(p.n13, p.k13, True), weight(p.n2, p.k2, False)
+        self.w13 = weight(p.n13, p.k13, True, p.qtype, p.group_size)
+        self.w2 = weight(p.n2, p.k2, False, p.down_qtype, p.down_group)
         ids = np.argsort(rng.random((p.tokens, p.experts)), axis=1)[:, :p.topk].astype(np.int32)
         per = sum(a[0].nbytes for w in (self.w13, self.w2) for a in (w.packed, w.scales))
         self.copies = max(1, min(16, math.ceil(4 * live_profile(device).l2_bytes / (len(np.unique(ids)) * per))))

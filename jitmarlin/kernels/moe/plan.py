@@ -34,10 +34,26 @@ class MoEProblem:
     qtype: str
     group_size: int
     activation: str = "silu"
+    qtype2: str = ""       # w2's quant type and group where they differ from w13's (GGUF mixes)
+    group2: int = 0
 
     @property
     def pairs(self) -> int:
         return self.tokens * self.topk
+
+    @property
+    def down_qtype(self) -> str:
+        return self.qtype2 or self.qtype
+
+    @property
+    def down_group(self) -> int:
+        return self.group2 if self.qtype2 else self.group_size
+
+    def dense(self, stage: str) -> Problem:
+        """The dense problem of one grouped GEMM (M = every routed pair)."""
+        if stage == "up":
+            return Problem(self.pairs, self.n13, self.k13, self.act, self.qtype, self.group_size)
+        return Problem(self.pairs, self.n2, self.k2, self.act, self.down_qtype, self.down_group)
 
 
 @dataclass(frozen=True)
@@ -128,8 +144,9 @@ def plan_moe(profile: DeviceProfile, p: MoEProblem, *, tm: int | None = None, up
         raise UnsupportedError(f"at most {ROUTE_THREADS} experts a GPU, got {p.experts}")
     if p.inter % 8 or p.hidden % 8:
         raise InputError(f"hidden and intermediate sizes must be multiples of 8, got {p.hidden}, {p.inter}")
-    d13 = Problem(p.pairs, p.n13, p.k13, p.act, p.qtype, p.group_size)
-    d2 = Problem(p.pairs, p.n2, p.k2, p.act, p.qtype, p.group_size)
+    if bool(p.qtype2) != bool(p.group2):
+        raise InputError("qtype2 and group2 (w2's quant type and group size) go together")
+    d13, d2 = p.dense("up"), p.dense("down")
     check_problem(profile, d13)
     check_problem(profile, d2)
     tm = (up or down).tm if (up or down) else tm or _tm_for(profile, p, d13)
@@ -172,15 +189,14 @@ def _check_override(profile: DeviceProfile, spec: MoESpec, dense: Problem, tm: i
 def moe_candidates(profile: DeviceProfile, p: MoEProblem, stage: str, tm: int) -> list[MoESpec]:
     """Every buildable tile of one grouped GEMM of `p` with `tm` m16 blocks that fits `profile`
     (the sweep's and autotuner's candidates)."""
-    dense = Problem(p.pairs, p.n13 if stage == "up" else p.n2, p.k13 if stage == "up" else p.k2, p.act,
-                    p.qtype, p.group_size)
+    dense = p.dense(stage)
     gb = group_blocks(dense)
     out = []
     top = PATH_MAX_STAGES[profile.path] if profile.path == "sm80" else 2
     for tn in (4, 8, 16):
         for tk in (4, 8, 16):
             for stages in range(2, top + 1):
-                spec = MoESpec(profile.path, p.qtype, p.act, gb, tm, tn, tk, stages, stage,
+                spec = MoESpec(profile.path, dense.qtype, p.act, gb, tm, tn, tk, stages, stage,
                                p.activation if stage == "up" else "")
                 try:
                     _check_override(profile, spec, dense, tm, stage, spec.activation)

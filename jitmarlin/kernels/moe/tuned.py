@@ -37,7 +37,9 @@ def moe_key(gpu: str, arch: str, p: MoEProblem, version: str | None = None, temp
     """'tunemoe:<gpu>|<arch>|<qtype>|<act>|g<group>|e<E>|k<topk>|h<hidden>|i<inter>|<activation>|
     t<T bucket>|<version>|<templates>' (hidden and inter as the layer's, the padded dims follow)."""
     gpu = " ".join(str(gpu).replace("|", "/").split())
-    parts = (gpu, arch, p.qtype, p.act, f"g{p.group_size}", f"e{p.experts}", f"k{p.topk}", f"h{p.hidden}",
+    qt = p.qtype if not p.qtype2 else f"{p.qtype}+{p.qtype2}"          # w13 + w2 where they differ
+    g = f"g{p.group_size}" if not p.qtype2 else f"g{p.group_size}+{p.group2}"
+    parts = (gpu, arch, qt, p.act, g, f"e{p.experts}", f"k{p.topk}", f"h{p.hidden}",
              f"i{p.inter}", p.activation, f"t{shape_bucket(p.tokens)}", version or __version__,
              templates or templates_tag())
     return PREFIX + "|".join(map(str, parts))
