@@ -209,3 +209,18 @@ def test_moe_gpu_w2_of_another_quant_type(rng, seed):
     w2 = quantize_moe(r.standard_normal((16, 256, 128)) * 0.05, "uint8b128", 16)
     ids, tw = _routing(rng, 40, 2, 16)
     _check(cp, rng, seed, w13, w2, ids, tw, "float16", what="moe uint4 + uint8b128")
+
+
+def test_moe_gpu_layers_share_workspaces(rng, seed):
+    """Two MoE layers of different sizes, called alternately on one stream (and the second growing
+    the shared workspaces after the first was set up), each match their reference."""
+    cp = pytest.importorskip("cupy")
+    from jitmarlin.ops import moe as moe_ops
+
+    a13, a2 = _weights("uint4b8", 128, 8)
+    b13, b2 = _weights("uint4b8", 128, 16, hidden=512, inter=256)
+    for step in range(2):
+        for (w13, w2, e, t) in ((a13, a2, 8, 7), (b13, b2, 16, 300)):
+            ids, tw = _routing(rng, t, 2, e)
+            _check(cp, rng, seed, w13, w2, ids, tw, "float16", what=f"moe shared workspaces E={e} step {step}")
+    assert any(k[2] == "h" for k in moe_ops._workspaces)

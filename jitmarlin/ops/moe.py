@@ -68,18 +68,18 @@ class _Runner:
         for f, smem in ((self.up, plan.up.smem_bytes()), (self.down, plan.down.smem_bytes())):
             with cp.cuda.Device(device):
                 driver.funcSetAttribute(f.ptr, launch.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
-        dt = cp.uint16   # x's dtype as bit patterns (the kernels never look at the dtype)
-        s = launch.private_stream(device)
-        with cp.cuda.Device(device), s:
-            self.sorted = cp.empty(plan.sorted_rows, dtype=cp.int32)
-            self.blk = cp.empty(plan.max_blocks, dtype=cp.int32)
-            self.n_rows = cp.empty(1, dtype=cp.int32)
-            self.h = cp.empty((problem.pairs, problem.inter), dtype=dt)
-            self.y = cp.empty((problem.pairs, problem.hidden), dtype=dt)
-            # the down GEMM's fp32 partial sums when its K range is split (MoEPlan.splits)
-            self.yp = (cp.empty((plan.splits, problem.pairs, problem.hidden), dtype=cp.float32)
-                       if plan.splits > 1 else None)
-        s.synchronize()
+        # Workspaces shared by every MoE layer on this device and stream (launches on one stream
+        # run in order): the aligned pair list, the intermediate rows, the per-pair outputs and,
+        # with K splits, the down GEMM's fp32 partial sums (x's dtype as bit patterns).
+        def ws(name, dtype, shape):
+            return _workspace(device, stream_ptr, name, dtype, shape, capturing)
+
+        self.sorted = ws("sorted", cp.int32, (plan.sorted_rows,))
+        self.blk = ws("blk", cp.int32, (plan.max_blocks,))
+        self.n_rows = ws("n_rows", cp.int32, (1,))
+        self.h = ws("h", cp.uint16, (problem.pairs, problem.inter))
+        self.y = ws("y", cp.uint16, (problem.pairs, problem.hidden))
+        self.yp = ws("yp", cp.float32, (plan.splits, problem.pairs, problem.hidden)) if plan.splits > 1 else None
         b13, s13, z13, g13, bias13 = w13.to_device(device, act)
         b2, s2, z2, g2, bias2 = w2.to_device(device, act)
 
@@ -119,6 +119,32 @@ class _Runner:
                      (y, ids, emap, ng, i["experts"], i["tokens"], i["topk"], i["hidden"], _u64(out_ptr), yp,
                       i["splits"]),
                      stream=st)
+
+
+# (device, stream, name) -> [the current buffer, the outgrown ones]: outgrown buffers stay alive,
+# since runners made earlier (and graphs captured with them) still point into them
+_workspaces: dict = {}
+
+
+def _workspace(device: int, stream_ptr: int, name: str, dtype, shape: tuple, capturing: bool):
+    """A view of `shape` on the shared workspace `name` of (device, stream), grown by doubling."""
+    import cupy as cp
+
+    need = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    held = _workspaces.get((device, stream_ptr, name))
+    if held is None or held[0].nbytes < need:
+        if capturing:
+            raise CaptureError("jitmarlin.moe needs a larger workspace, which cannot be allocated during "
+                               "CUDA-graph capture: call it once with this shape (the largest first) before capturing")
+        size = max(need, 2 * held[0].nbytes if held else 0, 256)
+        s = launch.private_stream(device)
+        with cp.cuda.Device(device), s:
+            buf = cp.empty(size, dtype=cp.uint8)
+        s.synchronize()
+        held = [buf] + ([held[0]] + held[1] if held else [])
+        held = [held[0], held[1:]]
+        _workspaces[(device, stream_ptr, name)] = held
+    return held[0][:need].view(dtype).reshape(shape)
 
 
 def _check_weights(w13, w2, activation: str) -> None:
