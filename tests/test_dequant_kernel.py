@@ -13,9 +13,10 @@ from jitmarlin import emu
 from jitmarlin.jit import nvrtc
 from jitmarlin.jit.cache import KernelCache, entry_key_inputs, key_of
 from jitmarlin.jit.profiles import ARCH_DEFAULT_PROFILE, code_path, get_profile
+from jitmarlin.kernels.dequant.source import dequant_partials
 from jitmarlin.kernels.planner import group_blocks
 from jitmarlin.kernels.problem import Problem
-from jitmarlin.kernels.render import dequant_partials, render
+from jitmarlin.kernels.render import render
 from jitmarlin.kernels.spec import DequantSpec, KernelSpec, spec_from_canonical
 from jitmarlin.weights import halves
 from jitmarlin.weights.quant import dequantize, from_codes

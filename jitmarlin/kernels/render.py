@@ -1,10 +1,10 @@
 """Render stage: spec -> CUDA C++ source, from the Jinja templates in templates/.
 
 One main template per kernel family includes one primitive partial per concern; the spec's code
-path and types pick which. An architecture difference lives in exactly one partial. Families:
-gemm.cu.j2 (mma.sync, every GPU), wgmma.cu.j2 (Hopper warpgroup MMA, sm_90a), gemv.cu.j2 (decode
-without cross-block partial sums, a GemvSpec) and dequant.cu.j2 (the large-M route's
-dequantisation kernel, a DequantSpec).
+path and types pick which. An architecture difference lives in exactly one partial. This module
+holds the shared template environment and renders KernelSpecs (gemm.cu.j2: mma.sync, every GPU;
+wgmma.cu.j2: Hopper warpgroup MMA, sm_90a); the other families register their own renderers from
+their folders (kernels/gemv/source.py, kernels/dequant/source.py, kernels/moe/source.py).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import jinja2
 
 from jitmarlin._version import __version__
-from jitmarlin.kernels.spec import HYBRID_MAX_SHARERS, AnySpec, GemvSpec, KernelSpec
+from jitmarlin.kernels.spec import AnySpec, KernelSpec
 
 _PKG = Path(__file__).resolve().parents[1]   # the jitmarlin package folder
 
@@ -83,41 +83,8 @@ def partials(spec: KernelSpec, target: str = "cuda") -> dict[str, str]:
     }
 
 
-def dequant_partials(spec, target: str = "cuda") -> dict[str, str]:
-    """The partials the dequantisation kernel (a DequantSpec) uses: instructions, half
-    arithmetic and the quant type's bit trick, the same files the fused GEMM includes."""
-    legacy = spec.path in ("sm70", "sm75")
-    return {
-        "ptx": f"ptx/{target}.cuh",
-        "act": f"act/{spec.act}_{'sm70' if legacy else 'sm80'}.cuh",
-        "dequant": f"dequant/{DEQUANT_FAMILY[spec.qtype]}_{spec.act}.cuh",
-    }
-
-
-def gemv_partials(spec, target: str = "cuda") -> dict[str, str]:
-    """The partials of the decode GEMV kernel (a GemvSpec): sm80 instructions, no copy pipeline,
-    no cross-block reduction."""
-    return {
-        "ptx": f"ptx/{target}.cuh",
-        "act": f"act/{spec.act}_sm80.cuh",
-        "mma": "mma/sm80.cuh",
-        "dequant": f"dequant/{DEQUANT_FAMILY[spec.qtype]}_{spec.act}.cuh",
-    }
-
-
-def _family(spec: AnySpec) -> str:
-    if spec.route == "dequant":
-        return "dequant"
-    if isinstance(spec, GemvSpec):
-        return "gemv"
-    return "wgmma" if spec.wgmma else "gemm"
-
-
-def main_template(spec: AnySpec) -> str:
-    """The kernel family's main template."""
-    family = _family(spec)
-    if family != "gemm":
-        return f"{family}.cu.j2"
+def main_template(spec: KernelSpec) -> str:
+    """The main template of a KernelSpec (the mma.sync or the wgmma kernel)."""
     return "wgmma.cu.j2" if spec.wgmma else "gemm.cu.j2"
 
 
@@ -145,21 +112,11 @@ def render(spec: AnySpec, target: str = "cuda") -> str:
     if own is not None:
         return own(spec, target)
     spec = spec.kernel_spec()   # without plan-only fields (KernelSpec.whole)
-    family = _family(spec)
-    if family == "wgmma" and target == "emu":
+    if spec.wgmma and target == "emu":
         raise ValueError("the CPU emulator does not model wgmma (sm90 kernels run on a GPU only)")
-    tmpl = _env().get_template(main_template(spec))
-    choose = {"dequant": dequant_partials, "gemv": gemv_partials}.get(family, partials)
-    return tmpl.render(
-        spec=spec,
-        target=target,
-        version=__version__,
-        partials=choose(spec, target),
-        act_ptx="bf16" if spec.act == "bfloat16" else "f16",
-        bits=spec.bits,
-        affine=spec.affine,
-        hybrid_max_sharers=HYBRID_MAX_SHARERS,
-    )
+    return _env().get_template(main_template(spec)).render(
+        spec=spec, target=target, version=__version__, partials=partials(spec, target),
+        act_ptx="bf16" if spec.act == "bfloat16" else "f16", bits=spec.bits, affine=spec.affine)
 
 
 @functools.lru_cache(maxsize=1)

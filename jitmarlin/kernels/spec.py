@@ -1,77 +1,37 @@
 """Kernel specs: everything that changes the generated code, and nothing else (frozen, hashable).
 
-Two kinds: KernelSpec (the fused mixed-precision GEMM: mma.sync or, on Hopper, wgmma) and
-DequantSpec (the kernel that expands a packed weight into a dense one for the large-M dequant +
-cuBLAS route). `spec.route` tells them apart; spec_from_canonical() rebuilds either from its
-canonical text.
+KernelSpec is the fused mixed-precision GEMM's (the mma.sync and wgmma families). The other
+families define theirs in their folders (GemvSpec: kernels/gemv/spec.py, DequantSpec:
+kernels/dequant/spec.py, MoESpec: kernels/moe/spec.py); this module re-exports the first two and
+the registry (kernels/spec_base.py) for the callers that take any kind.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from typing import ClassVar, Union
 
-from jitmarlin.weights.qtypes import ACT_DTYPES, QTYPES, get_qtype
-
-THREADS = 256          # 8 warps per block
-WARPS = THREADS // 32
+from jitmarlin.kernels.spec_base import (  # noqa: F401  (re-exported: the registry and shared parts)
+    FAMILY_KINDS,
+    PATHS,
+    ROUTE_KINDS,
+    SPEC_KINDS,
+    THREADS,
+    WARPS,
+    _Tiles,
+    _WeightFormat,
+    kind_of_canonical,
+    register_kind,
+    spec_from_canonical,
+    spec_kind,
+)
+from jitmarlin.weights.qtypes import ACT_DTYPES, QTYPES
 
 
 def wgmma_threads(tn: int) -> int:
     """Threads of the wgmma kernel (KernelSpec.threads) for tiles of 16 tn features: 384 (three
     warpgroups of one 64-feature slab) for tn 12, else 256 (two warpgroups)."""
     return 384 if tn == 12 else THREADS
-
-
-class _WeightFormat:
-    """What a spec's quant type and group field imply (shared by every spec kind)."""
-
-    @property
-    def bits(self) -> int:
-        return QTYPES[self.qtype].bits
-
-    @property
-    def affine(self) -> bool:
-        """Weights carry an offset per group and column (zero points): w = decode(q) * s + m."""
-        return QTYPES[self.qtype].zero_points
-
-    @property
-    def group_size(self) -> int:
-        return -1 if self.group_blocks <= 0 else 16 * self.group_blocks
-
-    @property
-    def group_tag(self) -> str:
-        """The group part of kernel names: gc (per-channel), gk (per-channel with offsets), g128."""
-        return {-1: "gc", 0: "gk"}.get(self.group_blocks, f"g{16 * self.group_blocks}")
-
-    def kernel_spec(self):
-        """The spec of the compiled kernel (render() and the kernel cache take it): the spec
-        itself, less any field that picks a plan rather than code (KernelSpec.whole)."""
-        return self
-
-    @classmethod
-    def from_canonical(cls, text: str):
-        """The spec whose canonical() is `text` (fields it does not have are ignored; use
-        spec_from_canonical(), which also checks the text round-trips)."""
-        d = json.loads(text)
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
-
-
-class _Tiles:
-    """Tile sizes in elements of a spec with tm, tn, tk (16-element blocks)."""
-
-    @property
-    def tile_m(self) -> int:
-        return 16 * self.tm
-
-    @property
-    def tile_n(self) -> int:
-        return 16 * self.tn
-
-    @property
-    def tile_k(self) -> int:
-        return 16 * self.tk
 
 
 @dataclass(frozen=True)
@@ -382,307 +342,11 @@ class KernelSpec(_Tiles, _WeightFormat):
         )
 
 
-PATHS = ("sm70", "sm75", "sm80")
 
+register_kind(KernelSpec)
 
-@dataclass(frozen=True)
-class DequantSpec(_WeightFormat):
-    """The dequantisation kernel of the large-M route: packed weight -> dense W (N x K, row-major,
-    `act` dtype), then cuBLAS computes out = x @ W.T.
-
-    path, qtype, act, group_blocks: as in KernelSpec (group_blocks -1: per-channel scales in
-    natural order; 0: per-channel scales and offsets in the permuted layout; > 0: groups of
-    16 * group_blocks along K). Each warp expands one 16 x 64 (k x n) block of the packed layout;
-    a block of `threads` threads takes threads / 32 consecutive such blocks along K.
-    """
-
-    route: ClassVar[str] = "dequant"
-    WARP_K: ClassVar[int] = 16      # weights along K that one warp expands
-    WARP_N: ClassVar[int] = 64      # weights along N that one warp expands
-
-    path: str
-    qtype: str
-    act: str
-    group_blocks: int
-    threads: int = THREADS
-
-    @property
-    def wgmma(self) -> bool:
-        """Never: the dequantisation kernel builds for the plain arch (no sm_90a)."""
-        return False
-
-    def grid(self, n: int, k: int) -> int:
-        """Blocks that cover a padded N x K weight (one warp per 16 x 64 block)."""
-        units = (k // self.WARP_K) * (n // self.WARP_N)
-        warps = self.threads // 32
-        return max(1, -(-units // warps))
-
-    def smem_bytes(self) -> int:
-        return 0
-
-    def check(self) -> None:
-        """Raise ValueError when the fields do not describe a buildable kernel."""
-        if self.path not in PATHS:
-            raise ValueError(f"unknown code path {self.path!r}")
-        if self.qtype not in QTYPES:
-            raise ValueError(f"unknown quant type {self.qtype!r}")
-        if self.act not in ACT_DTYPES:
-            raise ValueError(f"unknown activation dtype {self.act!r}")
-        if self.act == "bfloat16" and self.path != "sm80":
-            raise ValueError("bfloat16 arithmetic (fma.bf16x2) needs the sm80 path")
-        if self.threads != THREADS:
-            raise ValueError("kernels use 256 threads")
-        if self.group_blocks < -1:
-            raise ValueError(f"group_blocks must be >= -1, got {self.group_blocks}")
-        if self.group_blocks < 0 and self.affine:
-            raise ValueError("zero-point types keep per-channel scales in the permuted layout (group_blocks 0)")
-        if self.group_blocks == 0 and not self.affine:
-            raise ValueError("symmetric per-channel scales use group_blocks -1")
-
-    def canonical(self) -> str:
-        """Stable text form (sorted JSON) used in cache keys; carries "route" so that
-        spec_from_canonical() can tell it from a KernelSpec's."""
-        d = asdict(self)
-        d["route"] = self.route
-        return json.dumps(d, sort_keys=True, separators=(",", ":"))
-
-    @property
-    def name(self) -> str:
-        """Kernel symbol: jm_dq_sm80_uint4b8_f16_g128."""
-        return f"jm_dq_{self.path}_{self.qtype}_{ACT_DTYPES[self.act]}_{self.group_tag}"
-
-
-# Hybrid gemv plans (GemvSpec.spread == 2): blocks that may share one column block past the grid
-# (the finishers' loads a thread grow with it), and the workspace's 64-bit slot words a block
-# (its sums of max_m <= 8 rows x 64 columns).
-HYBRID_MAX_SHARERS = 8
-HYBRID_SLOT_WORDS = 8 * 64
-
-
-@dataclass(frozen=True)
-class GemvSpec(_WeightFormat):
-    """The decode kernel of templates/gemv.cu.j2, for M <= 16: no Stream-K partial sums (a hybrid
-    plan adds the shares of its column blocks past the grid through tagged workspace slots).
-
-    path: 'sm80' (mma.sync m16n8k16; every sm_80+ GPU); qtype, act, group_blocks: as in
-    KernelSpec. warps: warps a block; kwarps: those of them that split the K range of one
-    64-column block (a block covers warps / kwarps column blocks); unroll: k16 rows a warp loads
-    per batch (two batches in flight, in registers); cluster: blocks of a thread-block cluster
-    (sm_90+) that split the same column blocks' K and add their sums through distributed shared
-    memory; max_m: rows of x it takes, 8 or 16 (one or two n8 token blocks of the transposed
-    product out^T = W x^T); occupancy: blocks resident per SM the kernel is built for (2: at most
-    128 registers a thread, 8 warps); spread: False, one cluster per warps / kwarps column
-    blocks; True, the grid's clusters are dealt the column blocks round robin (a warp's K run may
-    go on into the next column block; the planner sizes the grid to the GPU); 2 ("hybrid"), block
-    b owns column block b whole and takes a share of the K range of one of the column blocks past
-    the grid, whose shares are added through the workspace (no fence: each value travels with a
-    tag) while the blocks still stream. pdl: as in KernelSpec (the first batch's weights are
-    requested before the wait). pair: with cluster 2, the two blocks that split a column block's
-    K are launched as plain blocks, not a cluster, and meet in the workspace instead of
-    distributed shared memory: each swaps its sums, 4 at a time, for what the slot holds (a
-    128-bit exchange: sm_90+); whichever comes second finds the other's there, adds them and
-    stores the output (no barrier, no waiting for the other block).
-    """
-
-    route: ClassVar[str] = "fused"
-
-    path: str
-    qtype: str
-    act: str
-    group_blocks: int
-    warps: int
-    kwarps: int
-    unroll: int
-    cluster: int = 1
-    max_m: int = 8
-    occupancy: int = 1
-    spread: bool | int = False
-    pdl: bool = False
-    pair: bool = False
-
-    @property
-    def wgmma(self) -> bool:
-        return False
-
-    @property
-    def threads(self) -> int:
-        return 32 * self.warps
-
-    @property
-    def scale_sums(self) -> bool:
-        """Whether the kernel applies the group scale to a group's sums instead of to every
-        weight: symmetric types with groups of at least 64 along K, one token block (max_m 8),
-        not hybrid (tools/PERF.md entry 47)."""
-        return (self.group_blocks >= 4 and not get_qtype(self.qtype).zero_points and self.max_m == 8
-                and self.spread != 2)
-
-    @property
-    def col_blocks(self) -> int:
-        """64-column blocks a block (or cluster) covers."""
-        return self.warps // self.kwarps
-
-    # the tile vocabulary of Plan: an m16 row block, the block's columns, a batch of K
-    @property
-    def tile_m(self) -> int:
-        return 16
-
-    @property
-    def tile_n(self) -> int:
-        return 64 * self.col_blocks
-
-    @property
-    def tile_k(self) -> int:
-        return 16 * self.unroll
-
-    def smem_bytes(self) -> int:
-        """The warps' sums (max_m rows x 64 fp32 columns, 16 bytes of padding; spread: two a
-        warp, as a run can cover two column blocks; hybrid: also a counter), plus, with clusters and
-        whole column blocks, rank
-        0's receive area for the other blocks' sums."""
-        if self.spread:
-            return 4 * self.warps * 2 * (self.max_m * 64 + 4) + (16 if self.spread == 2 else 0)
-        receive = 0 if self.pair else (self.cluster - 1) * self.col_blocks * self.max_m * 64
-        return 4 * (self.warps * (self.max_m * 64 + 4) + receive)
-
-    def smem_per_sm(self) -> int:
-        return self.occupancy * (self.smem_bytes() + 1024)
-
-    def tagged_words(self, grid: int) -> int:
-        """64-bit workspace words a launch of `grid` blocks uses: a hybrid plan HYBRID_SLOT_WORDS a
-        block, a pair plan two a piece of 4 sums (max_m x 16 pieces a column block), other plans
-        none."""
-        if self.spread == 2:
-            return grid * HYBRID_SLOT_WORDS
-        if self.pair:
-            return grid // 2 * self.col_blocks * self.max_m * 16 * 2
-        return 0
-
-    def check(self) -> None:
-        """Raise ValueError when the fields do not describe a buildable kernel."""
-        if self.pdl not in (False, True):
-            raise ValueError(f"pdl must be a bool, got {self.pdl!r}")
-        if self.pair not in (False, True):
-            raise ValueError(f"pair must be a bool, got {self.pair!r}")
-        if self.pair and (self.cluster != 2 or self.spread):
-            raise ValueError("a pair plan is two blocks a column block (cluster 2) of whole column blocks (no spread)")
-        if self.path != "sm80":
-            raise ValueError(f"the gemv kernel is built for the sm80 path (sm_80+), not {self.path!r}")
-        if self.qtype not in QTYPES:
-            raise ValueError(f"unknown quant type {self.qtype!r}")
-        if self.act not in ACT_DTYPES:
-            raise ValueError(f"unknown activation dtype {self.act!r}")
-        if self.warps not in (4, 8, 16):
-            raise ValueError(f"warps must be 4, 8 or 16, got {self.warps}")
-        if self.kwarps < 1 or self.warps % self.kwarps:
-            raise ValueError(f"kwarps={self.kwarps} must divide warps={self.warps}")
-        if self.spread not in (0, 1, 2):
-            raise ValueError(f"spread must be False, True (round robin) or 2 (hybrid), got {self.spread!r}")
-        if self.spread and self.kwarps != self.warps:
-            raise ValueError("a spread layout sets its column blocks at run time: kwarps must equal warps")
-        if self.spread == 2 and (self.cluster != 1 or self.occupancy != 1 or self.max_m != 8):
-            raise ValueError("hybrid gemv plans are single blocks, one an SM, of one token block (max_m 8)")
-        if self.unroll not in (1, 2, 4, 8) or self.unroll * self.bits // 4 > 8:
-            raise ValueError(f"unroll must be 1, 2, 4 or 8 with at most 8 16-byte loads a batch, got {self.unroll}")
-        if self.occupancy not in (1, 2) or self.occupancy * self.warps > 16:
-            raise ValueError(f"occupancy {self.occupancy} x {self.warps} warps: at most 16 warps of 128 "
-                             "registers an SM")
-        if self.max_m not in (8, 16):
-            raise ValueError(f"max_m (rows of x) must be 8 or 16, got {self.max_m}")
-        if self.cluster not in (1, 2):
-            raise ValueError(f"cluster (blocks per thread-block cluster) must be 1 or 2, got {self.cluster}")
-        if self.group_blocks > 0 and self.unroll % self.group_blocks and self.group_blocks % self.unroll:
-            raise ValueError("group size and batch (unroll) must divide one another")
-        if self.group_blocks < 0 and self.affine:
-            raise ValueError("zero-point types apply per-channel scales in the K loop (group_blocks 0)")
-
-    def canonical(self) -> str:
-        """Stable text form (sorted JSON) used in cache keys; carries "family": "gemv" so that
-        spec_from_canonical() can tell it from a KernelSpec's; `pdl` and `pair` only when set."""
-        d = asdict(self)
-        d["family"] = "gemv"
-        for flag in ("pdl", "pair"):
-            if not d[flag]:
-                del d[flag]
-        return json.dumps(d, sort_keys=True, separators=(",", ":"))
-
-    @property
-    def name(self) -> str:
-        """Kernel symbol: jm_gemv_sm80_uint4b8_f16_g128_m8w16k16u4c2 (pair: ...u4c2x)."""
-        return (f"jm_gemv_{self.path}_{self.qtype}_{ACT_DTYPES[self.act]}_{self.group_tag}"
-                f"_m{self.max_m}w{self.warps}k{self.kwarps}u{self.unroll}"
-                + (f"c{self.cluster}" if self.cluster > 1 else "")
-                + ("x" if self.pair else "")
-                + (f"o{self.occupancy}" if self.occupancy > 1 else "") + ("", "s", "h")[int(self.spread)]
-                + ("p" if self.pdl else ""))
-
+# the other families' specs (defined in their folders), for callers that take any kind
+from jitmarlin.kernels.dequant.spec import DequantSpec  # noqa: E402
+from jitmarlin.kernels.gemv.spec import HYBRID_MAX_SHARERS, HYBRID_SLOT_WORDS, GemvSpec  # noqa: E402,F401
 
 AnySpec = Union[KernelSpec, DequantSpec, GemvSpec]
-
-
-# ---- spec kinds ----------------------------------------------------------------------------------
-# Every kind of spec a plan can carry, by the name stored next to its canonical text (tuned
-# choices, bundles). A new kind (another code path, a library route) registers its class here;
-# it needs canonical(), a classmethod from_canonical(text) and a `name`.
-SPEC_KINDS: dict[str, type] = {"KernelSpec": KernelSpec, "DequantSpec": DequantSpec, "GemvSpec": GemvSpec}
-# The kind a canonical text names through its "route" field (a KernelSpec's has none).
-ROUTE_KINDS = {"dequant": "DequantSpec"}
-# The kind a canonical text names through its "family" field (families in folders of their own
-# register theirs with register_kind).
-FAMILY_KINDS = {"gemv": "GemvSpec"}
-
-
-def register_kind(cls: type, family: str) -> None:
-    """Register a spec class whose canonical text carries `"family": family` (a kernel family
-    in a folder of its own, e.g. kernels/moe/): stored specs of it parse back."""
-    SPEC_KINDS[cls.__name__] = cls
-    FAMILY_KINDS[family] = cls.__name__
-
-
-def spec_kind(spec) -> str:
-    """The registered kind name of `spec` (raises ValueError for an unregistered class)."""
-    for kind, cls in SPEC_KINDS.items():
-        if type(spec) is cls:
-            return kind
-    raise ValueError(f"{type(spec).__name__} is not a registered spec kind ({', '.join(SPEC_KINDS)})")
-
-
-def kind_of_canonical(text: str) -> str:
-    """The kind whose canonical form `text` is, read from its "family" field (GemvSpec) or its
-    "route" field (KernelSpec when it has neither). Raises ValueError for text that is not a JSON
-    object or names an unknown route."""
-    try:
-        d = json.loads(text)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"not a spec: {exc}") from None
-    if not isinstance(d, dict):
-        raise ValueError(f"not a spec: {text[:120]!r}")
-    family = d.get("family")
-    if family is not None:
-        if family not in FAMILY_KINDS:
-            raise ValueError(f"not a kernel spec: unknown family {family!r}")
-        return FAMILY_KINDS[family]
-    route = d.get("route")
-    if route is None:
-        return "KernelSpec"
-    if route not in ROUTE_KINDS:
-        raise ValueError(f"not a kernel spec: unknown route {route!r}")
-    return ROUTE_KINDS[route]
-
-
-def spec_from_canonical(text: str, kind: str | None = None):
-    """The spec of kind `kind` whose canonical() is exactly `text`: the one place stored specs are
-    read back. Without `kind`, the kind the text itself names (kind_of_canonical). Raises
-    ValueError for an unknown kind, or text that is not that kind's canonical form (unknown or
-    missing fields, other values)."""
-    if kind is None:
-        kind = kind_of_canonical(text)
-    cls = SPEC_KINDS.get(kind)
-    if cls is None:
-        raise ValueError(f"unknown spec kind {kind!r} (known: {', '.join(SPEC_KINDS)})")
-    try:
-        spec = cls.from_canonical(text)
-    except (TypeError, ValueError, KeyError, AttributeError) as exc:
-        raise ValueError(f"not a {kind}: {exc}") from None
-    if spec.canonical() != text:
-        raise ValueError(f"not the canonical form of a {kind}: {text[:120]!r}")
-    return spec

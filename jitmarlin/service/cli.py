@@ -264,7 +264,7 @@ def cmd_tune(args) -> int:
     from jitmarlin.weights.qtypes import kernel_dims
 
     if args.moe:   # the MoE layers of MoE manifests (service/cli_moe.py)
-        return cli_moe.tune(args)
+        return cli_moe.tune(args, _csv, _gpus)
     if not (args.model or args.manifest or args.shapes):
         print("tune: give --model, --manifest or --shapes (see prewarm --list-models)", file=sys.stderr)
         return 2

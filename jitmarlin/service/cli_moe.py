@@ -77,15 +77,15 @@ def add_tune_args(s) -> None:
                         "bucket of --m; jitmarlin.moe uses the choices)")
 
 
-def tune(args) -> int:
-    """`jitmarlin tune --moe`: the routed experts of each --model at each --m token count."""
+def tune(args, _csv, _gpus) -> int:
+    """`jitmarlin tune --moe`: the routed experts of each --model at each --m token count (cli.py
+    passes its comma-list parser and GPU probe)."""
     import sys
 
     from jitmarlin.jit.cache import default_cache
     from jitmarlin.jit.profiles import live_profile, planning_profile
     from jitmarlin.kernels.moe import MoEProblem
     from jitmarlin.service import fleet, fleet_moe, tune_moe
-    from jitmarlin.service.cli import _csv, _gpus
     from jitmarlin.weights.qtypes import kernel_dims
 
     if not (args.model or args.manifest):
