@@ -117,6 +117,11 @@ def build(spec: AnySpec) -> ctypes.CDLL:
         lib.jm_emu_moe.argtypes = [
             ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_longlong),
             ctypes.POINTER(ctypes.c_int), ctypes.c_uint, ctypes.c_char_p, ctypes.c_int]
+        if spec.gated:   # the split up stage's activation kernel
+            lib.jm_emu_moe_act.restype = ctypes.c_int
+            lib.jm_emu_moe_act.argtypes = [
+                ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_longlong),
+                ctypes.POINTER(ctypes.c_int), ctypes.c_uint, ctypes.c_char_p, ctypes.c_int]
     elif spec.route == "moe_route":   # templates/emu/moe_route_launcher.cuh
         lib.jm_emu_align.restype = lib.jm_emu_combine.restype = ctypes.c_int
         common = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_longlong), ctypes.POINTER(ctypes.c_int),
@@ -293,8 +298,9 @@ def run_moe_gemm(plan, spec, a_bits: np.ndarray, mw, sorted_ids, blk, n_rows: in
     guard_rows = 2
     c = np.full((pairs + guard_rows, n_out), poison, dtype=np.uint16)
     nr = np.array([n_rows], dtype=np.int32)
-    splits = plan.splits if spec.stage == "down" else 1
-    cp_ = np.full((splits, pairs, n_out), np.nan, dtype=np.float32) if splits > 1 else None
+    splits = plan.splits if spec.stage == "down" else plan.up_splits
+    cp_cols = n_out if spec.stage == "down" else mw.n       # the up stage keeps every interleaved column
+    cp_ = np.full((splits, pairs, cp_cols), np.nan, dtype=np.float32) if splits > 1 else None
     arrays = [a, b, s, z, bias, gs, tw, np.ascontiguousarray(sorted_ids, dtype=np.int32),
               np.ascontiguousarray(blk, dtype=np.int32), nr, c, cp_]
     ptrs, sizes = _ptrs(arrays)
@@ -310,7 +316,18 @@ def run_moe_gemm(plan, spec, a_bits: np.ndarray, mw, sorted_ids, blk, n_rows: in
     if splits > 1:
         if not np.all(c == poison):
             raise EmuError(f"{spec.name}: a split plan wrote the act-dtype rows")
-        return cp_
+        if spec.stage == "down":
+            return cp_
+        # the up stage's activation kernel: the splits' sums -> the intermediate rows
+        h = np.full((pairs + guard_rows, n_out), poison, dtype=np.uint16)
+        ptrs2 = (ctypes.c_void_p * 2)(cp_.ctypes.data, h.ctypes.data)
+        sizes2 = (ctypes.c_longlong * 2)(cp_.nbytes, pairs * n_out * 2)
+        dims2 = (ctypes.c_int * 4)(pairs, n, n_out, splits)
+        if lib.jm_emu_moe_act(plan.act_grid, ptrs2, sizes2, dims2, seed, err, len(err)):
+            raise EmuError(f"{spec.name}_act: {err.value.decode()}")
+        if not np.all(h[pairs:] == poison):
+            raise EmuError(f"{spec.name}_act: the kernel wrote past the end of the output")
+        return h[:pairs]
     return c[:pairs]
 
 

@@ -316,3 +316,24 @@ def test_moe_w2_of_another_quant_type(rng, seed, profile, q13, g13, q2, g2):
                  seed=seed, family="moe", atol_u=ATOL_U_MOE)
     with pytest.raises(InputError, match="go together"):
         plan_moe(get_profile(profile), dataclasses.replace(p, group2=0))
+
+
+@pytest.mark.parametrize("up_splits,activation,qtype,group", [(2, "silu", "uint4b8", 64), (3, "swigluoai", "mxfp4", 32)])
+def test_moe_up_k_splits(rng, seed, up_splits, activation, qtype, group):
+    """The w13 GEMM split over K: scaled fp32 partial sums of every interleaved column (bias once),
+    summed and activated by its own kernel; with the w2 split too."""
+    from dataclasses import replace
+
+    e, t, k = 4, 5, 2
+    w13, w2 = _weights(rng, e, 384, 128, qtype, group, bias=True)
+    ids, tw = _routing(rng, t, k, e)
+    base = plan_moe(get_profile("h100"), _problem(w13, w2, t, k, "float16", activation))
+    plan = replace(base, up_splits=up_splits, splits=2)
+    assert plan.grid_up == up_splits * base.grid_up
+    x = rng.standard_normal((t, 384))
+    out = emu.run_moe(plan, x, w13, w2, tw, ids, seed=seed)
+    xr = halves.from_bits(halves.to_bits(x, "float16"), "float16")
+    ref = moe_reference(xr, w13, w2, tw, ids, activation=activation, act="float16")
+    check_output(out, ref, "float16", what=f"moe up_splits={up_splits}", seed=seed, family="moe", atol_u=ATOL_U_MOE)
+    with pytest.raises(InputError, match="up_splits"):
+        plan_moe(get_profile("h100"), _problem(w13, w2, t, k, "float16", activation), up_splits=99)

@@ -224,3 +224,35 @@ def test_moe_gpu_layers_share_workspaces(rng, seed):
             ids, tw = _routing(rng, t, 2, e)
             _check(cp, rng, seed, w13, w2, ids, tw, "float16", what=f"moe shared workspaces E={e} step {step}")
     assert any(k[2] == "h" for k in moe_ops._workspaces)
+
+
+def test_moe_gpu_up_k_splits(rng, seed):
+    """A plan with the w13 GEMM split over K (the tuner's and sweep's option: partial sums, then the
+    activation kernel), run through the op's runner."""
+    cp = pytest.importorskip("cupy")
+    from dataclasses import replace
+
+    from jitmarlin.jit.profiles import live_profile, planning_profile
+    from jitmarlin.kernels.moe import MoEProblem, plan_moe
+    from jitmarlin.ops import moe as moe_ops
+
+    if planning_profile(0).path != "sm80":
+        pytest.skip("K splits are built on the sm80 path only")
+    w13, w2 = _weights("uint4b8", 128, 8, hidden=1024, inter=256, bias=True)
+    t, k = 3, 2
+    ids, tw = _routing(rng, t, k, 8)
+    p = MoEProblem(t, k, 8, w13.n, w13.k, w2.n, w2.k, 256, 1024, "float16", "uint4b8", 128)
+    plan = replace(plan_moe(planning_profile(0), p), up_splits=4)
+    x = rng.standard_normal((t, 1024))
+    xb = halves.to_bits(x, "float16")
+    xd = cp.asarray(xb).view(cp.float16)
+    out = cp.full((t, 1024), cp.nan, dtype=cp.float16)
+    s = cp.cuda.get_current_stream()
+    r = moe_ops._Runner(w13, w2, 0, "float16", t, k, s.ptr, "silu", False, plan=plan)
+    ids_d, tw_d = cp.asarray(ids), cp.asarray(tw)     # (kept alive until the synchronize)
+    r(xd.data.ptr, ids_d.data.ptr, tw_d.data.ptr, 0, 8, out.data.ptr)
+    s.synchronize()
+    got = halves.from_bits(cp.asnumpy(out.view(cp.uint16)), "float16")
+    ref = moe_reference(halves.from_bits(xb, "float16"), w13, w2, tw, ids, act="float16")
+    assert live_profile(0).arch
+    check_output(got, ref, "float16", what="moe up_splits=4", seed=seed, family="moe", atol_u=ATOL_U_MOE)

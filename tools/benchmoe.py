@@ -284,6 +284,8 @@ def sweep_moe(args):
             trials += [("down", s, {"down": s}) for s in moe_candidates(prof, problem, "down", base.down.tm)]
             trials += [("splits", n, {"splits": n}) for n in (1, 2, 3, 4, 6, 8, 12, 16)
                        if n <= problem.k2 // base.down.tile_k and (n == 1 or base.down.path == "sm80")]
+            trials += [("up_splits", n, {"up_splits": n}) for n in (2, 3, 4, 5, 7, 8)
+                       if n <= problem.k13 // base.up.tile_k and base.up.path == "sm80"]
             for what, choice, kw in trials:
                 try:
                     us = time_plan(plan_moe(prof, problem, **kw))

@@ -59,11 +59,14 @@ class _Runner:
             funcs[spec.name] = launch.get_function(art, key, device)
             if spec is plan.route:
                 funcs[spec.combine_name] = launch.get_function(art, key, device, spec.combine_name)
+            if spec is plan.up and plan.up_splits > 1:   # the split up stage's activation kernel
+                funcs[spec.name + "_act"] = launch.get_function(art, key, device, spec.name + "_act")
         self.plan, self.device, self.on_input = plan, device, on_input
         self.stream = launch.stream_object(stream_ptr)
         self.align = funcs[plan.route.name]
         self.combine = funcs[plan.route.combine_name]
         self.up = funcs[plan.up.name]
+        self.act_k = funcs.get(plan.up.name + "_act")
         self.down = funcs[plan.down.name]
         for f, smem in ((self.up, plan.up.smem_bytes()), (self.down, plan.down.smem_bytes())):
             with cp.cuda.Device(device):
@@ -80,6 +83,8 @@ class _Runner:
         self.h = ws("h", cp.uint16, (problem.pairs, problem.inter))
         self.y = ws("y", cp.uint16, (problem.pairs, problem.hidden))
         self.yp = ws("yp", cp.float32, (plan.splits, problem.pairs, problem.hidden)) if plan.splits > 1 else None
+        self.hp = (ws("hp", cp.float32, (plan.up_splits, problem.pairs, problem.n13)) if plan.up_splits > 1
+                   else None)
         b13, s13, z13, g13, bias13 = w13.to_device(device, act)
         b2, s2, z2, g2, bias2 = w2.to_device(device, act)
 
@@ -92,14 +97,16 @@ class _Runner:
         self.keep = (w13.to_device(device, act), w2.to_device(device, act))
         self.ints = {name: np.int32(v) for name, v in dict(
             pairs=p.pairs, topk=topk, n13=w13.n, k13=w13.k, n2=w2.n, k2=w2.k, inter=p.inter, hidden=p.hidden,
-            experts=p.experts, max_blocks=plan.max_blocks, tokens=tokens, splits=plan.splits).items()}
+            experts=p.experts, max_blocks=plan.max_blocks, tokens=tokens, splits=plan.splits,
+            up_splits=plan.up_splits).items()}
 
     def __call__(self, x_ptr: int, ids_ptr: int, tw_ptr: int, emap_ptr: int, n_global: int, out_ptr: int):
         plan, i = self.plan, self.ints
         sorted_, blk, n_rows = _u64(self.sorted.data.ptr), _u64(self.blk.data.ptr), _u64(self.n_rows.data.ptr)
         h, y = _u64(self.h.data.ptr), _u64(self.y.data.ptr)
         yp = _u64(0 if self.yp is None else self.yp.data.ptr)
-        one, zero = np.int32(1), _u64(0)
+        hp = _u64(0 if self.hp is None else self.hp.data.ptr)
+        one = np.int32(1)
         ids, emap, tw = _u64(ids_ptr), _u64(emap_ptr), _u64(tw_ptr)
         ng = np.int32(n_global)
         st = self.stream
@@ -108,8 +115,11 @@ class _Runner:
         b, s, z, bias, g = self.up_w
         self.up((plan.grid_up,), (plan.up.threads,),
                 (_u64(x_ptr), b, s, z, bias, g, tw if self.on_input else _u64(0), sorted_, blk, n_rows, h,
-                 i["pairs"], i["topk"], i["n13"], i["k13"], i["inter"], i["hidden"], i["hidden"], zero, one),
+                 i["pairs"], i["topk"], i["n13"], i["k13"], i["inter"], i["hidden"], i["hidden"], hp, i["up_splits"]),
                 shared_mem=plan.up.smem_bytes(), stream=st)
+        if self.act_k is not None:   # up_splits > 1: the splits' sums, activated, into the intermediate rows
+            self.act_k((plan.act_grid,), (plan.up.threads,), (hp, h, i["pairs"], i["n13"], i["inter"], i["up_splits"]),
+                       stream=st)
         b, s, z, bias, g = self.down_w
         self.down((plan.grid_down,), (plan.down.threads,),
                   (h, b, s, z, bias, g, _u64(0) if self.on_input else tw, sorted_, blk, n_rows, y,

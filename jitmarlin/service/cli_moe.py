@@ -49,7 +49,7 @@ def inspect(args, prof) -> int:
         return 0
     report = {"profile": prof.name, "arch": prof.arch, "tokens": args.m, "topk": args.topk,
               "experts": args.experts, "block_m": plan.block_m, "max_blocks": plan.max_blocks,
-              "down_k_splits": plan.splits, "kernels": []}
+              "down_k_splits": plan.splits, "up_k_splits": plan.up_splits, "kernels": []}
     for stage, s, grid, smem in (("route", plan.route, 1, 2 * plan.route.threads * 4),
                                  ("up", plan.up, plan.grid_up, plan.up.smem_bytes()),
                                  ("down", plan.down, plan.grid_down, plan.down.smem_bytes())):

@@ -1,5 +1,5 @@
 """The MoE autotuner: for one MoE problem bucket on the live GPU, time the planner's plan, every w13
-tile, every w2 tile and every w2 K split (each against the planner's other choices), then the
+tile, every w2 tile and every K split of each GEMM (each against the planner's other choices), then the
 best of each combined; keep the combination where it beats the planner by MARGIN, and store the
 outcome as a "tunemoe:" record (jitmarlin.kernels.moe.tuned), which jitmarlin.moe then uses for
 that GPU model and token bucket.
@@ -44,11 +44,14 @@ def tune_moe(profile: DeviceProfile, arch: str, p: MoEProblem, measure: Callable
     if not math.isfinite(default_us):
         raise RuntimeError(f"the planner's MoE plan for {bp} did not run")
     tried, failed = 1, 0
-    best = {"up": (default_us, base.up), "down": (default_us, base.down), "splits": (default_us, base.splits)}
+    best = {"up": (default_us, base.up), "down": (default_us, base.down), "splits": (default_us, base.splits),
+            "up_splits": (default_us, base.up_splits)}
     trials = [("up", s) for s in moe_candidates(profile, bp, "up", base.up.tm) if s != base.up]
     trials += [("down", s) for s in moe_candidates(profile, bp, "down", base.down.tm) if s != base.down]
     trials += [("splits", n) for n in SPLITS if n != base.splits and n <= bp.k2 // base.down.tile_k
                and (n == 1 or base.down.path == "sm80")]
+    trials += [("up_splits", n) for n in SPLITS if n != base.up_splits and n <= bp.k13 // base.up.tile_k
+               and (n == 1 or base.up.path == "sm80")]
     for what, choice in trials:
         us = _try(measure, plan_moe(profile, bp, **{what: choice}))
         tried += 1
@@ -56,11 +59,12 @@ def tune_moe(profile: DeviceProfile, arch: str, p: MoEProblem, measure: Callable
         if us < best[what][0]:
             best[what] = (us, choice)
     winner, us = base, default_us
-    combo = (best["up"][1], best["down"][1], best["splits"][1])
-    if combo != (base.up, base.down, base.splits):
+    combo = (best["up"][1], best["down"][1], best["splits"][1], best["up_splits"][1])
+    if combo != (base.up, base.down, base.splits, base.up_splits):
         try:
             plan = plan_moe(profile, bp, up=combo[0], down=combo[1],
-                            splits=min(combo[2], bp.k2 // combo[1].tile_k))
+                            splits=min(combo[2], bp.k2 // combo[1].tile_k),
+                            up_splits=min(combo[3], bp.k13 // combo[0].tile_k))
         except Exception:
             plan = None
         if plan is not None:
@@ -70,8 +74,9 @@ def tune_moe(profile: DeviceProfile, arch: str, p: MoEProblem, measure: Callable
                 winner, us = plan, c_us
     return MoETunedChoice(
         gpu=profile.name, arch=arch, problem=dict(bp.__dict__), up=winner.up.canonical(),
-        down=winner.down.canonical(), splits=winner.splits, us=round(us, 3), default_up=base.up.canonical(),
-        default_down=base.down.canonical(), default_splits=base.splits, default_us=round(default_us, 3),
+        down=winner.down.canonical(), splits=winner.splits, up_splits=winner.up_splits, us=round(us, 3),
+        default_up=base.up.canonical(), default_down=base.down.canonical(), default_splits=base.splits,
+        default_up_splits=base.up_splits, default_us=round(default_us, 3),
         candidates=tried, failed=failed, jitmarlin=__version__, templates=templates_tag(), created=time.time())
 
 

@@ -22,3 +22,19 @@ extern "C" int jm_emu_moe(int grid, int smem_bytes, void* const* bufs, const lon
   };
   return emu::run(rt, grid, {{ spec.threads }}, smem_bytes, seed, err, errlen);
 }
+//% if spec.gated
+// jm_emu_moe_act: bufs Cp, H; dims num_pairs, N, n_out, splits.
+extern "C" int jm_emu_moe_act(int grid, void* const* bufs, const long long* bytes, const int* dims,
+                              unsigned seed, char* err, int errlen) {
+  emu::Runtime rt;
+  static const char* names[2] = {"Cp", "H"};
+  for (int i = 0; i < 2; ++i)
+    rt.buffers.push_back(emu::Buffer{static_cast<const unsigned char*>(bufs[i]),
+                                     static_cast<const unsigned char*>(bufs[i]) + bytes[i], names[i]});
+  rt.entry = [&] {
+    {{ spec.name }}_act(static_cast<const float*>(bufs[0]), static_cast<u32*>(bufs[1]), dims[0], dims[1], dims[2],
+                        dims[3]);
+  };
+  return emu::run(rt, grid, {{ spec.threads }}, 0, seed, err, errlen);
+}
+//% endif

@@ -64,6 +64,7 @@ class MoEPlan:
     down: MoESpec
     max_blocks: int       # row blocks the alignment can produce in the worst case
     splits: int = 1       # K splits of the down GEMM (fp32 partial sums, added by the combine kernel)
+    up_splits: int = 1    # K splits of the w13 GEMM (fp32 partial sums; the activation runs in a kernel of its own)
 
     @property
     def block_m(self) -> int:
@@ -74,7 +75,12 @@ class MoEPlan:
         return self.max_blocks * self.block_m
 
     def grid(self, spec: MoESpec, n: int) -> int:
-        return self.max_blocks * -(-n // spec.tile_n) * (self.splits if spec.stage == "down" else 1)
+        return self.max_blocks * -(-n // spec.tile_n) * (self.splits if spec.stage == "down" else self.up_splits)
+
+    @property
+    def act_grid(self) -> int:
+        """Blocks of the up stage's activation kernel (up_splits > 1): one thread per two features."""
+        return -(-self.problem.pairs * (self.problem.inter // 2) // self.up.threads)
 
     @property
     def grid_up(self) -> int:
@@ -132,7 +138,7 @@ def _spec(profile: DeviceProfile, dense: Problem, tm: int, stage: str, activatio
 
 
 def plan_moe(profile: DeviceProfile, p: MoEProblem, *, tm: int | None = None, up: MoESpec | None = None,
-             down: MoESpec | None = None, splits: int | None = None) -> MoEPlan:
+             down: MoESpec | None = None, splits: int | None = None, up_splits: int | None = None) -> MoEPlan:
     """The routing module and the two grouped GEMMs for `p` on `profile` (no GPU needed). `up`,
     `down` (specs from moe_candidates) and `splits` override the planner's choices (sweeps,
     autotuning); InputError when one does not fit `p`."""
@@ -167,7 +173,14 @@ def plan_moe(profile: DeviceProfile, p: MoEProblem, *, tm: int | None = None, up
               and (splits == 1 or down.path == "sm80")):
         raise InputError(f"splits must be 1..{p.k2 // down.tile_k} (K tiles of the down GEMM; > 1 on the sm80 "
                          f"path only), got {splits!r}")
-    return MoEPlan(p, route, up, down, max_blocks(p.pairs, p.experts, 16 * tm), splits)
+    # up_splits: no planner rule yet (not measured; tools/bench --moe --sweep and the MoE tuner try it)
+    if up_splits is None:
+        up_splits = 1
+    elif not (isinstance(up_splits, int) and 1 <= up_splits <= p.k13 // up.tile_k
+              and (up_splits == 1 or up.path == "sm80")):
+        raise InputError(f"up_splits must be 1..{p.k13 // up.tile_k} (K tiles of the w13 GEMM; > 1 on the sm80 "
+                         f"path only), got {up_splits!r}")
+    return MoEPlan(p, route, up, down, max_blocks(p.pairs, p.experts, 16 * tm), splits, up_splits)
 
 
 def _check_override(profile: DeviceProfile, spec: MoESpec, dense: Problem, tm: int, stage: str,

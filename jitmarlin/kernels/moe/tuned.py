@@ -1,5 +1,5 @@
 """Tuned MoE choices, the pure part: key, record and lookup (the measuring is
-jitmarlin.service.tune_moe's). A choice is the w13 tile, the w2 tile and the w2 K splits that ran
+jitmarlin.service.tune_moe's). A choice is the w13 tile, the w2 tile and both K splits that ran
 fastest for one MoE problem bucket (token count rounded up to a power of two) on one GPU model,
 stored as a "tunemoe:" record of the kernel store beside the dense layers' "tune:" records, with
 the same rules: keyed by GPU, arch, problem, jitmarlin version and templates digest; JSON only;
@@ -57,10 +57,12 @@ class MoETunedChoice:
     up: str
     down: str
     splits: int
+    up_splits: int
     us: float
     default_up: str
     default_down: str
     default_splits: int
+    default_up_splits: int
     default_us: float
     candidates: int
     failed: int
@@ -78,7 +80,8 @@ class MoETunedChoice:
 
     @property
     def improved(self) -> bool:
-        return (self.up, self.down, self.splits) != (self.default_up, self.default_down, self.default_splits)
+        return ((self.up, self.down, self.splits, self.up_splits)
+                != (self.default_up, self.default_down, self.default_splits, self.default_up_splits))
 
     def specs(self) -> tuple[MoESpec, MoESpec]:
         up, down = spec_from_canonical(self.up, "MoESpec"), spec_from_canonical(self.down, "MoESpec")
@@ -107,7 +110,7 @@ def record_problem(key: str, d) -> str | None:
         spec_from_canonical(c.default_down, "MoESpec")
     except (ValueError, TypeError) as exc:
         return str(exc)
-    if c.splits < 1 or c.default_splits < 1:
+    if min(c.splits, c.default_splits, c.up_splits, c.default_up_splits) < 1:
         return "splits must be >= 1"
     if c.key != key:
         return "key does not match the record's GPU/arch/problem/version"
@@ -137,8 +140,8 @@ def plan_for(profile: DeviceProfile, arch: str, p: MoEProblem, cache: KernelCach
     if choice is not None and choice.improved:
         up, down = choice.specs()
         try:
-            return plan_moe(profile, p, up=up, down=down,
-                            splits=min(choice.splits, p.k2 // down.tile_k))
+            return plan_moe(profile, p, up=up, down=down, splits=min(choice.splits, p.k2 // down.tile_k),
+                            up_splits=min(choice.up_splits, p.k13 // up.tile_k))
         except JitMarlinError as exc:
             log.warning("jitmarlin: tuned MoE choice %s does not fit T=%d (%s); using the planner's",
                         choice.key, p.tokens, exc)
