@@ -189,7 +189,8 @@ def test_report_merges_runs_and_writes_targets(tmp_path, capsys):
 def test_quick_and_default_limits():
     b = bench_module()
     a = b.parse_args([])
-    assert a.peers == "cublas,tinygemm,gemlite" and a.target_ms == 25.0 and a.peer_max_ms == 25.0
+    assert a.peers == "cublas,tinygemm,gemlite,humming" and a.target_ms == 25.0 and a.peer_max_ms == 25.0
+    assert a.data == "full" and a.qtypes == ["uint4b8"]
     q = b.parse_args(["--quick"])
     assert q.target_ms < a.target_ms and q.peer_max_ms < a.peer_max_ms
     assert b.parse_args(["--quick", "--peer-max-ms", "100"]).peer_max_ms == 100.0
@@ -264,7 +265,7 @@ def _fake_gpu(monkeypatch, gemlite_error=None, gpu_name="Fake NVIDIA H100 80GB H
     monkeypatch.setattr(profiles, "live_profile",
                         lambda d: types.SimpleNamespace(l2_bytes=50 << 20, arch="sm_90", sms=132))
     b = bench_module()
-    price = {"jitmarlin": 1.0, "cublas": 2.0, "tinygemm": 3.0, "gemlite": 1.5}
+    price = {"jitmarlin": 1.0, "cublas": 2.0, "tinygemm": 3.0, "gemlite": 1.5, "humming": 1.25}
     probes = []
 
     class Timer:
@@ -288,6 +289,18 @@ def _fake_gpu(monkeypatch, gemlite_error=None, gpu_name="Fake NVIDIA H100 80GB H
         def __call__(self, x):
             return ("gemlite", x.shape[0])
 
+    class Humming:
+        rel_err = 2e-3
+
+        def __call__(self, x):
+            return ("humming", x.shape[0])
+
+    built = []
+
+    def make_humming(torch, n, k, qtype, group, act_dtype, copies, check_m=16):
+        built.append((qtype, group, act_dtype))
+        return [Humming() for _ in range(copies)]
+
     def load_gemlite(autotune, files):
         if gemlite_error:
             raise RuntimeError(gemlite_error)
@@ -300,12 +313,14 @@ def _fake_gpu(monkeypatch, gemlite_error=None, gpu_name="Fake NVIDIA H100 80GB H
     monkeypatch.setattr(b, "kernel_name", lambda qw, act, m: f"jm_fake_m{m}")
     # the planner agrees with the kernel that ran, except at M = 1024 (a tuned choice)
     monkeypatch.setattr(b, "planner_kernel",
-                        lambda dev, m, n, k, act, g: "jm_planned_m1024" if m == 1024 else f"jm_fake_m{m}")
+                        lambda dev, m, n, k, act, g, qtype="uint4b8": "jm_planned_m1024" if m == 1024 else f"jm_fake_m{m}")
     monkeypatch.setattr(b, "make_tinygemm", lambda torch, n, k, g, c: [(None, None)] * c)
     monkeypatch.setattr(b, "load_gemlite", load_gemlite)
     monkeypatch.setattr(b, "make_gemlite", lambda torch, n, k, g, c, **kw: [Layer() for _ in range(c)])
     monkeypatch.setattr(b, "gemlite_config_source", lambda m, n, k, g: "GEMM (autotuned)")
     monkeypatch.setattr(b, "single_call_ms", single_call_ms)
+    monkeypatch.setattr(b, "make_humming", make_humming)
+    b.humming_built = built
     return b, probes
 
 
@@ -320,7 +335,9 @@ def test_main_loop_records_peers_methods_and_skips(tmp_path, monkeypatch, capsys
     assert [r["M"] for r in rows] == [1, 1024, 4096]
     r1, r1024, r4096 = rows
     assert r1["jitmarlin_us"] == 11.0 and r1["cublas_fp16_us"] == 22.0 and r1["kernel"] == "jm_fake_m1"
-    assert r1["peers"] == {"tinygemm": 33.0, "gemlite": 16.5, "ist_marlin_benchmd": bl.IST_MARLIN["L3-8B o"][1]}
+    assert r1["peers"] == {"tinygemm": 33.0, "gemlite": 16.5, "humming": 13.75,
+                           "ist_marlin_benchmd": bl.IST_MARLIN["L3-8B o"][1]}
+    assert r1["qtype"] == "uint4b8" and r1["group_size"] == 128 and r1["humming_rel_err"] == 2e-3
     assert r1["peers_method"]["gemlite"] == "eager" and r1["peers_method"]["tinygemm"] == "graph"
     assert res["peers_method"]["gemlite"] == "eager"
     assert text.count("CUDA-graph capture failed") == 1          # said once, eager from then on
@@ -346,7 +363,7 @@ def test_ist_marlin_anchors_are_a_peer_on_an_h100_only(tmp_path, monkeypatch, ca
     assert res["ist_marlin_anchor"] is False and "not an H100" in text
     (r1,) = res["rows"]
     assert "ist_marlin_benchmd" not in r1["peers"] and r1["peers"]["gemlite"] == 16.5
-    assert bl.best_peer(r1) == ("gemlite", 16.5)
+    assert bl.best_peer(r1) == ("humming", 13.75)
 
 
 def test_report_drops_anchors_from_runs_on_other_gpus(tmp_path, capsys):
@@ -377,7 +394,7 @@ def test_main_loop_without_gemlite_goes_on(tmp_path, monkeypatch, capsys):
     res = json.loads(out.read_text())
     assert "error" in res["gemlite"]
     r = res["rows"][0]
-    assert set(r["peers"]) == {"tinygemm"} and r["act"] == "bfloat16"   # no IST anchor for bf16
+    assert set(r["peers"]) == {"tinygemm", "humming"} and r["act"] == "bfloat16"   # no IST anchor for bf16
 
 
 def test_deadline_stops_measuring_but_still_reports(tmp_path, monkeypatch, capsys):
@@ -408,7 +425,8 @@ def _recording_gpu(monkeypatch):
     torch.randn = randn
     torch.manual_seed = lambda s: log.append(("seed", s))
     monkeypatch.setattr(b, "random_weights",
-                        lambda n, k, g, act, c, shared_values=False: log.append(("weights", act, shared_values)) or [object()] * c)
+                        lambda n, k, g, act, c, shared_values=False, qtype="uint4b8":
+                        log.append(("weights", act, shared_values)) or [object()] * c)
     return b, log
 
 
@@ -416,7 +434,7 @@ def test_shared_data_gives_fp16_and_bf16_rows_the_same_bf16_exact_x(tmp_path, mo
     b, log = _recording_gpu(monkeypatch)
     out = tmp_path / "run.json"
     assert b.main(["--shapes", "L3-8B o", "--m", "1,16", "--act", "float16,bfloat16",
-                   "--peers", "cublas", "--json", str(out)]) == 0
+                   "--peers", "cublas", "--data", "shared", "--json", str(out)]) == 0
     res = json.loads(out.read_text())
     assert res["data"].startswith("shared")
     seeds = [e[1] for e in log if e[0] == "seed"][1:]          # the first is the run's own seed
@@ -505,7 +523,7 @@ def test_both_dtypes_and_cublas_are_timed_in_turn_at_each_m(tmp_path, monkeypatc
     _sequence_timer(monkeypatch, b, order, range(100, 10_000))
     out = tmp_path / "run.json"
     assert b.main(["--shapes", "L3-8B o", "--m", "1,64", "--act", "float16,bfloat16", "--peers", "cublas",
-                   "--repeats", "3", "--json", str(out)]) == 0
+                   "--repeats", "3", "--data", "shared", "--json", str(out)]) == 0
     assert order == ["jitmarlin", "cublas", "jitmarlin"] * 6      # 3 turns at M = 1, then 3 at M = 64
     rows = json.loads(out.read_text())["rows"]
     assert [(r["M"], r["act"]) for r in rows] == [(1, "float16"), (1, "bfloat16"), (64, "float16"), (64, "bfloat16")]
@@ -600,3 +618,174 @@ def test_shapes_given_as_k_by_n_keep_their_layer_name():
     got = bl.select_shapes("4096x6144,1024x512,L3-70B o")
     assert got == {"L3-8B qkv": (4096, 6144), "1024x512": (1024, 512), "L3-70B o": (8192, 8192)}
     assert bl.IST_MARLIN["L3-8B qkv"][16] == 11.8
+
+
+# --- weight types (--quant) -------------------------------------------------------------------
+
+@pytest.mark.parametrize("qtype", bl.BENCH_QTYPES)
+@pytest.mark.parametrize("act", ["float16", "bfloat16"])
+def test_random_weights_of_every_type_are_valid(qtype, act):
+    """The bench's random weights (here built with NumPy: same code as the CuPy path) pass
+    QuantizedWeight's validation, in the type's scale format, and dequantize to finite values."""
+    import numpy as np
+
+    import jitmarlin
+    from jitmarlin.weights import halves, packing
+    from jitmarlin.weights.quant import E4M3, from_codes
+
+    n, k = 128, 256
+    for group in (128, -1):
+        for shared in (False, True):
+            qws = bl.random_weights(n, k, group, act, 2, shared_values=shared, qtype=qtype, xp=np)
+            assert len(qws) == 2 and qws[0].packed is not qws[1].packed
+            w = qws[0]
+            w.validate()
+            assert w.qtype == qtype and w.scale_dtype == act and (w.n, w.k) == (n, k)
+            assert w.group_size == {"nvfp4": 16, "mxfp4": 32}.get(qtype, group)
+            d = jitmarlin.dequantize(w)
+            assert d.shape == (n, k) and np.all(np.isfinite(d)) and np.any(d != 0)
+            assert 0.01 < np.abs(d).max() < 1.0
+            codes = packing.unpack(w.packed, n, k, w.bits)
+            if w.group_size == -1 and w.offsets is None:
+                s = halves.from_bits(w.scales, act)
+            else:
+                s = halves.from_bits(packing.unpermute_scales(w.scales), act)
+            assert np.all(s > 0)
+            if shared:   # bf16-exact scales: fp16 holds them too
+                assert np.array_equal(halves.round_to(s, "bfloat16"), s)
+            if qtype == "float8_e4m3fn":
+                assert not np.any((codes & 0x7F) == 0x7F)
+            if qtype == "nvfp4":
+                assert np.all(np.isin(s, E4M3[np.isfinite(E4M3)])) and w.global_scale == 2.0 ** -8
+            if qtype == "mxfp4":
+                assert np.array_equal(np.exp2(np.round(np.log2(s))), s)
+            if qtype == "uint4":   # offsets are (8 - z) * s for integer zero points z in 0..15
+                assert w.offsets is not None
+                m = halves.from_bits(packing.unpermute_scales(w.offsets.reshape(-1, n)), act)
+                z = 8 - m / s
+                assert np.allclose(z, np.round(z), atol=0.05) and z.min() >= -0.05 and z.max() <= 15.05
+                # the same weight through from_codes' zero points dequantizes the same
+                zi = np.clip(np.round(z), 0, 15)
+                ref = from_codes("uint4", codes, s, w.group_size, zeros=zi, scale_dtype=act)
+                assert np.allclose(jitmarlin.dequantize(ref), d, rtol=1e-2, atol=2e-3)   # m rounded to act
+            else:
+                assert w.offsets is None
+
+
+def test_random_weights_default_is_uint4b8():
+    import numpy as np
+
+    w = bl.random_weights(64, 128, 64, "float16", 1, xp=np)[0]
+    assert w.qtype == "uint4b8" and w.group_size == 64 and w.offsets is None
+
+
+def test_floor_bytes_per_type():
+    n, k = 4096, 8192
+    assert bl.weight_bytes(n, k, 128) == n * k / 2 + n * k / 128 * 2           # BENCH.md's formula
+    assert bl.weight_bytes(n, k, 128, "uint4") == n * k / 2 + n * k / 128 * 2.5   # + 4-bit zero points
+    assert bl.weight_bytes(n, k, 128, "uint8b128") == n * k + n * k / 128 * 2
+    assert bl.weight_bytes(n, k, -1, "float8_e4m3fn") == n * k + n * 2           # per-channel scales
+    assert bl.weight_bytes(n, k, 16, "nvfp4") == n * k / 2 + n * k / 16 + 4      # e4m3 scales + global
+    assert bl.weight_bytes(n, k, 32, "mxfp4") == n * k / 2 + n * k / 32          # e8m0 scales
+    assert [bl.qtype_group(q, 128) for q in bl.BENCH_QTYPES] == [128, 128, 128, 128, 16, 32]
+    # the old signature is uint4b8
+    assert bl.floor_us(16, n, k, 128, 3.0) == bl.floor_us(16, n, k, 128, 3.0, "uint4b8")
+    assert bl.floor_us(16, n, k, 128, 3.0) == pytest.approx(
+        (n * k / 2 + n * k / 128 * 2 + 16 * k * 2 + 16 * n * 2) / 3e12 * 1e6)
+    assert bl.floor_us(1, n, k, 128, 3.0, "uint8b128") > 1.9 * bl.floor_us(1, n, k, 128, 3.0)
+    assert bl.floor_us(1, n, k, 16, 3.0, "nvfp4") > bl.floor_us(1, n, k, 32, 3.0, "mxfp4")
+
+
+def test_markdown_adds_a_qtype_column_for_several_types():
+    one = [row(SMALL, 1, qtype="uint4b8"), row(SMALL, 16)]
+    lines = bl.markdown(one).splitlines()
+    assert "qtype" not in lines[0] and lines[0].count("|") == lines[1].count("|") == lines[2].count("|")
+    rows = [row(SMALL, 1, qtype="uint4b8"), row(SMALL, 1, qtype="nvfp4", peers={"humming": 12.0}),
+            row(SMALL, 1)]     # a row from before --quant: uint4b8
+    lines = bl.markdown(rows).splitlines()
+    assert "| qtype | act |" in lines[0] and "humming µs" in lines[0]
+    assert all(line.count("|") == lines[0].count("|") for line in lines)
+    assert "| uint4b8 | float16 |" in lines[2] and "| nvfp4 | float16 |" in lines[3]
+    assert "| uint4b8 | float16 |" in lines[4] and "humming 12.0" in lines[3]
+
+
+def test_rows_of_different_types_stay_apart():
+    a = [row(BIG, 1, jm=1.0, qtype="uint4b8"), row(BIG, 1, jm=2.0, qtype="mxfp4")]
+    assert len(bl.merge_rows(a, [row(BIG, 1, jm=3.0, qtype="mxfp4")])) == 2
+    # target f pairs fp16 with bf16 of the same type only
+    rows = [row(BIG, 1, "float16", jm=100.0, qtype="uint4b8"), row(BIG, 1, "bfloat16", jm=101.0, qtype="uint4b8"),
+            row(BIG, 1, "float16", jm=50.0, qtype="nvfp4"), row(BIG, 1, "bfloat16", jm=60.0, qtype="nvfp4")]
+    t = bl.evaluate_targets(rows)["f"]
+    assert t["evaluated"] == 2 and t["failing"] == 1 and t["worst"]["qtype"] == "nvfp4"
+    assert "M=1 bfloat16/float16 nvfp4" in bl.format_targets(bl.evaluate_targets(rows))
+
+
+def test_quant_argument():
+    b = bench_module()
+    assert b.parse_args([]).qtypes == ["uint4b8"]
+    a = b.parse_args(["--quant", "nvfp4, uint4b8,nvfp4,mxfp4"])
+    assert a.qtypes == ["nvfp4", "uint4b8", "mxfp4"]
+    assert b.parse_args(["--quant", ",".join(bl.BENCH_QTYPES)]).qtypes == list(bl.BENCH_QTYPES)
+
+
+@pytest.mark.parametrize("bad", ["int4", "uint4b8,fp8", "uint8", ""])
+def test_quant_argument_refuses_unknown_types(bad, capsys):
+    with pytest.raises(SystemExit) as e:
+        bench_module().parse_args(["--quant", bad])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "--quant: unknown weight type" in err and "uint4b8, uint4, uint8b128, float8_e4m3fn, nvfp4, mxfp4" in err
+
+
+def test_main_loop_over_types_skips_int4_only_peers(tmp_path, monkeypatch):
+    b, _ = _fake_gpu(monkeypatch)
+    out = tmp_path / "run.json"
+    assert b.main(["--shapes", "L3-8B o", "--m", "1,16", "--quant", "uint4b8,nvfp4,uint4,float8_e4m3fn",
+                   "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["quant"] == ["uint4b8", "nvfp4", "uint4", "float8_e4m3fn"]
+    rows = res["rows"]
+    assert [(r["qtype"], r["M"]) for r in rows] == [(q, m) for q in res["quant"] for m in (1, 16)]
+    by = {(r["qtype"], r["M"]): r for r in rows}
+    for qt in ("uint4b8", "uint4"):
+        assert {"tinygemm", "gemlite", "humming"} <= set(by[qt, 1]["peers"]) and not by[qt, 1]["peers_skipped"]
+    for qt in ("nvfp4", "float8_e4m3fn"):
+        r = by[qt, 16]
+        assert set(r["peers"]) == {"humming"} and r["humming_rel_err"] == 2e-3
+        assert set(r["peers_skipped"]) == {"tinygemm", "gemlite"} and qt in r["peers_skipped"]["tinygemm"]
+    assert "ist_marlin_benchmd" in by["uint4b8", 1]["peers"] and "ist_marlin_benchmd" not in by["uint4", 1]["peers"]
+    assert by["nvfp4", 1]["group_size"] == 16 and by["float8_e4m3fn", 1]["group_size"] == 128
+    # the floor follows the type: fp8 moves twice the bytes of uint4b8
+    assert by["float8_e4m3fn", 1]["floor_us"] > 1.9 * by["uint4b8", 1]["floor_us"]
+    assert ("nvfp4", 16, "f16") in b.humming_built and ("uint4b8", 128, "f16") in b.humming_built
+
+
+def test_humming_unavailable_is_one_line_and_the_run_goes_on(tmp_path, monkeypatch, capsys):
+    b, _ = _fake_gpu(monkeypatch)
+
+    def no_humming(*a, **k):
+        raise ImportError("humming-kernels is not importable (ModuleNotFoundError: No module named 'humming')")
+
+    monkeypatch.setattr(b, "make_humming", no_humming)
+    out = tmp_path / "run.json"
+    assert b.main(["--shapes", "L3-8B o", "--m", "1", "--quant", "uint4b8,mxfp4", "--act", "float16,bfloat16",
+                   "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert text.count("humming unavailable") == 1
+    res = json.loads(out.read_text())
+    assert "error" in res["humming"] and len(res["rows"]) == 4
+    assert all("humming" not in r["peers"] for r in res["rows"])
+
+
+def test_humming_weight_configs_follow_the_moe_adapter():
+    import benchhumming as bh
+    import benchmoe_humming as bmh
+
+    assert set(bh.HUMMING_QTYPES) == set(bl.BENCH_QTYPES) | {"uint8b128"}
+    assert bh.humming_weight_config("uint4b8", 128) == {"dtype": "uint4", "group_size": 128}
+    assert bh.humming_weight_config("uint4b8", -1) == {"dtype": "uint4"}          # per channel
+    assert bh.humming_weight_config("uint4", 64) == {"dtype": "uint4", "has_zero_point": True, "group_size": 64}
+    assert bh.humming_weight_config("nvfp4", 128)["group_size"] == 16
+    assert bh.humming_weight_config("mxfp4", 128) == {**bmh._QTYPES["mxfp4"][0], "group_size": 32}
+    with pytest.raises(NotImplementedError):
+        bh.humming_weight_config("uint8", 128)

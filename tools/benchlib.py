@@ -12,13 +12,16 @@ import types
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from jitmarlin.service.bench import (  # noqa: E402
+    BENCH_QTYPES,
     Timer,
     copies_needed,
     copy_bandwidth,
     draw_values,
     floor_us,
     host_overhead,
+    qtype_group,
     random_weights,
+    weight_bytes,
 )
 
 __all__ = ["SHAPES", "IST_MARLIN", "BENCH_CUBLAS", "BEST_PEERS", "FLOOR_TARGET_SHAPES", "select_shapes",
@@ -27,7 +30,7 @@ __all__ = ["SHAPES", "IST_MARLIN", "BENCH_CUBLAS", "BEST_PEERS", "FLOOR_TARGET_S
            "single_call_ms", "kernel_name", "best_peer", "row_ratios", "markdown", "evaluate_targets",
            "format_targets", "merge_rows", "Timer", "copies_needed", "copy_bandwidth", "floor_us",
            "host_overhead", "random_weights", "draw_values", "parse_gpu_state", "gpu_state",
-           "thermal_slowdown"]
+           "thermal_slowdown", "BENCH_QTYPES", "qtype_group", "weight_bytes", "INT4_ONLY_PEERS", "row_qtype"]
 
 SHAPES = {
     "L3-8B qkv": (4096, 6144), "L3-8B o": (4096, 4096), "L3-8B gate_up": (4096, 28672),
@@ -344,23 +347,31 @@ def kernel_name(qw, act, m):
     return "/".join(names) if names else None
 
 
-def planner_kernel(device, m, n, k, act, group):
-    """The kernel the planner picks for the bench's weights (uint4b8) at (M, N, K, act, group) on
+def planner_kernel(device, m, n, k, act, group, qtype="uint4b8"):
+    """The kernel the planner picks for the bench's weights (`qtype`) at (M, N, K, act, group) on
     GPU `device`. A row whose measured kernel differs ran a choice the autotuner stored for this
     GPU and M bucket (jitmarlin tune, JITMARLIN_AUTOTUNE=1)."""
     from jitmarlin.jit.profiles import planning_profile
     from jitmarlin.kernels import planner
     from jitmarlin.kernels.problem import Problem
 
-    return planner.plan(planning_profile(device), Problem(m, n, k, act, "uint4b8", group)).spec.name
+    return planner.plan(planning_profile(device), Problem(m, n, k, act, qtype, group)).spec.name
 
 
 # --- rows: ratios, table, targets (pure: no GPU) ----------------------------------------------
 
 # The peers "best peer" is taken over: the IST Marlin anchor of BENCH.md (fp16, not re-measured),
-# tinygemm, gemlite. cuBLAS fp16 has its own column and target.
+# tinygemm, gemlite, humming. cuBLAS fp16 has its own column and target.
 ANCHOR = "ist_marlin_benchmd"
-BEST_PEERS = (ANCHOR, "tinygemm", "gemlite")
+BEST_PEERS = (ANCHOR, "tinygemm", "gemlite", "humming")
+# Peers that run 4-bit integer weights only: skipped (with the reason in peers_skipped) for other types.
+INT4_ONLY_PEERS = ("tinygemm", "gemlite")
+INT4_QTYPES = ("uint4b8", "uint4")
+
+
+def row_qtype(row) -> str:
+    """A row's weight type (rows from before --quant: uint4b8)."""
+    return row.get("qtype") or "uint4b8"
 
 
 def anchors_apply(gpu) -> bool:
@@ -413,12 +424,12 @@ def row_ratios(row):
 
 
 def merge_rows(*row_lists):
-    """Rows of several runs, one per (shape, K, N, M, act): a later run's row replaces an earlier
-    one in place."""
+    """Rows of several runs, one per (shape, K, N, M, act, qtype): a later run's row replaces an
+    earlier one in place."""
     out = {}
     for rows in row_lists:
         for r in rows:
-            out[(r["shape"], r["K"], r["N"], r["M"], r["act"])] = r
+            out[(r["shape"], r["K"], r["N"], r["M"], r["act"], row_qtype(r))] = r
     return list(out.values())
 
 
@@ -440,23 +451,27 @@ def _kernel_cell(row):
 
 
 def markdown(rows):
-    """One line per row: jitmarlin time, × floor, × best peer, × cuBLAS fp16, and the peers."""
-    lines = ["| layer (K×N) | act | M | kernel | jitmarlin µs | floor µs | × floor | best peer | × best peer "
-             "| cuBLAS fp16 µs | × cuBLAS | tinygemm µs | gemlite µs | IST Marlin µs (BENCH.md) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    """One line per row: jitmarlin time, × floor, × best peer, × cuBLAS fp16, and the peers; a qtype
+    column where the rows hold more than one weight type."""
+    multi = len({row_qtype(r) for r in rows}) > 1
+    lines = ["| layer (K×N) | " + ("qtype | " if multi else "") + "act | M | kernel | jitmarlin µs | floor µs "
+             "| × floor | best peer | × best peer | cuBLAS fp16 µs | × cuBLAS | humming µs | tinygemm µs "
+             "| gemlite µs | IST Marlin µs (BENCH.md) |",
+             "|---|" + ("---|" if multi else "") + "---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         q = row_ratios(r)
         best = "-" if q["best_peer"] is None else f"{q['best_peer'].replace('_benchmd', '')} {q['best_peer_us']:.1f}"
+        qt = f"{row_qtype(r)} | " if multi else ""
         lines.append(
-            f"| {r['shape']} ({r['K']}×{r['N']}) | {r['act']} | {r['M']} | {_kernel_cell(r)} "
+            f"| {r['shape']} ({r['K']}×{r['N']}) | {qt}{r['act']} | {r['M']} | {_kernel_cell(r)} "
             f"| {_f(r.get('jitmarlin_us'))} | {_f(r.get('floor_us'))} | {_f(q['x_floor'], 2)} | {best} "
             f"| {_f(q['x_best_peer'], 2)} | {_f(r.get('cublas_fp16_us'))} | {_f(q['x_cublas'], 2)} "
-            f"| {_peer_cell(r, 'tinygemm')} | {_peer_cell(r, 'gemlite')} | {_peer_cell(r, 'ist_marlin_benchmd')} |")
+            f"| {_peer_cell(r, 'humming')} | {_peer_cell(r, 'tinygemm')} | {_peer_cell(r, 'gemlite')} | {_peer_cell(r, 'ist_marlin_benchmd')} |")
     return "\n".join(lines)
 
 
 def _where(r, value, **extra):
-    return {"shape": r["shape"], "K": r["K"], "N": r["N"], "M": r["M"], "act": r["act"],
+    return {"shape": r["shape"], "K": r["K"], "N": r["N"], "M": r["M"], "act": r["act"], "qtype": row_qtype(r),
             "value": round(value, 3), "kernel": r.get("kernel"), **extra}
 
 
@@ -483,7 +498,7 @@ def _evaluate(rows, text, applies, key, op, thr):
 def _evaluate_bf16(rows, tol=0.05):
     pairs = {}
     for r in rows:
-        pairs.setdefault((r["shape"], r["K"], r["N"], r["M"]), {})[r["act"]] = r
+        pairs.setdefault((r["shape"], r["K"], r["N"], r["M"], row_qtype(r)), {})[r["act"]] = r
     evaluated = failing = missing = 0
     worst = None
     for acts in pairs.values():
@@ -497,7 +512,7 @@ def _evaluate_bf16(rows, tol=0.05):
         failing += abs(v - 1) > tol
         if worst is None or abs(v - 1) > worst[0]:
             worst = (abs(v - 1), b, v, th, tb)
-    return {"text": "bf16 within 5% of fp16 (jitmarlin, same shape and M)",
+    return {"text": "bf16 within 5% of fp16 (jitmarlin, same shape, M and weight type)",
             "threshold": f"|bf16/fp16 - 1| <= {tol}", "pass": None if not evaluated else failing == 0,
             "evaluated": evaluated, "failing": failing, "missing": missing,
             "worst": None if worst is None else _where(worst[1], worst[2], act="bfloat16/float16",
@@ -528,7 +543,8 @@ def format_targets(targets):
     for tid, t in targets.items():
         status = "n/a " if t["pass"] is None else ("PASS" if t["pass"] else "FAIL")
         w = t["worst"]
-        worst = "" if not w else f"; worst {w['value']:.3f} at {w['shape']} M={w['M']} {w['act']}"
+        qt = "" if not w or w.get("qtype", "uint4b8") == "uint4b8" else f" {w['qtype']}"
+        worst = "" if not w else f"; worst {w['value']:.3f} at {w['shape']} M={w['M']} {w['act']}{qt}"
         gap = f"; {t['missing']} rows without the times to judge" if t["missing"] else ""
         lines.append(f"({tid}) {status} {t['text']} [{t['threshold']}]: "
                      f"{t['evaluated'] - t['failing']}/{t['evaluated']} rows meet it{worst}{gap}")

@@ -8,8 +8,11 @@ from __future__ import annotations
 import math
 import time
 
+import numpy as np
+
 from jitmarlin.ops.linear import linear
-from jitmarlin.weights.quant import QuantizedWeight
+from jitmarlin.weights.qtypes import check_group, get_qtype
+from jitmarlin.weights.quant import E4M3, QuantizedWeight
 
 
 class Timer:
@@ -105,25 +108,86 @@ def copies_needed(bytes_per_copy, l2_bytes):
     return max(1, math.ceil(4 * l2_bytes / bytes_per_copy))
 
 
-def random_weights(n, k, group, act, copies, shared_values=False):
-    """`copies` random QuantizedWeights on the current GPU: random 32-bit words are valid packed
-    4-bit weights; scales random positive, rounded to `act`. shared_values: scales rounded to
+# The weight types tools/bench measures (jitmarlin's, less uint8 with zero points).
+BENCH_QTYPES = ("uint4b8", "uint4", "uint8b128", "float8_e4m3fn", "nvfp4", "mxfp4")
+# Bytes per group scale as the format stores it: the block-scaled fp4 formats carry 1-byte scales
+# (nvfp4: e4m3, mxfp4: e8m0); the others fp16/bf16. A zero point takes the type's bits (packed).
+_SCALE_BYTES = {"nvfp4": 1, "mxfp4": 1}
+
+
+def qtype_group(qtype: str, group: int) -> int:
+    """The group a bench row of `qtype` runs: the format's own (nvfp4 16, mxfp4 32), else `group`."""
+    return get_qtype(qtype).fixed_group or group
+
+
+def weight_bytes(n, k, group, qtype="uint4b8"):
+    """Bytes a (K, N) weight of `qtype` holds in its format: codes (the type's bits), one scale per
+    group (_SCALE_BYTES), a zero point per group for zero-point types, nvfp4's fp32 global scale.
+    The floor's weight term; jitmarlin's own layout may hold more (fp16 scales for the fp4 types,
+    fp16 offsets for uint4), which counts against it."""
+    qt = get_qtype(qtype)
+    g = k if group == -1 else group
+    groups = n * (k // g)
+    b = n * k * qt.bits / 8 + groups * _SCALE_BYTES.get(qtype, 2)
+    if qt.zero_points:
+        b += groups * qt.bits / 8
+    return b + (4 if qtype == "nvfp4" else 0)
+
+
+def _random_scales(qtype, u, z_draw):
+    """(scales, offsets or None, global scale) as float64 (G, N) from uniform draws `u` in [0, 1):
+    each type's valid scale format, sized so that weights stay around 0.01-0.2 in magnitude."""
+    if qtype == "nvfp4":      # e4m3 values 0.5..7.5 (codes 0x30..0x4f) under a global 2^-8
+        return E4M3[0x30 + (u * 32).astype(np.int64)], None, 2.0 ** -8
+    if qtype == "mxfp4":      # e8m0: powers of two
+        return 2.0 ** (-8 + np.floor(u * 4)), None, 1.0
+    s = u.astype(np.float64) * 0.01 + 0.001
+    s /= {"uint8b128": 16, "float8_e4m3fn": 64}.get(qtype, 1)
+    return s, (None if z_draw is None else (8 - z_draw.astype(np.float64))), 1.0
+
+
+def random_weights(n, k, group, act, copies, shared_values=False, qtype="uint4b8", xp=None):
+    """`copies` random QuantizedWeights of `qtype` on the current GPU (xp: the array module,
+    default CuPy; NumPy builds them on the host). Random 32-bit words are valid packed codes of
+    every type but float8_e4m3fn, whose NaN bytes (S.1111.111) are flipped to 0x7e / 0xfe. Scales
+    random positive, rounded to `act`, in the type's scale format (nvfp4: e4m3 values under a global
+    scale, groups of 16; mxfp4: powers of two, groups of 32; others: group `group`); uint4's offsets
+    come from random zero points z (m = (8 - z) * s). shared_values: scales (and offsets) rounded to
     bfloat16 first, values that float16 holds exactly too, so that an fp16 and a bf16 run multiply
     the same numbers (see draw_values)."""
-    import cupy as cp
+    if xp is None:
+        import cupy as xp
 
     from jitmarlin.weights import halves, packing
 
+    host = getattr(xp, "asnumpy", np.asarray)
+    qt = get_qtype(qtype)
+    gs = check_group(qtype, qtype_group(qtype, group))
+    g = 1 if gs == -1 else k // gs
+    words = (2 if qt.bits == 4 else 4) * n
+    natural = gs == -1 and not qt.zero_points        # per-channel symmetric scales: (n,), not permuted
+
+    def bits(v):
+        if shared_values:
+            v = halves.round_to(v, "bfloat16")
+        b = xp.asarray(halves.to_bits(v, act))
+        return b.reshape(n) if natural else packing.permute_scales(b)
+
     out = []
     for _ in range(copies):
-        packed = cp.random.randint(-2**31, 2**31 - 1, size=(k // 16, 2 * n), dtype=cp.int64).astype(cp.int32)
-        g = 1 if group == -1 else k // group
-        s = cp.asnumpy(cp.random.random((g, n), dtype=cp.float32) * 0.01 + 0.001)
+        packed = xp.random.randint(-2**31, 2**31 - 1, size=(k // 16, words), dtype=xp.int64).astype(xp.int32)
+        if qtype == "float8_e4m3fn":
+            b = packed.view(xp.uint8)
+            b ^= ((b & 0x7F) == 0x7F).astype(xp.uint8)
+        u = np.asarray(host(xp.random.random((g, n))))
+        z = np.asarray(host(xp.random.randint(0, 16, size=(g, n)))) if qt.zero_points else None
+        s, zf, gscale = _random_scales(qtype, u, z)
         if shared_values:
-            s = halves.round_to(s, "bfloat16")
-        s = cp.asarray(halves.to_bits(s, act))
-        scales = packing.permute_scales(s) if group != -1 else s.reshape(n)
-        out.append(QuantizedWeight("uint4b8", group, n, k, packed, scales, scale_dtype=act))
+            s = halves.round_to(s, "bfloat16").astype(np.float64)
+        s_used = halves.round_to(s, act).astype(np.float64)
+        off = None if zf is None else bits(zf * s_used)
+        out.append(QuantizedWeight(qtype, gs, n, k, packed, bits(s), scale_dtype=act, offsets=off,
+                                   global_scale=gscale))
     return out
 
 
@@ -140,9 +204,10 @@ def draw_values(torch, shape, dtype, scale=1.0, shared_values=False):
     return x.to(dtype)
 
 
-def floor_us(m, n, k, group, bw_tbps):
-    g = k if group == -1 else group
-    return (n * k / 2 + n * (k // g) * 2 + m * k * 2 + m * n * 2) / (bw_tbps * 1e12) * 1e6
+def floor_us(m, n, k, group, bw_tbps, qtype="uint4b8"):
+    """The byte floor (µs): the weight in its format (weight_bytes), x and the output in 16 bits,
+    over the measured copy bandwidth."""
+    return (weight_bytes(n, k, group, qtype) + m * k * 2 + m * n * 2) / (bw_tbps * 1e12) * 1e6
 
 
 def host_overhead(torch, cp):
