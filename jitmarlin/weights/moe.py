@@ -25,8 +25,8 @@ from jitmarlin.weights import packing
 from jitmarlin.weights.qtypes import TILE, check_group, get_qtype, kernel_dims
 from jitmarlin.weights.quant import (
     QuantizedWeight,
+    _CheckedWeight,
     _dtype,
-    _half_for,
     _host_array,
     _is_int,
     dequantize,
@@ -44,7 +44,7 @@ def gate_up_rows(intermediate: int) -> np.ndarray:
 
 
 @dataclass(eq=False)
-class MoEWeight:
+class MoEWeight(_CheckedWeight):
     """E experts' weights of shape (out_features, in_features) each, stacked in the kernel's layout.
 
     n, k: each expert's kernel dims (QuantizedWeight's). packed: int32 (E, k/16, n*bits/2).
@@ -74,25 +74,10 @@ class MoEWeight:
     # not an init field: dataclasses.replace gives the new weight a cache of its own
     _device: dict = field(default_factory=dict, init=False, repr=False)
 
-    def __post_init__(self):
-        if _is_int(self.n) and _is_int(self.k):
-            self.out_features = self.out_features or self.n
-            self.in_features = self.in_features or self.k
-        _validate(self)
-        object.__setattr__(self, "_checked", True)
+    _CLEAR_ON_CHANGE = True   # a changed field also drops the device copies of the old arrays
 
-    def __setattr__(self, name, value):
-        # as QuantizedWeight: a field changed after construction is checked again before upload,
-        # and device copies of the old arrays are dropped
-        object.__setattr__(self, name, value)
-        if name in _CHECKED_FIELDS and "_checked" in self.__dict__:
-            object.__setattr__(self, "_checked", False)
-            self._device.clear()
-
-    def validate(self) -> None:
-        """Check every invariant (class docstring); InputError naming the first that fails."""
+    def _check(self) -> None:
         _validate(self)
-        object.__setattr__(self, "_checked", True)
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -125,13 +110,6 @@ class MoEWeight:
             None if self.offsets is None else self.offsets[e],
             1.0 if self.global_scales is None else float(self.global_scales[e]),
             None, self.out_features, self.in_features)
-
-    def scales_for(self, act: str):
-        """Scale bit patterns the kernel uses with `act` activations (rounded if dtypes differ)."""
-        return _half_for(self.scales, self.scale_dtype, act, "scales")
-
-    def offsets_for(self, act: str):
-        return None if self.offsets is None else _half_for(self.offsets, self.scale_dtype, act, "offsets")
 
     def to_device(self, device: int, act: str):
         """CuPy copies (packed, scales, offsets or None, global_scales float32 (E,), bias float32 or
@@ -194,8 +172,8 @@ class MoEWeight:
         return _stack(fused, bias, gated=True)
 
 
-_CHECKED_FIELDS = frozenset(("qtype", "group_size", "num_experts", "n", "k", "packed", "scales", "scale_dtype",
-                             "offsets", "global_scales", "bias", "gated", "out_features", "in_features"))
+MoEWeight._CHECKED = frozenset(("qtype", "group_size", "num_experts", "n", "k", "packed", "scales", "scale_dtype",
+                                "offsets", "global_scales", "bias", "gated", "out_features", "in_features"))
 
 
 # ---- validation ----------------------------------------------------------------------------------

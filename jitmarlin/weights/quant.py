@@ -56,8 +56,44 @@ def implicit_bias(qtype: str) -> int:
 # ---- the weight ----------------------------------------------------------------------------------
 
 
+class _CheckedWeight:
+    """What QuantizedWeight and MoEWeight share: dims defaulting to the kernel's, every invariant
+    checked at construction (`_check`), and again before upload when a field in `_CHECKED` changed
+    since (a class that caches uploads per weight, `_CLEAR_ON_CHANGE`, also drops them then); the
+    scale (and offset) bit patterns a kernel of `act` activations uses."""
+
+    _CHECKED: frozenset = frozenset()
+    _CLEAR_ON_CHANGE = False
+
+    def __post_init__(self):
+        if _is_int(self.n) and _is_int(self.k):
+            self.out_features = self.out_features or self.n
+            self.in_features = self.in_features or self.k
+        self.validate()
+
+    def __setattr__(self, name, value):
+        object.__setattr__(self, name, value)
+        if name in self._CHECKED and self.__dict__.get("_checked"):
+            object.__setattr__(self, "_checked", False)
+            if self._CLEAR_ON_CHANGE:
+                self._device.clear()
+
+    def validate(self) -> None:
+        """Check every invariant of the layout (see the class docstring); InputError naming the
+        first that fails. Runs at construction and again before upload when a field was changed."""
+        self._check()
+        object.__setattr__(self, "_checked", True)
+
+    def scales_for(self, act: str) -> np.ndarray:
+        """Scale bit patterns the kernel uses with `act` activations (rounded if dtypes differ)."""
+        return _half_for(self.scales, self.scale_dtype, act, "scales")
+
+    def offsets_for(self, act: str):
+        return None if self.offsets is None else _half_for(self.offsets, self.scale_dtype, act, "offsets")
+
+
 @dataclass(eq=False)
-class QuantizedWeight:
+class QuantizedWeight(_CheckedWeight):
     """A weight of shape (out_features, in_features) in the kernel's layout.
 
     n, k: the kernel's dimensions (out/in features padded to multiples of 64, and k to whole
@@ -87,25 +123,8 @@ class QuantizedWeight:
     _launchers: dict = field(default_factory=dict, repr=False)
     _gather: dict = field(default_factory=dict, repr=False)   # act-order buffers (ops/linear.py)
 
-    def __post_init__(self):
-        if _is_int(self.n) and _is_int(self.k):
-            self.out_features = self.out_features or self.n
-            self.in_features = self.in_features or self.k
+    def _check(self) -> None:
         _validate(self)
-        object.__setattr__(self, "_checked", True)
-
-    def __setattr__(self, name, value):
-        # A field changed after construction is checked again before the weight reaches a
-        # device (to_device); the planner also rejects dims it cannot take on its own.
-        object.__setattr__(self, name, value)
-        if name in _CHECKED_FIELDS and self.__dict__.get("_checked"):
-            object.__setattr__(self, "_checked", False)
-
-    def validate(self) -> None:
-        """Check every invariant of the layout (see the class docstring); InputError if any fails.
-        Runs at construction and again before upload when a field was changed since."""
-        _validate(self)
-        object.__setattr__(self, "_checked", True)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -128,13 +147,6 @@ class QuantizedWeight:
         weight; InputError for a bad rank/world/dim, a split that is not a multiple of 8 features per
         rank, or a row split that cuts a quantization group (act-order groups included)."""
         return QuantizedWeight(**shard_fields(self, dim, rank, world))
-
-    def scales_for(self, act: str) -> np.ndarray:
-        """Scale bit patterns the kernel uses with `act` activations (rounded if dtypes differ)."""
-        return _half_for(self.scales, self.scale_dtype, act, "scales")
-
-    def offsets_for(self, act: str):
-        return None if self.offsets is None else _half_for(self.offsets, self.scale_dtype, act, "offsets")
 
     def to_device(self, device: int, act: str):
         """CuPy copies (packed, scales, offsets or None, perm or None) on GPU `device`, in `act`'s
@@ -160,8 +172,8 @@ class QuantizedWeight:
         return d
 
 
-_CHECKED_FIELDS = frozenset(("qtype", "group_size", "n", "k", "packed", "scales", "scale_dtype", "offsets",
-                             "global_scale", "perm", "out_features", "in_features", "layout"))
+QuantizedWeight._CHECKED = frozenset(("qtype", "group_size", "n", "k", "packed", "scales", "scale_dtype", "offsets",
+                                     "global_scale", "perm", "out_features", "in_features", "layout"))
 
 
 def _is_int(v) -> bool:
