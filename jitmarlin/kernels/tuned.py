@@ -213,15 +213,20 @@ def _autotune(profile, arch, p, cache, device, tuner):
 def lookup(cache: KernelCache, gpu: str, arch: str, p: Problem) -> TunedChoice | None:
     """The current tuned choice for `p`'s bucket on GPU `gpu` / `arch`, or None (absent, or a bad
     record: warned and ignored)."""
-    key = tune_key(gpu, arch, p)
+    return read_record(cache, tune_key(gpu, arch, p), TUNED_KIND, TunedChoice)
+
+
+def read_record(cache: KernelCache, key: str, kind: RecordKind, cls):
+    """The stored record under `key` parsed as `cls`, or None (absent, or failing `kind`'s check:
+    warned and ignored)."""
     d = cache.get_record(key)
     if d is None:
         return None
-    why = record_problem(key, d)
+    why = kind.check(key, d)
     if why:
-        log.warning("jitmarlin: tuned choice %s is bad (%s); ignoring it", key, why)
+        log.warning("jitmarlin: %s %s is bad (%s); ignoring it", kind.label, key, why)
         return None
-    return TunedChoice.from_dict(d)
+    return cls.from_dict(d)
 
 
 def choose_for(profile: DeviceProfile, arch: str, p: Problem, cache: KernelCache, *,

@@ -19,7 +19,7 @@ from jitmarlin.jit.records import RecordKind, register_record_kind
 from jitmarlin.kernels.moe.plan import MoEPlan, MoEProblem, plan_moe
 from jitmarlin.kernels.moe.spec import MoESpec
 from jitmarlin.kernels.spec import spec_from_canonical
-from jitmarlin.kernels.tuned import record_fields, shape_bucket, templates_tag
+from jitmarlin.kernels.tuned import read_record, record_fields, shape_bucket, templates_tag
 
 log = logging.getLogger("jitmarlin")
 
@@ -122,15 +122,8 @@ KIND = register_record_kind(RecordKind(prefix=PREFIX, label="tuned MoE choice", 
 
 
 def lookup(cache: KernelCache, gpu: str, arch: str, p: MoEProblem) -> MoETunedChoice | None:
-    key = moe_key(gpu, arch, bucket(p))
-    d = cache.get_record(key)
-    if d is None:
-        return None
-    why = record_problem(key, d)
-    if why:
-        log.warning("jitmarlin: tuned MoE choice %s is bad (%s); ignoring it", key, why)
-        return None
-    return MoETunedChoice.from_dict(d)
+    """The current tuned choice for `p`'s token bucket, or None (absent, or bad: warned and ignored)."""
+    return read_record(cache, moe_key(gpu, arch, bucket(p)), KIND, MoETunedChoice)
 
 
 def plan_for(profile: DeviceProfile, arch: str, p: MoEProblem, cache: KernelCache) -> MoEPlan:
