@@ -37,17 +37,15 @@ MODELS = {name: model_shape(name) for name in QUANT}
 TOKENS = (1, 4, 16, 64, 256, 1024, 4096)
 
 
-def _random_moe(rng, e, n, k, qtype, group, gated, bits):
-    """Random codes and power-of-two scales (valid for every quant type's scale format)."""
-    from jitmarlin.weights.moe import MoEWeight
+def _model_weights(model: str):
+    """(rng seeded 0, code bits, w13, w2): random MoE weights of `model`'s expert shapes."""
+    from jitmarlin.service.tune_moe import random_moe
+    from jitmarlin.weights.qtypes import get_qtype
 
-    packed = rng.integers(-(2**31), 2**31 - 1, (e, k // 16, n * bits // 2), dtype=np.int64).astype(np.int32)
-    scales = (rng.integers(0, 3, (e, k // group, n)) + 0x1C00).astype(np.uint16)   # 2^-8 .. 2^-6 in fp16
-    offsets = None
-    if qtype in ("uint4", "uint8"):
-        offsets = np.full((e, k // group, n), 0x9C00, np.uint16)                  # -2^-8
-    return MoEWeight(qtype, group, e, n, k, packed, scales, offsets=offsets, gated=gated, out_features=n,
-                     in_features=k)
+    e, _, hidden, inter, qtype, group, _ = MODELS[model]
+    rng = np.random.default_rng(0)
+    return (rng, get_qtype(qtype).bits, random_moe(rng, e, 2 * inter, hidden, qtype, group, gated=True),
+            random_moe(rng, e, hidden, inter, qtype, group))
 
 
 def routing(rng, t, k, e, skew=False):
@@ -173,10 +171,7 @@ def main_moe(args):
     t_start = time.monotonic()
     for model in models:
         e, k, hidden, inter, qtype, group, activation = MODELS[model]
-        rng = np.random.default_rng(0)
-        bits = 8 if qtype in ("uint8b128", "uint8", "float8_e4m3fn") else 4
-        w13 = _random_moe(rng, e, 2 * inter, hidden, qtype, group, True, bits)
-        w2 = _random_moe(rng, e, hidden, inter, qtype, group, False, bits)
+        rng, bits, w13, w2 = _model_weights(model)
         for act in acts:
             tdt = torch.float16 if act == "float16" else torch.bfloat16
             for t in ts:
@@ -258,10 +253,7 @@ def sweep_moe(args):
     t_start = time.monotonic()
     for model in models:
         e, k, hidden, inter, qtype, group, activation = MODELS[model]
-        rng = np.random.default_rng(0)
-        bits = 8 if qtype in ("uint8b128", "uint8", "float8_e4m3fn") else 4
-        w13 = _random_moe(rng, e, 2 * inter, hidden, qtype, group, True, bits)
-        w2 = _random_moe(rng, e, hidden, inter, qtype, group, False, bits)
+        rng, bits, w13, w2 = _model_weights(model)
         for t in ts:
             if args.deadline_s and time.monotonic() - t_start > args.deadline_s:
                 break

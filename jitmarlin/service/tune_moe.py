@@ -86,6 +86,29 @@ def store(cache: KernelCache, choice: MoETunedChoice) -> bool:
     return cache.put_record(key, choice.to_dict())
 
 
+def random_moe(rng, experts: int, out_features: int, in_features: int, qtype: str, group: int, *,
+               gated: bool = False):
+    """A host MoEWeight of random codes (fp8 without its NaN codes) and random power-of-two scales
+    (2^-8 .. 2^-6, valid in every scale format; offsets -2^-8 for zero-point types): for timing
+    only (the tuner, tools/bench --moe)."""
+    from jitmarlin.weights.moe import MoEWeight
+    from jitmarlin.weights.qtypes import get_qtype, kernel_dims
+
+    n, k = kernel_dims(out_features, in_features, group)
+    qt = get_qtype(qtype)
+    packed = rng.integers(0, 2**31 - 1, (experts, k // 16, n * qt.bits // 2), dtype=np.int64).astype(np.int32)
+    if qtype == "float8_e4m3fn":
+        packed &= 0x3F3F3F3F
+    if group == -1:
+        shape = (experts, 1, n) if qt.zero_points else (experts, n)
+    else:
+        shape = (experts, k // group, n)
+    scales = (rng.integers(0, 3, shape) + 0x1C00).astype(np.uint16)
+    offsets = np.full(shape, 0x9C00, np.uint16) if qt.zero_points else None
+    return MoEWeight(qtype, group, experts, n, k, packed, scales, offsets=offsets, gated=gated,
+                     out_features=out_features, in_features=in_features)
+
+
 class GpuMoeMeasure:
     """plan -> GPU µs of the whole MoE block on GPU `device` (CUDA-graph replay; needs torch)."""
 
@@ -95,28 +118,11 @@ class GpuMoeMeasure:
 
         from jitmarlin.jit.profiles import live_profile
         from jitmarlin.service.bench import Timer
-        from jitmarlin.weights.moe import MoEWeight
-
         rng = np.random.default_rng(seed)
 
-        def weight(n, k, gated, qtype, group):   # random codes, one power-of-two scale: only timing matters
-            bits = 8 if qtype in ("uint8b128", "uint8", "float8_e4m3fn") else 4
-            affine = qtype in ("uint4", "uint8")
-            packed = rng.integers(0, 2**31 - 1, (p.experts, k // 16, n * bits // 2), dtype=np.int64).astype(np.int32)
-            if qtype == "float8_e4m3fn":
-                packed &= 0x3F3F3F3F   # no NaN codes
-            if group == -1:
-                shape = (p.experts, 1, n) if affine else (p.experts, n)
-            else:
-                shape = (p.experts, k // group, n)
-            return MoEWeight(qtype, group, p.experts, n, k, packed, np.full(shape, 0x2000, np.uint16),
-                             offsets=np.full(shape, 0xA000, np.uint16) if affine else None, gated=gated,
-                             out_features=2 * p.inter if gated else p.hidden,
-                             in_features=p.hidden if gated else p.inter)
-
         self.p, self.device = p, device
-        self.w13 = weight(p.n13, p.k13, True, p.qtype, p.group_size)
-        self.w2 = weight(p.n2, p.k2, False, p.down_qtype, p.down_group)
+        self.w13 = random_moe(rng, p.experts, 2 * p.inter, p.hidden, p.qtype, p.group_size, gated=True)
+        self.w2 = random_moe(rng, p.experts, p.hidden, p.inter, p.down_qtype, p.down_group)
         ids = np.argsort(rng.random((p.tokens, p.experts)), axis=1)[:, :p.topk].astype(np.int32)
         per = sum(a[0].nbytes for w in (self.w13, self.w2) for a in (w.packed, w.scales))
         self.copies = max(1, min(16, math.ceil(4 * live_profile(device).l2_bytes / (len(np.unique(ids)) * per))))
