@@ -6,7 +6,9 @@
 # .jmcache is copied there first). A cold cache is filled by tools/prewarm_suite.py first.
 set -u
 export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/jm-out}; mkdir -p "$OUT"
+# the lent machine returns at most 8 files: logs are written to $OUT/logs and packed into one
+# archive at the end ($OUT keeps logs.tgz and margins.json)
+FINAL=${OUT:-/tmp/jm-out}; OUT=$FINAL/logs; mkdir -p "$OUT"
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     || { echo "wheel install failed"; exit 2; }
@@ -18,6 +20,16 @@ if [ -d .jmcache ] && [ ! -d /tmp/jmcache ]; then cp -r .jmcache /tmp/jmcache; f
 # a carried cache as one archive (smaller than the folder): .carry/jmcache.tar.xz holds jmcache/
 if [ -f .carry/jmcache.tar.xz ] && [ ! -d /tmp/jmcache ]; then tar -C /tmp -xJf .carry/jmcache.tar.xz; fi
 mkdir -p /tmp/jmcache && chmod 700 /tmp/jmcache
+# further carried bundles (`jitmarlin cache export`, xz-compressed): .carry/<name>.tar.xz is merged into
+# /tmp/jmcache, and .carry/base-*.tar.xz (kernels of the base tree, for BENCH_AB) into /tmp/jmcache-base
+for b in .carry/*.tar.xz; do
+  case $b in
+    .carry/jmcache.tar.xz) ;;
+    .carry/base-*) mkdir -p -m 700 /tmp/jmcache-base; xz -dc "$b" > /tmp/b.tar
+      (cd /tmp && PYTHONPATH="$OLDPWD/.base:/tmp/site" python3 -m jitmarlin cache --cache-dir /tmp/jmcache-base import /tmp/b.tar | tail -1) ;;
+    *) xz -dc "$b" > /tmp/b.tar; python3 -m jitmarlin cache --cache-dir /tmp/jmcache import /tmp/b.tar | tail -1 ;;
+  esac
+done
 export JITMARLIN_CACHE_DIR=/tmp/jmcache JITMARLIN_TEST_CACHE_DIR=/tmp/jmcache
 nvidia-smi --query-gpu=name,driver_version,temperature.gpu --format=csv,noheader
 python3 -c "import torch, cupy, jitmarlin; from jitmarlin.jit import nvrtc; print('torch', torch.__version__, 'cupy', cupy.__version__, 'nvrtc', nvrtc.version())"
@@ -31,7 +43,7 @@ run() {   # name, pytest args...
   local name=$1; shift
   # SIGINT at the limit: pytest still prints its summary and the margins
   JITMARLIN_MARGINS_JSON="$OUT/margins-$name.json" timeout -s INT -k 30 ${TEST_TIMEOUT:-420} python3 -m pytest "$@" -m gpu -q \
-    -p no:cacheprovider --maxfail=25 -o addopts="" -rfE > "$OUT/pytest-$name.log" 2>&1
+    -p no:cacheprovider --maxfail=25 -o addopts="" -rfE --durations=12 > "$OUT/pytest-$name.log" 2>&1
 }
 t0=$(date +%s)
 for g in ${TEST_GROUPS:-api1 api2 api3 gemv tune wgmma route moe}; do   # route also runs test_shard.py
@@ -43,7 +55,7 @@ for g in ${TEST_GROUPS:-api1 api2 api3 gemv tune wgmma route moe}; do   # route 
     tune) run tune tests/test_tune.py tests/test_torch.py & ;;
     wgmma) run wgmma tests/test_wgmma.py & ;;
     route) run route tests/test_dequant_route.py tests/test_shard.py & ;;
-    moe) run moe tests/test_moe_gpu.py tests/test_hf_load.py & ;;
+    moe) run moe tests/test_moe_gpu.py tests/test_hf_load.py tests/test_hf_gguf.py tests/test_tune_moe.py & ;;
   esac
 done
 # emulated GPUs in parallel with the native groups (the GPU is rarely the bottleneck of a test run)
@@ -78,7 +90,7 @@ if [ "${BENCH_AB:-0}" = 1 ]; then
       (root=$PWD; export PYTHONPATH="$root/$tree:/tmp/site" JITMARLIN_CACHE_DIR=$c
        mkdir -p -m 700 $c; cd /tmp
        timeout ${BENCH_TIMEOUT:-200} python3 "$root/$tree/tools/bench" --peers cublas --m ${BENCH_M:-1,16,64,1024} \
-         --act float16 --repeats 3 --json "$OUT/bench-$tag-$pass.json" > "$OUT/bench-$tag-$pass.log" 2>&1
+         --act float16 --data full --repeats 3 --json "$OUT/bench-$tag-$pass.json" > "$OUT/bench-$tag-$pass.log" 2>&1
        echo "bench $tag pass $pass rc=$?")
     done
   done
@@ -119,3 +131,5 @@ for (fam, act), w in sorted(worst.items()):
 json.dump([{"family": f, "act": a, **w} for (f, a), w in sorted(worst.items())],
           open(sys.argv[1] + "/margins.json", "w"), indent=1)
 EOF
+cp "$OUT/margins.json" "$FINAL/" 2>/dev/null
+tar -C "$OUT" -czf "$FINAL/logs.tgz" . && rm -rf "$OUT"
