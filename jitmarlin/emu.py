@@ -117,7 +117,7 @@ def build(spec: AnySpec) -> ctypes.CDLL:
         lib.jm_emu_moe.argtypes = [
             ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_longlong),
             ctypes.POINTER(ctypes.c_int), ctypes.c_uint, ctypes.c_char_p, ctypes.c_int]
-        if spec.gated:   # the split up stage's activation kernel
+        if spec.act_kernel:   # the split up stage's activation kernel
             lib.jm_emu_moe_act.restype = ctypes.c_int
             lib.jm_emu_moe_act.argtypes = [
                 ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_longlong),

@@ -12,7 +12,7 @@ import pytest
 from jitmarlin import emu
 from jitmarlin.errors import InputError
 from jitmarlin.jit.profiles import get_profile
-from jitmarlin.kernels.moe import MoEProblem, MoESpec, plan_moe
+from jitmarlin.kernels.moe import MoEGemvSpec, MoEProblem, MoERouteSpec, MoESpec, plan_moe
 from jitmarlin.kernels.moe.plan import max_blocks
 from jitmarlin.kernels.render import render
 from jitmarlin.kernels.spec import spec_from_canonical
@@ -43,9 +43,11 @@ def _routing(rng, t, k, e):
 
 
 def _run_and_check(rng, seed, profile, w13, w2, t, ids, tw, act, *, activation="silu", expert_map=None,
-                   on_input=False, what="", record=True):
+                   on_input=False, what="", record=True, tm=None):
+    """tm: force the mma.sync kernels with tm m16 blocks a tile (the planner takes the GEMV kind
+    for decode on sm_80+)."""
     k = ids.shape[1]
-    plan = plan_moe(get_profile(profile), _problem(w13, w2, t, k, act, activation))
+    plan = plan_moe(get_profile(profile), _problem(w13, w2, t, k, act, activation), tm=tm)
     x = rng.standard_normal((t, w13.in_features))
     out = emu.run_moe(plan, x, w13, w2, tw, ids, expert_map=expert_map, apply_router_weight_on_input=on_input,
                       seed=seed)
@@ -79,11 +81,61 @@ CASES = [  # profile, qtype, group, act
 @pytest.mark.parametrize("profile,qtype,group,act", CASES)
 def test_moe_types_and_paths(rng, seed, profile, qtype, group, act):
     """Every quant type and code path; hidden 136 and I 72 leave both weights with padded
-    columns and rows (N, K not multiples of the tiles)."""
+    columns and rows (N, K not multiples of the tiles). 14 pairs on 4 experts: the GEMV kind on
+    sm_80+ (the planner's decode choice), the mma.sync kernels on sm_70 / sm_75."""
     e, t, k = 4, 7, 2
     w13, w2 = _weights(rng, e, 136, 72, qtype, group)
     ids, tw = _routing(rng, t, k, e)
-    _run_and_check(rng, seed, profile, w13, w2, t, ids, tw, act)
+    plan = _run_and_check(rng, seed, profile, w13, w2, t, ids, tw, act)
+    assert isinstance(plan.up, MoEGemvSpec) == (get_profile(profile).path == "sm80")
+
+
+MMA_CASES = [("uint4b8", 128, "float16"), ("uint4", 64, "bfloat16"), ("float8_e4m3fn", -1, "bfloat16"),
+             ("nvfp4", 16, "float16"), ("uint8b128", 32, "float16")]
+
+
+@pytest.mark.parametrize("qtype,group,act", MMA_CASES)
+def test_moe_mma_kernels_at_decode(rng, seed, qtype, group, act):
+    """The sm80 mma.sync grouped kernels on the same decode shapes (forced: tm=1)."""
+    e, t, k = 4, 7, 2
+    w13, w2 = _weights(rng, e, 136, 72, qtype, group)
+    ids, tw = _routing(rng, t, k, e)
+    plan = _run_and_check(rng, seed, "h100", w13, w2, t, ids, tw, act, tm=1)
+    assert isinstance(plan.up, MoESpec) and plan.block_m == 16
+
+
+GEMV_TILES = [  # up (warps, kwarps, unroll), down (...), qtype, group: column tails, K splits of 1..16 warps
+    ((16, 4, 4), (16, 16, 2), "uint4b8", 128),
+    ((8, 1, 2), (4, 2, 1), "uint4", -1),
+    ((8, 8, 4), (16, 2, 4), "float8_e4m3fn", -1),
+    ((4, 1, 1), (8, 4, 2), "mxfp4", 32),
+    ((16, 8, 2), (8, 2, 4), "uint8b128", 64),
+    ((8, 2, 4), (16, 4, 1), "nvfp4", 16),
+]
+
+
+@pytest.mark.parametrize("up_t,down_t,qtype,group", GEMV_TILES)
+def test_moe_gemv_tiles(rng, seed, up_t, down_t, qtype, group):
+    """MoEGemvSpec tiles other than the planner's: several column blocks a block with a partial
+    last group (N = 320 and 192: 5 and 3 column blocks), K runs of 1..16 warps, batches of 1, 2,
+    4 k16 rows, scale on the sums and on the weights; skewed routing (expert 1 gets > 8 rows:
+    several row blocks)."""
+    e, t, k = 4, 9, 2
+    w13, w2 = _weights(rng, e, 192, 160, qtype, group, bias=True)
+    ids, tw = _routing(rng, t, k, e)
+    ids[:6, 0] = 1
+    ids[:6, 1] = np.where(ids[:6, 1] == 1, 2, ids[:6, 1])
+    prof = get_profile("h100")
+    problem = _problem(w13, w2, t, k, "bfloat16")
+    up = MoEGemvSpec("sm80", qtype, "bfloat16", plan_moe(prof, problem).up.group_blocks, *up_t, "up", "silu")
+    down = MoEGemvSpec("sm80", qtype, "bfloat16", up.group_blocks, *down_t, "down", "")
+    plan = plan_moe(prof, problem, up=up, down=down)
+    assert (plan.up, plan.down, plan.block_m) == (up, down, 8)
+    x = rng.standard_normal((t, 192))
+    out = emu.run_moe(plan, x, w13, w2, tw, ids, seed=seed)
+    xr = halves.from_bits(halves.to_bits(x, "bfloat16"), "bfloat16")
+    check_output(out, moe_reference(xr, w13, w2, tw, ids, act="bfloat16"), "bfloat16",
+                 what=f"{up.name} + {down.name}", seed=seed, family="moe", atol_u=ATOL_U_MOE)
 
 
 @pytest.mark.parametrize("activation", ["silu", "gelu", "swigluoai"])
@@ -180,16 +232,22 @@ def test_moe_combine_sums_in_slot_order(rng, seed):
     np.testing.assert_array_equal(out, want)
 
 
-def test_checker_catches_wrong_moe_expert(rng, seed, monkeypatch):
-    """A planted bug (every block reads expert 0's weights) fails the check."""
+@pytest.mark.parametrize("kind,old,new", [
+    ("mma", "const int4* Be = B + (size_t)e *", "const int4* Be = B + (size_t)0 *"),
+    ("gemv", "const int4* bp = B + ((size_t)e * rows", "const int4* bp = B + ((size_t)0 * rows"),
+    ("gemv", "*reinterpret_cast<uint2*>(C + (((size_t)p * n_out + col) >> 1)) =",   # one row of 8 unwritten
+     "if (row != 0) *reinterpret_cast<uint2*>(C + (((size_t)p * n_out + col) >> 1)) =")])
+def test_checker_catches_wrong_moe_expert(rng, seed, monkeypatch, kind, old, new):
+    """Planted bugs fail the check: every block reads expert 0's weights (both kinds); the GEMV
+    down stage leaves one routed row of each block unwritten (poisoned)."""
     real = emu.render
-    old = "const int4* Be = B + (size_t)e *"
+    cls = MoESpec if kind == "mma" else MoEGemvSpec
 
     def planted(spec, target="cuda"):
         src = real(spec, target)
-        if isinstance(spec, MoESpec):
+        if isinstance(spec, cls) and (spec.stage == "down" or "(size_t)e" in old):
             assert old in src
-            src = src.replace(old, "const int4* Be = B + (size_t)0 *")
+            src = src.replace(old, new)
         return src
 
     monkeypatch.setattr(emu, "render", planted)
@@ -197,7 +255,8 @@ def test_checker_catches_wrong_moe_expert(rng, seed, monkeypatch):
     w13, w2 = _weights(rng, e, 128, 64, "uint4b8", 64)
     ids, tw = _routing(rng, t, k, e)
     with pytest.raises(AssertionError):
-        _run_and_check(rng, seed, "h100", w13, w2, t, ids, tw, "float16", record=False)
+        _run_and_check(rng, seed, "h100", w13, w2, t, ids, tw, "float16", record=False,
+                       tm=1 if kind == "mma" else None)
 
 
 # ---- plans, specs, sources (no emulator runs) ---------------------------------------------------
@@ -211,14 +270,15 @@ def test_moe_specs_round_trip_and_render():
             assert spec_from_canonical(spec.canonical()) == spec
             src = render(spec)
             assert spec.name in src
-            assert spec.smem_bytes() <= get_profile(profile).smem_per_block if isinstance(spec, MoESpec) else True
+            if not isinstance(spec, MoERouteSpec):
+                assert spec.smem_bytes() <= get_profile(profile).smem_per_block
 
 
 def test_moe_plan_grid_covers_worst_routing():
     """max_blocks bounds the aligned rows of any routing (checked by brute force on small cases)."""
     rng = np.random.default_rng(3)
     for _ in range(200):
-        e, pairs, bm = int(rng.integers(1, 9)), int(rng.integers(1, 80)), int(rng.choice([16, 32, 64]))
+        e, pairs, bm = int(rng.integers(1, 9)), int(rng.integers(1, 80)), int(rng.choice([8, 16, 32, 64]))
         counts = np.bincount(rng.integers(0, e, pairs), minlength=e)
         need = int(sum(-(-c // bm) for c in counts))
         assert need <= max_blocks(pairs, e, bm)
@@ -241,7 +301,7 @@ def test_moe_down_k_splits(rng, seed, splits, qtype, group):
     e, t, k = 4, 5, 2
     w13, w2 = _weights(rng, e, 128, 320, qtype, group, bias=True)
     ids, tw = _routing(rng, t, k, e)
-    plan = replace(plan_moe(get_profile("h100"), _problem(w13, w2, t, k, "float16")), splits=splits)
+    plan = replace(plan_moe(get_profile("h100"), _problem(w13, w2, t, k, "float16"), tm=1), splits=splits)
     assert (w2.k // plan.down.tile_k) % splits or splits == 2
     x = rng.standard_normal((t, 128))
     out = emu.run_moe(plan, x, w13, w2, tw, ids, seed=seed)
@@ -251,11 +311,16 @@ def test_moe_down_k_splits(rng, seed, splits, qtype, group):
 
 
 def test_moe_decode_plans_split_down():
-    """Mixtral decode on an H100: 2 experts x 32 column tiles would leave most SMs idle."""
+    """Mixtral decode on an H100: 2 experts x 32 column tiles would leave most SMs idle. The
+    mma.sync plan splits K; the GEMV plan (the planner's) splits each column block's K over 16
+    warps of one block, one block a column block (128 blocks)."""
     prof = get_profile("h100")
     p = MoEProblem(1, 2, 8, 28672, 4096, 4096, 14336, 14336, 4096, "float16", "uint4b8", 128)
-    plan = plan_moe(prof, p)
+    plan = plan_moe(prof, p, tm=1)
     assert plan.splits > 1 and plan.grid_down >= prof.sms
+    gemv = plan_moe(prof, p)
+    assert isinstance(gemv.down, MoEGemvSpec) and gemv.down.kwarps == 16 and gemv.splits == 1
+    assert 2 * 4096 // gemv.down.tile_n >= 0.9 * prof.sms
     big = plan_moe(prof, MoEProblem(4096, 2, 8, 28672, 4096, 4096, 14336, 14336, 4096, "float16", "uint4b8", 128))
     assert big.splits == 1
 
@@ -287,11 +352,18 @@ def test_moe_plan_overrides_refused():
     w13, w2 = _weights(np.random.default_rng(1), 2, 128, 64, "uint4b8", 64)
     prof = get_profile("h100")
     problem = _problem(w13, w2, 3, 2, "float16")
-    base = plan_moe(prof, problem)
+    base = plan_moe(prof, problem, tm=1)
     with pytest.raises(InputError, match="not a down kernel"):
         plan_moe(prof, problem, down=base.up)
     with pytest.raises(InputError, match="splits"):
-        plan_moe(prof, problem, splits=99)
+        plan_moe(prof, problem, splits=99, tm=1)
+    gemv = plan_moe(prof, problem)
+    with pytest.raises(InputError, match="not a down kernel"):
+        plan_moe(prof, problem, up=gemv.up, down=gemv.up)
+    with pytest.raises(InputError, match="both stages"):
+        plan_moe(prof, problem, up=gemv.up, down=base.down)
+    with pytest.raises(InputError, match="GEMV plan"):
+        plan_moe(prof, problem, splits=2)
     t4 = plan_moe(get_profile("t4"), problem)
     with pytest.raises(InputError, match="splits"):
         plan_moe(get_profile("t4"), problem, down=t4.down, splits=2)
@@ -327,7 +399,7 @@ def test_moe_up_k_splits(rng, seed, up_splits, activation, qtype, group):
     e, t, k = 4, 5, 2
     w13, w2 = _weights(rng, e, 384, 128, qtype, group, bias=True)
     ids, tw = _routing(rng, t, k, e)
-    base = plan_moe(get_profile("h100"), _problem(w13, w2, t, k, "float16", activation))
+    base = plan_moe(get_profile("h100"), _problem(w13, w2, t, k, "float16", activation), tm=1)
     plan = replace(base, up_splits=up_splits, splits=2)
     assert plan.grid_up == up_splits * base.grid_up
     x = rng.standard_normal((t, 384))
@@ -336,4 +408,4 @@ def test_moe_up_k_splits(rng, seed, up_splits, activation, qtype, group):
     ref = moe_reference(xr, w13, w2, tw, ids, activation=activation, act="float16")
     check_output(out, ref, "float16", what=f"moe up_splits={up_splits}", seed=seed, family="moe", atol_u=ATOL_U_MOE)
     with pytest.raises(InputError, match="up_splits"):
-        plan_moe(get_profile("h100"), _problem(w13, w2, t, k, "float16", activation), up_splits=99)
+        plan_moe(get_profile("h100"), _problem(w13, w2, t, k, "float16", activation), up_splits=99, tm=1)

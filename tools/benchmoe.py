@@ -235,7 +235,7 @@ def sweep_moe(args):
 
     from jitmarlin.jit.profiles import live_profile
     from jitmarlin.kernels.moe import MoEProblem, plan_moe
-    from jitmarlin.kernels.moe.plan import moe_candidates
+    from jitmarlin.kernels.moe.plan import stage_candidates
     from jitmarlin.ops import moe as moe_ops
     from jitmarlin.service.bench import Timer, copy_bandwidth
 
@@ -272,12 +272,18 @@ def sweep_moe(args):
             row = {"model": model, "T": t, "act": act, "floor_us": round(floor, 2),
                    "default": {"up": base.up.name, "down": base.down.name, "splits": base.splits,
                                "us": round(time_plan(base), 2)}, "best": {}}
-            trials = [("up", s, {"up": s}) for s in moe_candidates(prof, problem, "up", base.up.tm)]
-            trials += [("down", s, {"down": s}) for s in moe_candidates(prof, problem, "down", base.down.tm)]
-            trials += [("splits", n, {"splits": n}) for n in (1, 2, 3, 4, 6, 8, 12, 16)
-                       if n <= problem.k2 // base.down.tile_k and (n == 1 or base.down.path == "sm80")]
-            trials += [("up_splits", n, {"up_splits": n}) for n in (2, 3, 4, 5, 7, 8)
-                       if n <= problem.k13 // base.up.tile_k and base.up.path == "sm80"]
+            trials = [("up", s, {"up": s, "down": base.down}) for s in stage_candidates(prof, problem, base, "up")]
+            trials += [("down", s, {"down": s, "up": base.up}) for s in stage_candidates(prof, problem, base, "down")]
+            if not base.gemv:
+                trials += [("splits", n, {"splits": n}) for n in (1, 2, 3, 4, 6, 8, 12, 16)
+                           if n <= problem.k2 // base.down.tile_k and (n == 1 or base.down.path == "sm80")]
+                trials += [("up_splits", n, {"up_splits": n}) for n in (2, 3, 4, 5, 7, 8)
+                           if n <= problem.k13 // base.up.tile_k and base.up.path == "sm80"]
+            try:   # the other kind's plan (GEMV against mma.sync at decode)
+                trials.append(("kind", "gemv" if not base.gemv else "mma", {"gemv": not base.gemv}))
+                plan_moe(prof, problem, gemv=not base.gemv)
+            except Exception:
+                trials.pop()
             for what, choice, kw in trials:
                 try:
                     us = time_plan(plan_moe(prof, problem, **kw))

@@ -128,7 +128,7 @@ def moe_sweep_specs(prof):
     import benchmoe
 
     from jitmarlin.kernels.moe import MoEProblem, plan_moe
-    from jitmarlin.kernels.moe.plan import moe_candidates
+    from jitmarlin.kernels.moe.plan import stage_candidates
     from jitmarlin.weights.qtypes import kernel_dims
 
     for e, k, hidden, inter, qt, g, activation in benchmoe.MODELS.values():
@@ -141,8 +141,13 @@ def moe_sweep_specs(prof):
             except JitMarlinError:
                 continue
             yield plan.route
-            yield from moe_candidates(prof, p, "up", plan.up.tm)
-            yield from moe_candidates(prof, p, "down", plan.down.tm)
+            yield from stage_candidates(prof, p, plan, "up")
+            yield from stage_candidates(prof, p, plan, "down")
+            try:   # the other kind's plan (the sweep times it too)
+                other = plan_moe(prof, p, gemv=not plan.gemv)
+                yield from (other.route, other.up, other.down)
+            except JitMarlinError:
+                pass
 
 
 def _compile(job):

@@ -20,7 +20,7 @@ from jitmarlin._version import __version__
 from jitmarlin.jit.cache import KernelCache
 from jitmarlin.jit.profiles import DeviceProfile
 from jitmarlin.kernels.moe import MoEPlan, MoEProblem, plan_moe
-from jitmarlin.kernels.moe.plan import moe_candidates
+from jitmarlin.kernels.moe.plan import stage_candidates
 from jitmarlin.kernels.moe.tuned import MoETunedChoice, bucket, moe_key
 from jitmarlin.kernels.tuned import templates_tag
 
@@ -46,14 +46,42 @@ def tune_moe(profile: DeviceProfile, arch: str, p: MoEProblem, measure: Callable
     tried, failed = 1, 0
     best = {"up": (default_us, base.up), "down": (default_us, base.down), "splits": (default_us, base.splits),
             "up_splits": (default_us, base.up_splits)}
-    trials = [("up", s) for s in moe_candidates(profile, bp, "up", base.up.tm) if s != base.up]
-    trials += [("down", s) for s in moe_candidates(profile, bp, "down", base.down.tm) if s != base.down]
-    trials += [("splits", n) for n in SPLITS if n != base.splits and n <= bp.k2 // base.down.tile_k
-               and (n == 1 or base.down.path == "sm80")]
-    trials += [("up_splits", n) for n in SPLITS if n != base.up_splits and n <= bp.k13 // base.up.tile_k
-               and (n == 1 or base.up.path == "sm80")]
+    # The other kind first (decode on sm_80+: GEMV against mma.sync); the stages' candidates are
+    # then of the faster kind (ref).
+    ref = base
+    try:
+        other = plan_moe(profile, bp, gemv=not base.gemv)
+    except Exception:   # no plan of the other kind for this problem or GPU
+        other = None
+    if other is not None:
+        o_us = _try(measure, other)
+        tried += 1
+        failed += not math.isfinite(o_us)
+        if o_us < default_us:
+            ref = other
+            best = {"up": (o_us, other.up), "down": (o_us, other.down), "splits": (o_us, other.splits),
+                    "up_splits": (o_us, other.up_splits)}
+    trials = [("up", s) for s in stage_candidates(profile, bp, ref, "up") if s != ref.up]
+    trials += [("down", s) for s in stage_candidates(profile, bp, ref, "down") if s != ref.down]
+    if not ref.gemv:
+        trials += [("splits", n) for n in SPLITS if n != ref.splits and n <= bp.k2 // ref.down.tile_k
+                   and (n == 1 or ref.down.path == "sm80")]
+        trials += [("up_splits", n) for n in SPLITS if n != ref.up_splits and n <= bp.k13 // ref.up.tile_k
+                   and (n == 1 or ref.up.path == "sm80")]
+    others = {"up": ref.down, "down": ref.up}
     for what, choice in trials:
-        us = _try(measure, plan_moe(profile, bp, **{what: choice}))
+        kw = {what: choice}
+        if what in others:   # the other stage as ref's (its kind)
+            kw["down" if what == "up" else "up"] = others[what]
+        else:
+            kw.update(up=ref.up, down=ref.down)
+        try:
+            plan = plan_moe(profile, bp, **kw)
+        except Exception:   # a candidate this problem cannot take: counted as failed
+            tried += 1
+            failed += 1
+            continue
+        us = _try(measure, plan)
         tried += 1
         failed += not math.isfinite(us)
         if us < best[what][0]:

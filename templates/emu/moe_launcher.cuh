@@ -22,7 +22,7 @@ extern "C" int jm_emu_moe(int grid, int smem_bytes, void* const* bufs, const lon
   };
   return emu::run(rt, grid, {{ spec.threads }}, smem_bytes, seed, err, errlen);
 }
-//% if spec.gated
+//% if spec.act_kernel
 // jm_emu_moe_act: bufs Cp, H; dims num_pairs, N, n_out, splits.
 extern "C" int jm_emu_moe_act(int grid, void* const* bufs, const long long* bytes, const int* dims,
                               unsigned seed, char* err, int errlen) {

@@ -3,6 +3,6 @@ GEMMs, with their specs, plan rules and template glue. Importing it registers th
 kinds and renderers."""
 from jitmarlin.kernels.moe import source, tuned  # noqa: F401  (registrations: renderers, record kind)
 from jitmarlin.kernels.moe.plan import MoEPlan, MoEProblem, plan_moe
-from jitmarlin.kernels.moe.spec import MoERouteSpec, MoESpec
+from jitmarlin.kernels.moe.spec import MoEGemvSpec, MoERouteSpec, MoESpec
 
-__all__ = ["MoEPlan", "MoEProblem", "plan_moe", "MoERouteSpec", "MoESpec"]
+__all__ = ["MoEGemvSpec", "MoEPlan", "MoEProblem", "plan_moe", "MoERouteSpec", "MoESpec"]

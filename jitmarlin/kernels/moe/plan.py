@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from jitmarlin.errors import InputError, UnsupportedError
 from jitmarlin.jit.profiles import DeviceProfile
-from jitmarlin.kernels.moe.spec import ACTIVATIONS, ROUTE_THREADS, MoERouteSpec, MoESpec
+from jitmarlin.kernels.moe.spec import ACTIVATIONS, ROUTE_THREADS, MoEGemvSpec, MoERouteSpec, MoESpec
 from jitmarlin.kernels.plan_base import PATH_MAX_STAGES, check_problem, group_blocks, max_tm
 from jitmarlin.kernels.problem import Problem
 
@@ -60,8 +60,8 @@ class MoEProblem:
 class MoEPlan:
     problem: MoEProblem
     route: MoERouteSpec
-    up: MoESpec
-    down: MoESpec
+    up: MoESpec | MoEGemvSpec
+    down: MoESpec | MoEGemvSpec
     max_blocks: int       # row blocks the alignment can produce in the worst case
     splits: int = 1       # K splits of the down GEMM (fp32 partial sums, added by the combine kernel)
     up_splits: int = 1    # K splits of the w13 GEMM (fp32 partial sums; the activation runs in a kernel of its own)
@@ -69,6 +69,11 @@ class MoEPlan:
     @property
     def block_m(self) -> int:
         return self.route.block_m
+
+    @property
+    def gemv(self) -> bool:
+        """The GEMV kind (MoEGemvSpec stages: no K splits)."""
+        return isinstance(self.up, MoEGemvSpec)
 
     @property
     def sorted_rows(self) -> int:
@@ -137,11 +142,45 @@ def _spec(profile: DeviceProfile, dense: Problem, tm: int, stage: str, activatio
     raise UnsupportedError(f"no MoE tile fits {profile.name} for {dense.qtype} x {dense.act}")
 
 
-def plan_moe(profile: DeviceProfile, p: MoEProblem, *, tm: int | None = None, up: MoESpec | None = None,
-             down: MoESpec | None = None, splits: int | None = None, up_splits: int | None = None) -> MoEPlan:
+# Decode: where an even routing gives each expert at most this many rows, the two grouped GEMMs
+# are the GEMV kind (MoEGemvSpec, rows in blocks of 8) on the sm80 path.
+GEMV_MAX_ROWS = 8
+GEMV_WARPS_PER_SM = 16     # warps streaming weights at once that the GEMV plans aim for
+
+
+def _gemv_spec(profile: DeviceProfile, dense: Problem, stage: str, activation: str,
+               row_blocks: int) -> MoEGemvSpec | None:
+    """The GEMV tile of one grouped GEMM: K split over enough warps that the row blocks of an even
+    routing times the column blocks keep GEMV_WARPS_PER_SM warps an SM streaming (each warp at
+    least two batches), blocks of 16, 8 or 4 warps with as many column blocks as fill the SMs.
+    None where no batch size divides K."""
+    gb = group_blocks(dense)
+    bits = MoEGemvSpec(profile.path, dense.qtype, dense.act, gb, 8, 1, 1, stage, activation).bits
+    rows = dense.k // 16
+    unroll = next((u for u in (4, 2, 1) if rows % u == 0 and u * bits // 4 <= 8
+                   and (gb <= 0 or gb % u == 0 or u % gb == 0)), None)
+    if unroll is None or dense.k % 16:
+        return None
+    n64 = dense.n // 64
+    units = row_blocks * n64
+    kw = 1
+    while kw < 16 and units * kw < GEMV_WARPS_PER_SM * profile.sms and rows // (2 * kw) >= 2 * unroll:
+        kw *= 2
+    warps = 16 if kw >= 4 else 8
+    while warps > max(4, kw) and (n64 % (warps // kw) or row_blocks * (n64 // (warps // kw)) < profile.sms):
+        warps //= 2
+    spec = MoEGemvSpec(profile.path, dense.qtype, dense.act, gb, warps, kw, unroll, stage, activation)
+    spec.check()
+    return spec
+
+
+def plan_moe(profile: DeviceProfile, p: MoEProblem, *, tm: int | None = None,
+             up: MoESpec | MoEGemvSpec | None = None, down: MoESpec | MoEGemvSpec | None = None,
+             splits: int | None = None, up_splits: int | None = None, gemv: bool | None = None) -> MoEPlan:
     """The routing module and the two grouped GEMMs for `p` on `profile` (no GPU needed). `up`,
-    `down` (specs from moe_candidates) and `splits` override the planner's choices (sweeps,
-    autotuning); InputError when one does not fit `p`."""
+    `down` (specs from stage_candidates), `splits` and `up_splits` override the planner's choices
+    (sweeps, autotuning); `tm` or gemv=False asks for the mma.sync kernels, gemv=True for the GEMV
+    ones (decode). InputError when one does not fit `p`."""
     if p.activation not in ACTIVATIONS:
         raise InputError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {p.activation!r}")
     if p.tokens < 1 or p.topk < 1:
@@ -155,6 +194,9 @@ def plan_moe(profile: DeviceProfile, p: MoEProblem, *, tm: int | None = None, up
     d13, d2 = p.dense("up"), p.dense("down")
     check_problem(profile, d13)
     check_problem(profile, d2)
+    gplan = _gemv_plan(profile, p, d13, d2, up, down, tm, splits, up_splits, gemv)
+    if gplan is not None:
+        return gplan
     tm = (up or down).tm if (up or down) else tm or _tm_for(profile, p, d13)
     rows = max(min(p.experts, p.pairs), -(-p.pairs // (16 * tm)))   # row blocks of an even routing
     if up is None:
@@ -181,6 +223,54 @@ def plan_moe(profile: DeviceProfile, p: MoEProblem, *, tm: int | None = None, up
         raise InputError(f"up_splits must be 1..{p.k13 // up.tile_k} (K tiles of the w13 GEMM; > 1 on the sm80 "
                          f"path only), got {up_splits!r}")
     return MoEPlan(p, route, up, down, max_blocks(p.pairs, p.experts, 16 * tm), splits, up_splits)
+
+
+def _gemv_plan(profile: DeviceProfile, p: MoEProblem, d13: Problem, d2: Problem, up, down, tm, splits,
+               up_splits, gemv) -> MoEPlan | None:
+    """The GEMV plan of `p`, or None for the mma.sync one. GEMV: where an override is a
+    MoEGemvSpec (the other stage, if not given, the planner's GEMV tile), where `gemv` is True, or,
+    with neither and no `tm`, where an even routing gives each expert at most GEMV_MAX_ROWS rows on
+    the sm80 path."""
+    kinds = {isinstance(s, MoEGemvSpec) for s in (up, down) if s is not None}
+    if len(kinds) > 1:
+        raise InputError("a GEMV plan takes MoEGemvSpec tiles for both stages (its row blocks are 8 rows)")
+    want = kinds == {True} or gemv is True
+    if kinds == {False} or tm is not None or gemv is False:
+        if want:
+            raise InputError("tm, mma.sync tiles or gemv=False ask for the mma.sync plan; MoEGemvSpec tiles "
+                             "or gemv=True for the GEMV plan")
+        return None
+    rows = -(-p.pairs // max(1, min(p.experts, p.pairs)))
+    if not want and (profile.path != "sm80" or rows > GEMV_MAX_ROWS):
+        return None
+    if profile.path != "sm80":
+        raise InputError(f"GEMV MoE plans run on the sm80 path (sm_80+), not {profile.name}'s {profile.path}")
+    row_blocks = max(min(p.experts, p.pairs), -(-p.pairs // 8))
+    up = up or _gemv_spec(profile, d13, "up", p.activation, row_blocks)
+    down = down or _gemv_spec(profile, d2, "down", "", row_blocks)
+    if up is None or down is None:
+        if want:
+            raise InputError(f"no GEMV batch size divides K ({p.k13}, {p.k2}) for {p.qtype}")
+        return None
+    for spec, dense, stage, activation in ((up, d13, "up", p.activation), (down, d2, "down", "")):
+        expect = (profile.path, dense.qtype, dense.act, group_blocks(dense), stage, activation)
+        got = (spec.path, spec.qtype, spec.act, spec.group_blocks, spec.stage, spec.activation)
+        if got != expect:
+            raise InputError(f"{spec.name} is not a {stage} kernel of this problem on {profile.name} "
+                             f"(path, qtype, act, group blocks, stage, activation: {got} != {expect})")
+        try:
+            spec.check()
+        except ValueError as e:
+            raise InputError(f"{spec.name}: {e}") from None
+        if dense.k % spec.tile_k or spec.smem_bytes() > profile.smem_per_block:
+            raise InputError(f"{spec.name} needs whole batches of K and at most {profile.smem_per_block} bytes of "
+                             "shared memory")
+    for what, n in (("splits", splits), ("up_splits", up_splits)):
+        if n not in (None, 1):
+            raise InputError(f"{what} must be 1 in a GEMV plan (a block sums the whole of K), got {n!r}")
+    route = MoERouteSpec(p.act, 8, profile.path)
+    route.check()
+    return MoEPlan(p, route, up, down, max_blocks(p.pairs, p.experts, 8), 1, 1)
 
 
 def _check_override(profile: DeviceProfile, spec: MoESpec, dense: Problem, tm: int, stage: str,
@@ -228,3 +318,31 @@ def down_splits(profile: DeviceProfile, p: MoEProblem, down: MoESpec, block_m: i
     if blocks >= profile.sms or down.path != "sm80":   # (moe.cu.j2: K_SPLITS)
         return 1
     return max(1, min(-(-2 * profile.sms // blocks), k_tiles // 4, 16))
+
+
+def moe_gemv_candidates(profile: DeviceProfile, p: MoEProblem, stage: str, near: MoEGemvSpec) -> list[MoEGemvSpec]:
+    """GEMV tiles of one grouped GEMM of `p` around `near` (the planner's): K split over half, as
+    many or twice as many warps, blocks of 4, 8 or 16 warps, batches of 2 or 4 k16 rows and
+    near's (the sweep's and autotuner's candidates)."""
+    dense = p.dense(stage)
+    out = []
+    for kw in sorted({max(1, near.kwarps // 2), near.kwarps, min(16, 2 * near.kwarps)}):
+        for warps in (4, 8, 16):
+            for unroll in sorted({2, 4, near.unroll}):
+                spec = MoEGemvSpec(profile.path, dense.qtype, p.act, near.group_blocks, warps, kw, unroll, stage,
+                                   near.activation)
+                try:
+                    spec.check()
+                except ValueError:
+                    continue
+                if dense.k % spec.tile_k == 0 and spec.smem_bytes() <= profile.smem_per_block:
+                    out.append(spec)
+    return out
+
+
+def stage_candidates(profile: DeviceProfile, p: MoEProblem, plan: MoEPlan, stage: str) -> list:
+    """The candidates of one stage of the kind of `plan` (GEMV or mma.sync with plan's tm)."""
+    spec = plan.up if stage == "up" else plan.down
+    if isinstance(spec, MoEGemvSpec):
+        return moe_gemv_candidates(profile, p, stage, spec)
+    return moe_candidates(profile, p, stage, spec.tm)

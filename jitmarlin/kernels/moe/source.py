@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from jitmarlin._version import __version__
 from jitmarlin.kernels import render as _render
-from jitmarlin.kernels.moe.spec import MoERouteSpec, MoESpec
+from jitmarlin.kernels.gemv.source import gemv_partials
+from jitmarlin.kernels.moe.spec import MoEGemvSpec, MoERouteSpec, MoESpec
 from jitmarlin.kernels.spec import register_kind
 
 
@@ -12,6 +13,13 @@ def render_moe(spec: MoESpec, target: str) -> str:
     """The grouped GEMM: moe.cu.j2 with the dense kernel's partials for its path and types."""
     return _render.env().get_template("moe.cu.j2").render(
         spec=spec, target=target, version=__version__, partials=_render.partials(spec.dense(), target),
+        act_ptx="bf16" if spec.act == "bfloat16" else "f16", bits=spec.bits, affine=spec.affine)
+
+
+def render_moe_gemv(spec: MoEGemvSpec, target: str) -> str:
+    """The grouped decode GEMM: moe_gemv.cu.j2 with the dense GEMV kernel's partials."""
+    return _render.env().get_template("moe_gemv.cu.j2").render(
+        spec=spec, target=target, version=__version__, partials=gemv_partials(spec, target),
         act_ptx="bf16" if spec.act == "bfloat16" else "f16", bits=spec.bits, affine=spec.affine)
 
 
@@ -25,5 +33,7 @@ def render_route(spec: MoERouteSpec, target: str) -> str:
 
 register_kind(MoESpec, "moe")
 register_kind(MoERouteSpec, "moe_route")
+register_kind(MoEGemvSpec, "moe_gemv")
 _render.register_renderer(MoESpec, render_moe)
 _render.register_renderer(MoERouteSpec, render_route)
+_render.register_renderer(MoEGemvSpec, render_moe_gemv)

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 from jitmarlin.kernels.spec import THREADS, KernelSpec, _Tiles, _WeightFormat
-from jitmarlin.weights.qtypes import ACT_DTYPES
+from jitmarlin.weights.qtypes import ACT_DTYPES, QTYPES
 
 ACTIVATIONS = ("silu", "gelu", "swigluoai")
 STAGES_MOE = ("up", "down")
@@ -53,6 +53,11 @@ class MoESpec(_Tiles, _WeightFormat):
     @property
     def gated(self) -> bool:
         return self.stage == "up"
+
+    @property
+    def act_kernel(self) -> bool:
+        """Whether the source holds the split up stage's activation kernel (<name>_act)."""
+        return self.gated
 
     @property
     def warps_n(self) -> int:
@@ -118,6 +123,128 @@ class MoESpec(_Tiles, _WeightFormat):
 
 
 @dataclass(frozen=True)
+class MoEGemvSpec(_WeightFormat):
+    """One grouped expert GEMM for decode (templates/moe_gemv.cu.j2): the dense GEMV kernel's way
+    of streaming weights (each warp takes a run of one 64-column block's K range straight into
+    registers, the product computed transposed on the tensor cores with the routed rows as the n8
+    operand, the K-warps' sums added in shared memory), over blocks of 8 routed rows of one expert.
+
+    path: 'sm80' only (sm_80+); qtype, act, group_blocks: as KernelSpec's. warps: warps a block;
+    kwarps: those of them that split one column block's K (a block covers warps / kwarps column
+    blocks); unroll: k16 rows a warp loads a batch (two batches in flight). stage, activation: as
+    MoESpec's. No K splits: every block sums the whole of K, so the up stage's activation stays
+    fused and the down stage needs no partial sums.
+    """
+
+    route: ClassVar[str] = "moe"
+
+    path: str
+    qtype: str
+    act: str
+    group_blocks: int
+    warps: int
+    kwarps: int
+    unroll: int
+    stage: str = "up"
+    activation: str = "silu"
+
+    @property
+    def gated(self) -> bool:
+        return self.stage == "up"
+
+    @property
+    def act_kernel(self) -> bool:
+        return False
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+    @property
+    def col_blocks(self) -> int:
+        return self.warps // self.kwarps
+
+    @property
+    def scale_sums(self) -> bool:
+        """The group scale goes on a group's sums (symmetric types, groups of 64 or more along K),
+        as in GemvSpec."""
+        return self.group_blocks >= 4 and not self.affine
+
+    # the tile vocabulary of MoEPlan: 8 routed rows, the block's columns, a batch of K
+    @property
+    def tile_m(self) -> int:
+        return 8
+
+    @property
+    def tile_n(self) -> int:
+        return 64 * self.col_blocks
+
+    @property
+    def tile_k(self) -> int:
+        return 16 * self.unroll
+
+    @property
+    def wgmma(self) -> bool:
+        return False
+
+    @property
+    def occupancy(self) -> int:
+        return 1
+
+    @property
+    def cluster(self) -> int:
+        return 1
+
+    @property
+    def pdl(self) -> bool:
+        return False
+
+    def smem_bytes(self) -> int:
+        """Each warp's sums: 8 rows x 64 fp32 columns, plus 16 bytes of padding."""
+        return 4 * self.warps * (8 * 64 + 4)
+
+    def smem_per_sm(self) -> int:
+        return self.smem_bytes() + 1024
+
+    def check(self) -> None:
+        """Raise ValueError when the fields do not describe a buildable kernel."""
+        if self.path != "sm80":
+            raise ValueError(f"the MoE gemv kernel is built for the sm80 path (sm_80+), not {self.path!r}")
+        if self.qtype not in QTYPES:
+            raise ValueError(f"unknown quant type {self.qtype!r}")
+        if self.act not in ACT_DTYPES:
+            raise ValueError(f"unknown activation dtype {self.act!r}")
+        if self.warps not in (4, 8, 16):
+            raise ValueError(f"warps must be 4, 8 or 16, got {self.warps}")
+        if self.kwarps not in (1, 2, 4, 8, 16) or self.warps % self.kwarps:
+            raise ValueError(f"kwarps={self.kwarps} must be a power of two dividing warps={self.warps}")
+        if self.unroll not in (1, 2, 4, 8) or self.unroll * self.bits // 4 > 8:
+            raise ValueError(f"unroll must be 1, 2, 4 or 8 with at most 8 16-byte loads a batch, got {self.unroll}")
+        if self.group_blocks > 0 and self.unroll % self.group_blocks and self.group_blocks % self.unroll:
+            raise ValueError("group size and batch (unroll) must divide one another")
+        if self.group_blocks < 0 and self.affine:
+            raise ValueError("zero-point types apply per-channel scales in the K loop (group_blocks 0)")
+        if self.stage not in STAGES_MOE:
+            raise ValueError(f"stage must be 'up' or 'down', got {self.stage!r}")
+        if self.stage == "up" and self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}")
+        if self.stage == "down" and self.activation != "":
+            raise ValueError("the down stage fuses no activation (activation='')")
+
+    def canonical(self) -> str:
+        d = asdict(self)
+        d["family"] = "moe_gemv"
+        return json.dumps(d, sort_keys=True, separators=(",", ":"))
+
+    @property
+    def name(self) -> str:
+        """Kernel symbol: jm_moe_gemv_up_silu_sm80_uint4b8_f16_g128_w16k4u4."""
+        what = f"up_{self.activation}" if self.stage == "up" else "down"
+        return (f"jm_moe_gemv_{what}_{self.path}_{self.qtype}_{ACT_DTYPES[self.act]}_{self.group_tag}"
+                f"_w{self.warps}k{self.kwarps}u{self.unroll}")
+
+
+@dataclass(frozen=True)
 class MoERouteSpec:
     """The routing module: the alignment kernel (routed pairs sorted by expert, each expert's
     rows padded to whole blocks of `block_m`) and the combine kernel (each token's k rows summed
@@ -147,8 +274,8 @@ class MoERouteSpec:
     def check(self) -> None:
         if self.act not in ACT_DTYPES:
             raise ValueError(f"unknown activation dtype {self.act!r}")
-        if self.block_m not in (16, 32, 48, 64):
-            raise ValueError(f"block_m must be 16, 32, 48 or 64, got {self.block_m}")
+        if self.block_m not in (8, 16, 32, 48, 64):
+            raise ValueError(f"block_m must be 8 (the gemv stages), 16, 32, 48 or 64, got {self.block_m}")
         if self.path not in ("sm70", "sm75", "sm80"):
             raise ValueError(f"unknown code path {self.path!r}")
         if self.path != "sm80" and self.act == "bfloat16":

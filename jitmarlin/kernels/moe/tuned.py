@@ -17,7 +17,7 @@ from jitmarlin.jit.cache import KernelCache
 from jitmarlin.jit.profiles import DeviceProfile
 from jitmarlin.jit.records import RecordKind, register_record_kind
 from jitmarlin.kernels.moe.plan import MoEPlan, MoEProblem, plan_moe
-from jitmarlin.kernels.moe.spec import MoESpec
+from jitmarlin.kernels.moe.spec import MoEGemvSpec, MoESpec
 from jitmarlin.kernels.spec import spec_from_canonical
 from jitmarlin.kernels.tuned import read_record, record_fields, shape_bucket, templates_tag
 
@@ -83,8 +83,8 @@ class MoETunedChoice:
         return ((self.up, self.down, self.splits, self.up_splits)
                 != (self.default_up, self.default_down, self.default_splits, self.default_up_splits))
 
-    def specs(self) -> tuple[MoESpec, MoESpec]:
-        up, down = spec_from_canonical(self.up, "MoESpec"), spec_from_canonical(self.down, "MoESpec")
+    def specs(self) -> tuple[MoESpec | MoEGemvSpec, MoESpec | MoEGemvSpec]:
+        up, down = _stage_spec(self.up), _stage_spec(self.down)
         return up, down
 
     def to_dict(self) -> dict:
@@ -100,14 +100,22 @@ class MoETunedChoice:
         return cls(**kw)
 
 
+def _stage_spec(text: str) -> MoESpec | MoEGemvSpec:
+    """A stored grouped-GEMM spec (either kind); ValueError for any other text."""
+    spec = spec_from_canonical(text)
+    if not isinstance(spec, (MoESpec, MoEGemvSpec)):
+        raise ValueError(f"not a MoE grouped GEMM spec: {text[:120]!r}")
+    return spec
+
+
 def record_problem(key: str, d) -> str | None:
     """What is wrong with stored record `d` under `key`, or None."""
     try:
         c = MoETunedChoice.from_dict(d)
         c.moe_problem()
         c.specs()
-        spec_from_canonical(c.default_up, "MoESpec")
-        spec_from_canonical(c.default_down, "MoESpec")
+        _stage_spec(c.default_up)
+        _stage_spec(c.default_down)
     except (ValueError, TypeError) as exc:
         return str(exc)
     if min(c.splits, c.default_splits, c.up_splits, c.default_up_splits) < 1:
