@@ -184,21 +184,63 @@ def test_marlin_moe_compile_and_torch_graph(rng, seed):
                      seed=seed, family="moe", atol_u=ATOL_U_MOE)
 
 
+def _run_plan(cp, rng, seed, w13, w2, ids, tw, plan, what):
+    """jitmarlin.moe's runner with a given plan (the tuner's and sweep's way in), fp16, checked."""
+    from jitmarlin.ops import moe as moe_ops
+
+    t, k = ids.shape
+    x = rng.standard_normal((t, w13.in_features))
+    xb = halves.to_bits(x, "float16")
+    xd = cp.asarray(xb).view(cp.float16)
+    out = cp.full((t, w2.out_features), cp.nan, dtype=cp.float16)
+    s = cp.cuda.get_current_stream()
+    r = moe_ops._Runner(w13, w2, 0, "float16", t, k, s.ptr, "silu", False, plan=plan)
+    ids_d, tw_d = cp.asarray(ids), cp.asarray(tw)     # (kept alive until the synchronize)
+    r(xd.data.ptr, ids_d.data.ptr, tw_d.data.ptr, 0, w13.num_experts, out.data.ptr)
+    s.synchronize()
+    got = halves.from_bits(cp.asnumpy(out.view(cp.uint16)), "float16")
+    ref = moe_reference(halves.from_bits(xb, "float16"), w13, w2, tw, ids, act="float16")
+    check_output(got, ref, "float16", what=what, seed=seed, family="moe", atol_u=ATOL_U_MOE)
+
+
+def _sm80_or_skip():
+    from jitmarlin.jit.profiles import planning_profile
+
+    if planning_profile(0).path != "sm80":
+        pytest.skip("K splits and the GEMV kind are built on the sm80 path only")
+    return planning_profile(0)
+
+
 @pytest.mark.parametrize("t", [1, 5])
 def test_moe_gpu_down_k_splits(rng, seed, t):
-    """Decode shapes whose w2 GEMM splits K (few row blocks x column tiles): fp32 partials added by
-    the combine kernel."""
+    """Decode shapes on the mma.sync kernels (forced: the planner takes the GEMV kind), whose w2 GEMM
+    splits K (few row blocks x column tiles): fp32 partials added by the combine kernel."""
     cp = pytest.importorskip("cupy")
-    from jitmarlin.jit.profiles import planning_profile
     from jitmarlin.kernels.moe import MoEProblem, plan_moe
 
+    prof = _sm80_or_skip()
     w13, w2 = _weights("uint4b8", 128, 8, hidden=512, inter=2048, bias=True)
-    plan = plan_moe(planning_profile(0), MoEProblem(t, 2, 8, w13.n, w13.k, w2.n, w2.k, 2048, 512, "float16",
-                                                    "uint4b8", 128))
-    if planning_profile(0).path == "sm80":
-        assert plan.splits > 1
+    plan = plan_moe(prof, MoEProblem(t, 2, 8, w13.n, w13.k, w2.n, w2.k, 2048, 512, "float16", "uint4b8", 128),
+                    tm=1)
+    assert plan.splits > 1 and not plan.gemv
     ids, tw = _routing(rng, t, 2, 8)
-    _check(cp, rng, seed, w13, w2, ids, tw, "float16", what=f"moe K splits {plan.splits} T={t}")
+    _run_plan(cp, rng, seed, w13, w2, ids, tw, plan, f"moe K splits {plan.splits} T={t}")
+
+
+@pytest.mark.parametrize("qtype,group", QTYPES)
+def test_moe_gpu_mma_kernels_at_decode(rng, seed, qtype, group):
+    """The mma.sync grouped kernels on decode shapes (E=32, k=4, T=7), forced, for every type; the
+    planner's GEMV kind runs them in test_moe_gpu."""
+    cp = pytest.importorskip("cupy")
+    from jitmarlin.kernels.moe import MoEProblem, plan_moe
+
+    prof = _sm80_or_skip()
+    w13, w2 = _weights(qtype, group, 32)
+    p = MoEProblem(7, 4, 32, w13.n, w13.k, w2.n, w2.k, 128, 256, "float16", qtype, group)
+    plan, gemv = plan_moe(prof, p, tm=1), plan_moe(prof, p)
+    assert gemv.gemv and not plan.gemv
+    ids, tw = _routing(rng, 7, 4, 32)
+    _run_plan(cp, rng, seed, w13, w2, ids, tw, plan, f"moe mma.sync {qtype} T=7")
 
 
 def test_moe_gpu_w2_of_another_quant_type(rng, seed):
@@ -232,27 +274,12 @@ def test_moe_gpu_up_k_splits(rng, seed):
     cp = pytest.importorskip("cupy")
     from dataclasses import replace
 
-    from jitmarlin.jit.profiles import live_profile, planning_profile
     from jitmarlin.kernels.moe import MoEProblem, plan_moe
-    from jitmarlin.ops import moe as moe_ops
 
-    if planning_profile(0).path != "sm80":
-        pytest.skip("K splits are built on the sm80 path only")
+    prof = _sm80_or_skip()
     w13, w2 = _weights("uint4b8", 128, 8, hidden=1024, inter=256, bias=True)
     t, k = 3, 2
     ids, tw = _routing(rng, t, k, 8)
     p = MoEProblem(t, k, 8, w13.n, w13.k, w2.n, w2.k, 256, 1024, "float16", "uint4b8", 128)
-    plan = replace(plan_moe(planning_profile(0), p), up_splits=4)
-    x = rng.standard_normal((t, 1024))
-    xb = halves.to_bits(x, "float16")
-    xd = cp.asarray(xb).view(cp.float16)
-    out = cp.full((t, 1024), cp.nan, dtype=cp.float16)
-    s = cp.cuda.get_current_stream()
-    r = moe_ops._Runner(w13, w2, 0, "float16", t, k, s.ptr, "silu", False, plan=plan)
-    ids_d, tw_d = cp.asarray(ids), cp.asarray(tw)     # (kept alive until the synchronize)
-    r(xd.data.ptr, ids_d.data.ptr, tw_d.data.ptr, 0, 8, out.data.ptr)
-    s.synchronize()
-    got = halves.from_bits(cp.asnumpy(out.view(cp.uint16)), "float16")
-    ref = moe_reference(halves.from_bits(xb, "float16"), w13, w2, tw, ids, act="float16")
-    assert live_profile(0).arch
-    check_output(got, ref, "float16", what="moe up_splits=4", seed=seed, family="moe", atol_u=ATOL_U_MOE)
+    plan = replace(plan_moe(prof, p, tm=1), up_splits=4)
+    _run_plan(cp, rng, seed, w13, w2, ids, tw, plan, "moe up_splits=4")

@@ -115,12 +115,16 @@ def moe_specs(prof):
             probs.append(problem(t, 2, 8, 4096, 14336, act, "uint4b8", 128))
             probs.append(problem(t, 8, 128, 2048, 768, act, "uint4b8", 128))
             probs.append(problem(t, 4, 32, 2880, 2880, act, "mxfp4", 32, "swigluoai"))
+    probs += [problem(t, 2, 8, 512, 2048, "float16", "uint4b8", 128) for t in (1, 5)]   # forced K splits
     for p in probs:
         try:
             plan = plan_moe(prof, p)
         except JitMarlinError:
             continue
         yield from (plan.route, plan.up, plan.down)
+        if plan.gemv:   # the GPU tests force the mma.sync kind at decode too
+            other = plan_moe(prof, p, gemv=False)
+            yield from (other.route, other.up, other.down)
 
 
 def moe_sweep_specs(prof):
