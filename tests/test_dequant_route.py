@@ -502,6 +502,39 @@ def test_workspace_grows_and_keeps_outgrown_buffers(seed, rng, large_m_from_256)
     assert dequant_gemm._dense[(0, -1)].elems >= ws.elems
 
 
+@pytest.mark.gpu
+def test_workspace_growth_waits_for_the_allocators_writes():
+    """grow() allocates on jitmarlin's private stream. An allocator that writes new memory (this
+    suite's NaN fill, or a user's CuPy allocator) writes it on that stream, and the caller's
+    stream writes the dense weight there next: grow() must not return before those writes are
+    done. (Without the wait, the emulated-t4 run of s53 saw whole NaN columns: the fill landed
+    between the dequantisation kernel and the GEMM.) Deterministic: the allocator here spins for
+    about a tenth of a second before it returns the memory."""
+    cp = _cp()
+    from jitmarlin.jit.launch import private_stream
+
+    spin = cp.RawKernel(r'''extern "C" __global__ void spin(long long cycles) {
+        long long t0 = clock64();
+        while (clock64() - t0 < cycles) {}
+    }''', "spin")
+    pool = cp.get_default_memory_pool()
+
+    def slow(size):
+        mem = pool.malloc(size)
+        spin((1,), (1,), (np.int64(200_000_000),))     # on the current (allocating) stream
+        return mem
+
+    ws = dequant_gemm.DenseWorkspace(0, (9, 0))
+    prev = cp.cuda.get_allocator()
+    cp.cuda.set_allocator(slow)
+    try:
+        ws.grow(1 << 16)
+        assert private_stream(0).done, "grow() returned while the allocator's work was still running"
+    finally:
+        cp.cuda.set_allocator(prev)
+        ws.blas.close()
+
+
 # ---- CPU: the autotuner can pick the route ---------------------------------------------------------
 
 def test_spec_kinds_read_back_either_kind():

@@ -64,6 +64,10 @@ class DenseWorkspace:
         s = private_stream(self.device)
         with cp.cuda.Device(self.device), s:
             buf = cp.empty(elems, dtype=cp.uint16)
+        # An allocator may write new memory on the stream current at allocation (CuPy allows
+        # custom ones; the test suite's fills it with NaN): that write must land before the
+        # caller's stream writes the weight here.
+        s.synchronize()
         if self.weights is not None:
             self.retired.append(self.weights)
         self.weights, self.elems = buf, elems
