@@ -19,6 +19,19 @@ Published layouts relied on:
         config_groups.<name>.weights {num_bits, type "int", strategy "group" / "channel" /
         "tensor", group_size, symmetric, actorder, dynamic false}, input_activations null,
         ignore (exact names or "re:" regular expressions), sparsity_config empty.
+        Format "nvfp4-pack-quantized" (NVFP4 / NVFP4A16 schemes): weights {num_bits 4, type
+        "float", strategy "tensor_group", group_size 16, symmetric}; input_activations null or
+        the same fp4 description (W4A4: accepted, the activations stay fp16 / bf16).
+  gpt-oss MXFP4 (transformers Mxfp4Config):  quant_method "mxfp4", modules_to_not_convert
+        (fnmatch patterns such as "model.layers.*.self_attn"), dequantize (a loading option,
+        ignored).
+  ModelOpt (NVIDIA TensorRT Model Optimizer):  hf_quant_config.json {"producer": {"name":
+        "modelopt"}, "quantization": {quant_algo, group_size, exclude_modules,
+        kv_cache_quant_algo}}, or config.json's quantization_config {quant_method "modelopt",
+        quant_algo, group_size, ignore, kv_cache_quant_algo} (the fields may also sit in a
+        nested "quantization" object). quant_algo "NVFP4" only, group_size 16; exclude_modules /
+        ignore are fnmatch wildcards or substrings (vLLM's rule); input scales (W4A4) and the
+        kv-cache scales are not used: jitmarlin's kernels are weight-only.
 """
 from __future__ import annotations
 
@@ -30,23 +43,25 @@ from jitmarlin.errors import InputError
 
 __all__ = ["QuantScheme", "read_quant_config"]
 
-METHODS = ("gptq", "awq", "compressed-tensors")
+METHODS = ("gptq", "awq", "compressed-tensors", "mxfp4", "modelopt")
 _MAX_PATTERNS = 4096          # ignore lists longer than this are not a real checkpoint
 _MAX_PATTERN_LEN = 512        # nor are patterns longer than this (they are matched as regexes)
+NVFP4_CT = "nvfp4-pack-quantized"
 
 
 @dataclass(frozen=True)
 class QuantScheme:
     """How a checkpoint's quantized linears are stored.
 
-    method: 'gptq' | 'awq' | 'compressed-tensors'.  bits: 4 or 8.  group_size: a positive
-    multiple of 16, or -1 (one group per output channel).  sym: no zero points (uint4b8 /
-    uint8b128) or zero points (uint4 / uint8).  desc_act: act-order (GPTQ desc_act,
-    compressed-tensors actorder "group"): the checkpoint carries a g_idx.  checkpoint_format:
-    'gptq' (v1: qzeros stored minus one) or 'gptq_v2' for GPTQ; None otherwise.
+    method: 'gptq' | 'awq' | 'compressed-tensors' | 'mxfp4' | 'modelopt'.  bits: 4 or 8.
+    group_size: a positive multiple of 16, or -1 (one group per output channel); 16 for nvfp4,
+    32 for mxfp4.  sym: no zero points (uint4b8 / uint8b128, nvfp4, mxfp4) or zero points
+    (uint4 / uint8).  desc_act: act-order (GPTQ desc_act, compressed-tensors actorder "group"):
+    the checkpoint carries a g_idx.  checkpoint_format: 'gptq' (v1: qzeros stored minus one) or
+    'gptq_v2' for GPTQ; 'nvfp4-pack-quantized' for compressed-tensors NVFP4; None otherwise.
     ignore: the config's list of modules left unquantized (GPTQModel dynamic "-:" rules,
-    AWQ modules_to_not_convert, compressed-tensors ignore), as written.  qtype: the jitmarlin
-    quant type the weights map to.
+    AWQ / mxfp4 modules_to_not_convert, compressed-tensors ignore, ModelOpt exclude_modules),
+    as written.  qtype: the jitmarlin quant type the weights map to.
     """
 
     method: str
@@ -64,11 +79,16 @@ class QuantScheme:
         Matching follows each method's own rule: AWQ's modules_to_not_convert are substrings of
         the name (transformers' rule); compressed-tensors' ignore entries are exact names,
         "re:" regular expressions (re.match) or module class names (not resolvable here, so
-        only exact / regex entries match); GPTQModel's dynamic "-:" keys are regexes (re.match).
+        only exact / regex entries match); GPTQModel's dynamic "-:" keys are regexes (re.match);
+        mxfp4's and ModelOpt's entries are fnmatch wildcards (matching the module or a parent)
+        or substrings.
         """
         for p in self.ignore:
             if self.method == "awq":
                 hit = p in module
+            elif self.method in ("mxfp4", "modelopt"):
+                hit = (p in module or fnmatch.fnmatchcase(module, p)
+                       or fnmatch.fnmatchcase(module, p.rstrip("*").rstrip(".") + ".*"))
             elif p.startswith("re:"):
                 hit = _regex_match(p[3:], module)
             elif self.method == "gptq":
@@ -221,9 +241,12 @@ def _compressed_tensors(q: dict) -> QuantScheme:
             raise InputError(f"{_where(m, f'config_groups.{name}')} must be an object, got {type(grp).__name__}")
         pre = f"config_groups.{name}."
         fmt = _get(grp, "format", (str,), m, top_fmt, prefix=pre)
+        if fmt == NVFP4_CT:
+            schemes.add(_ct_nvfp4_group(grp, pre))
+            continue
         if fmt != "pack-quantized":
             raise InputError(f"{_where(m, pre + 'format' if 'format' in grp else 'format')} = {fmt!r}: "
-                             "jitmarlin reads 'pack-quantized' int4 / int8 weights only")
+                             f"jitmarlin reads 'pack-quantized' int4 / int8 and '{NVFP4_CT}' weights only")
         for act in ("input_activations", "output_activations"):
             if grp.get(act) is not None:
                 raise InputError(f"{_where(m, pre + act)} is set: activation quantization (W4A8 / W8A8) "
@@ -253,18 +276,78 @@ def _compressed_tensors(q: dict) -> QuantScheme:
         schemes.add((bits, gs, sym, _CT_ACTORDER[actorder]))
     if len(schemes) > 1:
         raise InputError(f"{_where(m, 'config_groups')} describe {len(schemes)} different weight schemes "
-                         f"{sorted(schemes)}: mixed-scheme checkpoints are not supported")
+                         f"{sorted(map(str, schemes))}: mixed-scheme checkpoints are not supported")
     bits, gs, sym, desc_act = schemes.pop()
     ignore = _patterns(q.get("ignore"), m, "ignore")
+    if bits == "nvfp4":
+        return QuantScheme("compressed-tensors", 4, 16, True, False, NVFP4_CT, ignore, "nvfp4")
     return QuantScheme("compressed-tensors", bits, gs, sym, desc_act, None, ignore, _qtype(bits, sym))
 
 
+def _fp4_desc(d: dict, m: str, where: str, dynamic_ok: bool) -> None:
+    """An NVFP4 tensor description {num_bits 4, type "float", strategy "tensor_group", group_size 16}."""
+    for key, kinds, want in (("num_bits", (int,), 4), ("type", (str,), "float"),
+                             ("strategy", (str,), "tensor_group"), ("group_size", (int,), 16)):
+        v = _get(d, key, kinds, m, prefix=where)
+        if v != want:
+            raise InputError(f"{_where(m, where + key)} = {v!r}: {NVFP4_CT} weights are 4-bit floats "
+                             "(e2m1) in groups of 16 with a per-tensor scale (strategy 'tensor_group')")
+    if not _get(d, "symmetric", (bool,), m, True, prefix=where):
+        raise InputError(f"{_where(m, where + 'symmetric')} = false: NVFP4 has no zero points")
+    if not dynamic_ok and _get(d, "dynamic", (bool,), m, False, prefix=where):
+        raise InputError(f"{_where(m, where + 'dynamic')}: dynamic weight quantization is not a checkpoint layout")
+
+
+def _ct_nvfp4_group(grp: dict, pre: str) -> tuple:
+    m = "compressed-tensors"
+    w = _get(grp, "weights", (dict,), m, prefix=pre)
+    _fp4_desc(w, m, pre + "weights.", dynamic_ok=False)
+    for key in ("block_structure", "actorder"):
+        if w.get(key) not in (None, False):
+            raise InputError(f"{_where(m, pre + 'weights.' + key)} = {w.get(key)!r}: not an NVFP4 field")
+    act = grp.get("input_activations")
+    if act is not None:          # W4A4: fp4 activations; jitmarlin runs them in fp16 / bf16
+        if not isinstance(act, dict):
+            raise InputError(f"{_where(m, pre + 'input_activations')} must be an object or null")
+        _fp4_desc(act, m, pre + "input_activations.", dynamic_ok=True)
+    if grp.get("output_activations") is not None:
+        raise InputError(f"{_where(m, pre + 'output_activations')} is set: output quantization is not supported")
+    return ("nvfp4", 16, True, False)
+
+
+def _mxfp4(q: dict) -> QuantScheme:
+    m = "mxfp4"
+    _get(q, "dequantize", (bool,), m, False)          # a loading option of transformers: type-checked only
+    ignore = _patterns(q.get("modules_to_not_convert"), m, "modules_to_not_convert")
+    return QuantScheme("mxfp4", 4, 32, True, False, None, ignore, "mxfp4")
+
+
+def _modelopt(q: dict) -> QuantScheme:
+    m = "modelopt"
+    pre = ""
+    if "quantization" in q:                           # hf_quant_config.json's layout
+        q = _get(q, "quantization", (dict,), m)
+        pre = "quantization."
+    algo = _get(q, "quant_algo", (str,), m, prefix=pre)
+    if algo.upper() != "NVFP4":
+        raise InputError(f"{_where(m, pre + 'quant_algo')} = {algo[:100]!r}: jitmarlin reads ModelOpt "
+                         "'NVFP4' checkpoints only (weight-only: not FP8, INT4 AWQ or mixed precision)")
+    gs = _get(q, "group_size", (int,), m, 16, prefix=pre)
+    if gs != 16:
+        raise InputError(f"{_where(m, pre + 'group_size')} = {gs}: NVFP4 scales groups of 16")
+    _get(q, "kv_cache_quant_algo", (str,), m, None, prefix=pre)   # the kv-cache scales are not used
+    ignore = _patterns(_get(q, ("exclude_modules", "ignore"), (list,), m, [], prefix=pre), m,
+                       pre + "exclude_modules")
+    return QuantScheme("modelopt", 4, 16, True, False, None, ignore, "nvfp4")
+
+
 def read_quant_config(config: dict) -> QuantScheme:
-    """The QuantScheme of a Hugging Face config.json (its parsed dict), or of its
-    `quantization_config` object itself (a dict holding "quant_method").
+    """The QuantScheme of a Hugging Face config.json (its parsed dict), of its
+    `quantization_config` object itself (a dict holding "quant_method"), or of a ModelOpt
+    hf_quant_config.json (a dict holding "producer" and "quantization").
 
     InputError when there is no quantization_config, the method is not gptq / awq /
-    compressed-tensors, or a field has the wrong type or a value jitmarlin cannot load
+    compressed-tensors / mxfp4 / modelopt, or a field has the wrong type or a value jitmarlin cannot load
     (bits other than 4 / 8, a group size that is not -1 or a positive multiple of 16, ...).
     """
     if not isinstance(config, dict):
@@ -275,9 +358,15 @@ def read_quant_config(config: dict) -> QuantScheme:
             raise InputError(f"quantization_config must be an object, got {type(q).__name__}")
     elif "quant_method" in config:
         q = config
+    elif "quantization" in config and "producer" in config:        # ModelOpt's hf_quant_config.json
+        prod = config["producer"]
+        name = prod.get("name") if isinstance(prod, dict) else None
+        if not isinstance(name, str) or name.lower() != "modelopt":
+            raise InputError(f"hf_quant_config.json: producer.name must be 'modelopt', got {str(name)[:100]!r}")
+        return _modelopt(config)
     else:
         raise InputError("config has no quantization_config: not a quantized checkpoint "
-                         "(jitmarlin.hf reads gptq, awq and compressed-tensors checkpoints)")
+                         f"(jitmarlin.hf reads {', '.join(METHODS)} checkpoints)")
     method = _get(q, "quant_method", (str,), None)
     if method == "gptq":
         return _gptq(q)
@@ -285,5 +374,9 @@ def read_quant_config(config: dict) -> QuantScheme:
         return _awq(q)
     if method == "compressed-tensors":
         return _compressed_tensors(q)
+    if method == "mxfp4":
+        return _mxfp4(q)
+    if method == "modelopt":
+        return _modelopt(q)
     raise InputError(f"quantization_config.quant_method = {method[:100]!r} is not supported "
                      f"(jitmarlin.hf reads {', '.join(METHODS)})")
