@@ -28,7 +28,7 @@ from jitmarlin.ops import moe as moe_api
 from jitmarlin.weights.moe import MoEWeight
 from jitmarlin.weights.quant import QuantizedWeight, quantize
 
-__all__ = ["MarlinLinear", "MarlinMoE", "quantize_model", "select_linears", "Selection", "register",
+__all__ = ["MarlinLinear", "MarlinMoE", "MoEBlock", "quantize_model", "select_linears", "Selection", "register",
            "unregister", "register_moe"]
 
 log = logging.getLogger("jitmarlin.torch")
@@ -246,6 +246,48 @@ class MarlinMoE(nn.Module):
         memo[id(self)] = new
         new.__setstate__(copy.deepcopy(self.__dict__, memo))
         return new
+
+
+class MoEBlock(nn.Module):
+    """A transformers sparse-MoE block with jitmarlin experts: the model's own router, then
+    `experts(x, topk_weights float32, topk_ids int32)` (a MarlinMoE, or any callable of that form).
+
+    router: transformers 5's top-k router module (forward(x) -> (logits, top-k weights, top-k
+    ids): Qwen3-MoE, Mixtral, gpt-oss) or transformers 4's nn.Linear gate, after which this block
+    takes the softmax, the top `top_k` and, with norm_topk_prob, renormalises (as those 4.x
+    blocks did). It is registered under `router_name` ("gate", or gpt-oss's "router"), so the
+    checkpoint's router tensors keep their names. returns: what forward returns besides the
+    hidden states, as the replaced block did: None (transformers 5 Qwen3-MoE / Mixtral),
+    "logits" (4.x blocks: (hidden, router logits)) or "scores" (gpt-oss: (hidden, top-k weights)).
+    """
+
+    def __init__(self, router: nn.Module, experts, top_k: int, norm_topk_prob: bool = True,
+                 returns: Optional[str] = None, router_name: str = "gate"):
+        super().__init__()
+        if returns not in (None, "logits", "scores"):
+            raise InputError(f"returns must be None, 'logits' or 'scores', got {returns!r}")
+        if not isinstance(router_name, str) or not router_name.isidentifier() or router_name == "experts":
+            raise InputError(f"router_name must be an attribute name other than 'experts', got {router_name!r}")
+        self.router_name = router_name
+        self.add_module(router_name, router)
+        self.experts = experts
+        self.top_k, self.norm_topk_prob, self.returns = int(top_k), bool(norm_topk_prob), returns
+
+    def forward(self, hidden_states: torch.Tensor):
+        shape = hidden_states.shape
+        x = hidden_states.reshape(-1, shape[-1])
+        routed = getattr(self, self.router_name)(x)
+        if isinstance(routed, tuple):   # transformers 5: (logits, top-k weights, top-k ids)
+            logits, weights, ids = routed
+        else:
+            logits = routed
+            weights, ids = torch.topk(torch.softmax(logits, dim=-1, dtype=torch.float), self.top_k, dim=-1)
+            if self.norm_topk_prob:
+                weights = weights / weights.sum(dim=-1, keepdim=True)
+        y = self.experts(x, weights.float(), ids.to(torch.int32)).reshape(shape)
+        if self.returns is None:
+            return y
+        return (y, logits) if self.returns == "logits" else (y, weights)
 
 
 # ---- whole models --------------------------------------------------------------------------------
