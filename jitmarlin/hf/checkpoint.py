@@ -37,14 +37,13 @@ from typing import Iterator
 
 import numpy as np
 
-from jitmarlin.errors import InputError, UnsupportedError
-from jitmarlin.weights import halves
-from jitmarlin.weights.formats import from_awq, from_compressed_tensors, from_gptq
-from jitmarlin.weights.quant import E4M3, QuantizedWeight
+from jitmarlin.errors import InputError
 
 from .config import QuantScheme, read_quant_config
+from .convert import IGNORED, ExpertStacker, MoEExperts, RawBits, convert, convert_gpt_oss, group_experts, layout
 
-__all__ = ["read_checkpoint", "RawBits", "find_shards", "read_json", "read_header", "TensorInfo"]
+__all__ = ["read_checkpoint", "read_scheme", "RawBits", "MoEExperts", "find_shards", "read_json", "read_header",
+           "TensorInfo"]
 
 log = logging.getLogger("jitmarlin.hf")
 
@@ -53,6 +52,7 @@ MAX_CONFIG = 16 << 20             # config.json
 MAX_INDEX = 64 << 20              # model.safetensors.index.json (large MoE indexes run to ~10 MB)
 MAX_NDIM = 32
 INDEX_NAME = "model.safetensors.index.json"
+HF_QUANT = "hf_quant_config.json"            # ModelOpt's quantization config
 
 # safetensors dtype -> (NumPy dtype of the stored bytes, name of the real dtype if NumPy lacks it)
 _DTYPES = {
@@ -61,29 +61,6 @@ _DTYPES = {
     "U64": ("<u8", None), "U32": ("<u4", None), "U16": ("<u2", None), "U8": ("u1", None),
     "BOOL": ("u1", None), "F8_E4M3": ("u1", "float8_e4m3fn"), "F8_E5M2": ("u1", "float8_e5m2"),
 }
-
-
-class RawBits(np.ndarray):
-    """The raw bit patterns of a tensor whose dtype NumPy lacks: uint16 for bfloat16, uint8 for
-    float8_e4m3fn / float8_e5m2; `.stored_dtype` names the real dtype. Arithmetic on it is
-    arithmetic on bit patterns: call `values()` (exact float32) or reinterpret the bits, e.g.
-    torch.from_numpy(a.view(np.ndarray).view(np.int16)).view(torch.bfloat16)."""
-
-    stored_dtype: str | None
-
-    def __array_finalize__(self, obj):
-        self.stored_dtype = getattr(obj, "stored_dtype", None)
-
-    def values(self) -> np.ndarray:
-        """Exact float32 values of the stored numbers."""
-        b = self.view(np.ndarray)
-        if self.stored_dtype == "bfloat16":
-            return halves.from_bits(b, "bfloat16")
-        if self.stored_dtype == "float8_e4m3fn":
-            return E4M3[b.astype(np.int64)].astype(np.float32)
-        if self.stored_dtype == "float8_e5m2":       # e5m2 is the high byte of a float16
-            return (b.astype(np.uint16) << 8).view(np.float16).astype(np.float32)
-        raise InputError(f"RawBits with unknown stored_dtype {self.stored_dtype!r}")
 
 
 def _raw(a: np.ndarray, stored: str) -> RawBits:
@@ -290,56 +267,15 @@ def read_tensor(f, fname: str, data_start: int, t: TensorInfo) -> np.ndarray:
 
 # ---- quantized modules -------------------------------------------------------------------------
 
-# method -> (suffix that marks a quantized module, required parts, optional parts)
-_PARTS = {
-    "gptq": ("qweight", ("qweight", "scales"), ("qzeros", "g_idx")),
-    "awq": ("qweight", ("qweight", "qzeros", "scales"), ()),
-    "compressed-tensors": ("weight_packed", ("weight_packed", "weight_scale", "weight_shape"),
-                           ("weight_zero_point", "weight_g_idx")),
-}
-_SCALE_PART = {"gptq": "scales", "awq": "scales", "compressed-tensors": "weight_scale"}
-
-
-def _arg(a, module: str, part: str):
-    """A tensor for a converter: bfloat16 bits -> exact float32 values; float8 refused."""
-    if isinstance(a, RawBits):
-        if a.stored_dtype != "bfloat16":
-            raise InputError(f"{module}.{part}: dtype {a.stored_dtype} is not valid here")
-        return a.values()
-    return a
-
-
-def _convert(scheme: QuantScheme, module: str, parts: dict) -> QuantizedWeight:
-    s = parts[_SCALE_PART[scheme.method]]
-    sdt = "bfloat16" if isinstance(s, RawBits) and s.stored_dtype == "bfloat16" else None
-    p = {k: _arg(v, module, k) for k, v in parts.items()}
-    try:
-        if scheme.method == "gptq":
-            if not scheme.sym and "qzeros" not in p:
-                raise InputError("asymmetric GPTQ (sym=false) needs qzeros")
-            qw = from_gptq(p["qweight"], p.get("qzeros"), p["scales"], p.get("g_idx"), bits=scheme.bits,
-                           sym=scheme.sym, checkpoint_format=scheme.checkpoint_format,
-                           group_size=scheme.group_size, scale_dtype=sdt)
-        elif scheme.method == "awq":
-            qw = from_awq(p["qweight"], p["qzeros"], p["scales"], group_size=scheme.group_size, scale_dtype=sdt)
-        else:
-            qw = from_compressed_tensors(p["weight_packed"], p["weight_scale"], p["weight_shape"],
-                                         p.get("weight_zero_point"), p.get("weight_g_idx"),
-                                         num_bits=scheme.bits, group_size=scheme.group_size, scale_dtype=sdt)
-            if scheme.sym and qw.offsets is not None:
-                raise InputError("the config says symmetric but weight_zero_point holds non-zero zero points")
-    except (InputError, UnsupportedError) as e:
-        raise type(e)(f"{module} ({scheme.method}): {e}") from None
-    return qw
-
 
 @dataclass
 class _Plan:
     files: list                     # [(file name, path, data_start, [TensorInfo sorted by offset])]
     modules: dict                   # module name -> set of its part names present in the checkpoint
+    blocks: dict                    # MoE layer -> ExpertBlock (its quantized experts), when stacking
 
 
-def _plan(path, scheme: QuantScheme) -> _Plan:
+def _plan(path, scheme: QuantScheme, stack_experts: bool) -> _Plan:
     root = _model_dir(path)
     shards, wm = _shards(root)
     files, where = [], {}
@@ -354,7 +290,7 @@ def _plan(path, scheme: QuantScheme) -> _Plan:
     for name, fn in (wm or {}).items():
         if where.get(name) != fn:
             raise InputError(f"{INDEX_NAME} puts tensor {name[:200]!r} in {fn!r}, which does not hold it")
-    marker, required, optional = _PARTS[scheme.method]
+    marker, required, optional = layout(scheme)
     known = required + optional
     modules: dict[str, set] = {}
     for name in where:
@@ -370,15 +306,17 @@ def _plan(path, scheme: QuantScheme) -> _Plan:
         if missing:
             raise InputError(f"{mod} ({scheme.method}): quantized module lacks tensor(s) "
                              f"{', '.join(mod + '.' + m for m in missing)}")
-        if mod + ".weight" in where:
+        if "weight" not in known and mod + ".weight" in where:
             raise InputError(f"{mod}: holds both a plain weight and quantized tensors ({mod}.{marker})")
     if not modules:
         log.warning("%s: no quantized module (no *.%s tensor) in the checkpoint", root, marker)
-    return _Plan(files, modules)
+    blocks = group_experts(modules) if stack_experts and scheme.method != "mxfp4" else {}
+    return _Plan(files, modules, blocks)
 
 
 def _stream(plan: _Plan, scheme: QuantScheme) -> Iterator[tuple[str, object]]:
     pending: dict[str, dict] = {}
+    experts = ExpertStacker(plan.blocks, scheme)
     for rel, p, start, infos in plan.files:
         with open(p, "rb") as f:
             for t in infos:
@@ -389,29 +327,55 @@ def _stream(plan: _Plan, scheme: QuantScheme) -> Iterator[tuple[str, object]]:
                     yield t.name, arr
                     continue
                 got = pending.setdefault(mod, {})
-                got[leaf] = arr
-                if len(got) == len(parts):
-                    del pending[mod]
-                    yield mod, _convert(scheme, mod, got)
+                got[leaf] = None if leaf in IGNORED else arr      # activation scales: not used
+                if len(got) < len(parts):
+                    continue
+                del pending[mod]
+                got = {k: v for k, v in got.items() if v is not None}
+                if scheme.method == "mxfp4":
+                    yield mod, convert_gpt_oss(mod, got)
+                elif mod in experts:
+                    done = experts.add(mod, got)
+                    if done is not None:
+                        yield done
+                else:
+                    yield mod, convert(scheme, mod, got)
     assert not pending, sorted(pending)[:5]     # every part was in some shard (checked in _plan)
 
 
-def read_checkpoint(path, scheme: QuantScheme | None = None) -> Iterator[tuple[str, object]]:
+def read_scheme(path) -> QuantScheme:
+    """The QuantScheme of model directory `path`: config.json's quantization_config, else (ModelOpt)
+    hf_quant_config.json."""
+    cfg = read_json(path, "config.json")
+    if isinstance(cfg, dict) and "quantization_config" not in cfg and (_model_dir(path) / HF_QUANT).exists():
+        return read_quant_config(read_json(path, HF_QUANT))
+    return read_quant_config(cfg)
+
+
+def read_checkpoint(path, scheme: QuantScheme | None = None, *,
+                    stack_experts: bool = True) -> Iterator[tuple[str, object]]:
     """Stream the tensors of the model directory `path`, shard by shard.
 
     Yields (module_name, QuantizedWeight) for each quantized linear (its tensors gathered even
     where they straddle shards, then converted by from_gptq / from_awq /
-    from_compressed_tensors) and (tensor_name, np.ndarray) for every other tensor (biases of
-    quantized linears included, e.g. "model.layers.0.self_attn.q_proj.bias"); bfloat16 / float8
-    tensors come as `RawBits` (uint16 / uint8 bit patterns; `.stored_dtype`, `.values()`).
-    scheme: from read_quant_config; None reads config.json of `path`.
+    from_compressed_tensors / from_nvfp4), (block + ".experts", MoEExperts) for each MoE layer
+    whose experts are quantized (`<block>.experts.<e>.{gate,up,down}_proj` or `.{w1,w3,w2}`,
+    stacked into (w13, w2) once all of the layer's experts are read; gpt-oss MXFP4 layers
+    `<block>.experts.*_blocks` through moe_from_gpt_oss) and (tensor_name, np.ndarray) for every
+    other tensor (biases of quantized linears included, e.g.
+    "model.layers.0.self_attn.q_proj.bias"); bfloat16 / float8 tensors come as `RawBits`
+    (uint16 / uint8 bit patterns; `.stored_dtype`, `.values()`). Activation scales of W4A4
+    checkpoints (input_scale, input_global_scale) are dropped. stack_experts=False yields each
+    expert's linear as a QuantizedWeight instead (not for gpt-oss, whose experts are stored
+    stacked). scheme: from read_quant_config; None: read_scheme(path).
 
-    The shard list, every header and the grouping of quantized tensors are checked before this
-    returns (InputError on any problem); tensor data is read as the iterator advances, one
-    tensor at a time, and only the parts of quantized modules not yet complete are held.
+    The shard list, every header, the grouping of quantized tensors and the completeness of each
+    MoE layer's experts are checked before this returns (InputError on any problem); tensor data
+    is read as the iterator advances, one tensor at a time; only the parts of quantized modules
+    not yet complete, and the converted experts of MoE layers not yet complete, are held.
     """
     if scheme is None:
-        scheme = read_quant_config(read_json(path, "config.json"))
+        scheme = read_scheme(path)
     if not isinstance(scheme, QuantScheme):
         raise InputError(f"scheme must be a QuantScheme (read_quant_config), got {type(scheme).__name__}")
-    return _stream(_plan(path, scheme), scheme)
+    return _stream(_plan(path, scheme, bool(stack_experts)), scheme)

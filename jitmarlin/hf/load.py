@@ -1,5 +1,17 @@
 """jitmarlin.hf.load: a quantized Hugging Face model directory -> a transformers model whose
-quantized linears are jitmarlin.torch.MarlinLinear modules.
+quantized linears are jitmarlin.torch.MarlinLinear modules and whose sparse-MoE blocks run their
+experts in jitmarlin.torch.MarlinMoE.
+
+Formats x model kinds:
+  GPTQ (v1 / v2, act-order on dense layers), AWQ GEMM, compressed-tensors pack-quantized int4 /
+  int8:   dense linears and MoE experts (Qwen3-MoE `experts.E.{gate,up,down}_proj`, Mixtral
+          `block_sparse_moe.experts.E.w1 / w3 / w2`); act-order experts are refused
+  NVFP4, compressed-tensors "nvfp4-pack-quantized" and ModelOpt (quant_algo "NVFP4", in
+  config.json or hf_quant_config.json):   dense linears and MoE experts; activation scales
+          (W4A4 checkpoints) are dropped: the activations stay fp16 / bf16
+  MXFP4 (gpt-oss, quant_method "mxfp4"):   the stacked experts of GptOssMLP (activation
+          swigluoai, biases); attention and router stay as stored (bf16)
+Anything else is refused with an InputError naming the config field or the tensor.
 
 torch and transformers are imported when `load` is called (the `hf` extra); importing this
 module needs neither.
@@ -20,9 +32,16 @@ How a model is built:
      MarlinLinear(QuantizedWeight) (the weight stays on the host, uploaded on first use on a
      device); every other tensor is materialised on `device` in place of its meta parameter or
      buffer (shape checked; floating tensors cast to the dtype the architecture gives them).
-  4. Tied weights are re-tied, anything still on meta is an error naming it, the remaining
-     buffers move to `device`, and every nn.Linear left unquantized is logged with its reason
-     (logger "jitmarlin.hf").
+     A MoE layer's experts come from read_checkpoint stacked (MoEExperts: w13 gate and up, w2
+     down) once all of them are read; the transformers block (Qwen3MoeSparseMoeBlock,
+     MixtralSparseMoeBlock, GptOssMLP) is replaced by jitmarlin.torch.MoEBlock: the block's own
+     router module (its checkpoint tensors load into it as usual), then MarlinMoE with the
+     activation the config names (hidden_act silu / gelu; gpt-oss swigluoai). The experts'
+     count and sizes are checked against config.json (jitmarlin.hf.moe). Mixtral checkpoints'
+     block_sparse_moe is the model's mlp on transformers 5 (renamed as transformers does).
+  4. Tied weights are re-tied, anything still on meta is an error naming it (a MoE layer whose
+     experts the checkpoint lacks: named as such), the remaining buffers move to `device`, and
+     every nn.Linear left unquantized is logged with its reason (logger "jitmarlin.hf").
 """
 from __future__ import annotations
 
@@ -34,8 +53,10 @@ import numpy as np
 
 from jitmarlin.errors import InputError
 
-from .checkpoint import RawBits, _model_dir, read_checkpoint, read_json
-from .config import QuantScheme, read_quant_config
+from .checkpoint import RawBits, _model_dir, read_checkpoint, read_json, read_scheme
+from .config import QuantScheme
+from .convert import MoEExperts
+from .moe import Renamer, moe_blocks, refuse_plain_expert, replace_block
 
 __all__ = ["load"]
 
@@ -106,6 +127,16 @@ def _parameters_on_meta(torch):
             nn.Module.register_parameter = orig
 
 
+def _strict_errors() -> tuple:
+    """huggingface_hub's strict-dataclass validation errors (transformers 5 configs type-check their
+    fields with them; they derive from Exception only)."""
+    try:
+        from huggingface_hub.errors import StrictDataclassError
+    except ImportError:
+        return ()
+    return (StrictDataclassError,)
+
+
 def _build(torch, transformers, cfg: dict, dtype):
     hf_cfg = {k: v for k, v in cfg.items() if k != "quantization_config"}
     model_type = hf_cfg.pop("model_type", None)
@@ -117,7 +148,7 @@ def _build(torch, transformers, cfg: dict, dtype):
         hf_cfg.pop("auto_map")
     try:
         config = transformers.AutoConfig.for_model(model_type, **hf_cfg)
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError) + _strict_errors() as e:
         raise InputError(f"config.json: transformers cannot build a config for model_type "
                          f"{model_type!r}: {str(e)[:300]}") from None
     kw = {"dtype": dtype} if _version(transformers) >= (4, 56) else {"torch_dtype": dtype}
@@ -156,13 +187,25 @@ class _Loader:
 
         self.torch, self.model, self.device, self.scheme = torch, model, device, scheme
         self.MarlinLinear = MarlinLinear
+        self.rename = Renamer(model)
+        self.blocks = moe_blocks(model)                # sparse-MoE blocks, replaced as their experts arrive
+        self.moe: set[str] = set()
         self.quantized: set[str] = set()
         self.wants_bias: set[str] = set()          # quantized linears whose nn.Linear had a bias
         self.late_bias: dict[str, object] = {}     # biases that came before their qweight
         self.unexpected: list[str] = []
 
+    def experts(self, name: str, experts: MoEExperts) -> None:
+        """`<block>.experts` of the checkpoint: its block becomes MoEBlock(router, MarlinMoE)."""
+        block = self.rename(name).removesuffix(".experts")
+        if block in self.moe:
+            raise InputError(f"{name}: the checkpoint holds this MoE layer's experts twice")
+        replace_block(self.model, block, experts)
+        self.moe.add(block)
+
     def quantized_linear(self, name: str, qw) -> None:
         nn = self.torch.nn
+        name = self.rename(name)
         mod = _submodule(self.model, name)
         if mod is None:
             raise InputError(f"the checkpoint quantizes {name!r} but the {type(self.model).__name__} "
@@ -188,9 +231,11 @@ class _Loader:
 
     def plain(self, name: str, arr) -> None:
         torch = self.torch
+        name = self.rename(name)
         modname, _, attr = name.rpartition(".")
         mod = _submodule(self.model, modname)
         if mod is None:
+            refuse_plain_expert(name, self.blocks)
             self.unexpected.append(name)
             return
         t = _to_torch(torch, arr)
@@ -234,6 +279,10 @@ class _Loader:
         out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
         if getattr(model.config, "tie_word_embeddings", False) and not isinstance(out, self.MarlinLinear):
             model.tie_weights()
+        for name, blk in self.blocks.items():
+            if name not in self.moe and any(p.device.type == "meta" for p in blk.parameters()):
+                raise InputError(f"the checkpoint lacks the experts of the MoE layer {name} ({type(blk).__name__}): "
+                                 f"no quantized {name}.experts.* tensors")
         missing = [n for n, p in model.named_parameters() if p.device.type == "meta"]
         missing += [n for n, b in model.named_buffers() if b.device.type == "meta"]
         missing += [f"{n}.bias" for n in sorted(self.wants_bias)]
@@ -258,13 +307,18 @@ class _Loader:
             log.info("jitmarlin.hf.load: kept %s as nn.Linear (%s)", name, reason)
         log.info("jitmarlin.hf.load: %d linear layers are MarlinLinear (%s, %s, group_size %d), %d kept as nn.Linear",
                  len(self.quantized), self.scheme.method, self.scheme.qtype, self.scheme.group_size, kept)
+        if self.blocks:
+            log.info("jitmarlin.hf.load: %d of %d MoE layers run their experts in MarlinMoE", len(self.moe),
+                     len(self.blocks))
 
 
 def load(path, *, device="cuda", dtype=None):
     """Load the quantized Hugging Face model directory `path` (config.json + *.safetensors,
-    optionally model.safetensors.index.json; GPTQ v1 / v2 incl. act-order, AWQ GEMM,
-    compressed-tensors pack-quantized int4 / int8) as a transformers causal-LM whose quantized
-    linears are jitmarlin.torch.MarlinLinear modules, in eval mode.
+    optionally model.safetensors.index.json and ModelOpt's hf_quant_config.json; GPTQ v1 / v2
+    incl. act-order, AWQ GEMM, compressed-tensors pack-quantized int4 / int8 and NVFP4, ModelOpt
+    NVFP4, gpt-oss MXFP4) as a transformers causal-LM whose quantized linears are
+    jitmarlin.torch.MarlinLinear modules and whose sparse-MoE blocks (Qwen3-MoE, Mixtral,
+    gpt-oss) are jitmarlin.torch.MoEBlock (the model's router, then MarlinMoE), in eval mode.
 
     device: where the unquantized weights and buffers go (the QuantizedWeights stay on the host
     and are uploaded on first use on the device of the activations). dtype: float16 or
@@ -276,7 +330,7 @@ def load(path, *, device="cuda", dtype=None):
     cfg = read_json(root, "config.json")
     if not isinstance(cfg, dict):
         raise InputError("config.json must hold a JSON object")
-    scheme = read_quant_config(cfg)
+    scheme = read_scheme(root)
     dtype = _pick_dtype(torch, dtype, cfg)
     device = torch.device(device)
     model = _build(torch, transformers, cfg, dtype)
@@ -284,6 +338,8 @@ def load(path, *, device="cuda", dtype=None):
     for name, item in read_checkpoint(root, scheme):
         if isinstance(item, np.ndarray):
             loader.plain(name, item)
+        elif isinstance(item, MoEExperts):
+            loader.experts(name, item)
         else:
             loader.quantized_linear(name, item)
     loader.finish()
