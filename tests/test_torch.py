@@ -106,7 +106,7 @@ def test_errors_propagate_unchanged(monkeypatch):
     def fail(x, qw, bias=None, out=None):
         raise err
 
-    monkeypatch.setattr(jitmarlin.api, "linear", fail)
+    monkeypatch.setattr(jmt.api, "linear", fail)   # the module jitmarlin.torch calls (ops.linear)
     m = jmt.MarlinLinear.from_linear(_linear(256, 128))
     x = torch.zeros(2, 256, dtype=torch.float16)
     with pytest.raises(CaptureError) as info:
