@@ -26,9 +26,9 @@ def e2e_module():
     return mod
 
 
-def dry_run(model: str) -> str:
+def dry_run(model: str, *extra: str) -> str:
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    r = subprocess.run([sys.executable, TOOL, "--dry-run", "--layers", "1", "--models", model],
+    r = subprocess.run([sys.executable, TOOL, "--dry-run", "--layers", "1", "--models", model, *extra],
                        capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     return r.stdout
@@ -47,6 +47,8 @@ def test_dry_run_llama_3_8b():
     assert "7 MarlinLinear, 0 MarlinMoE" in out
     assert "decode  batch 64: 512-token context, 32 a forward; static cache 576" in out
     assert "prefill batch 1: 2048 tokens" in out
+    assert "compiled" not in out
+    assert "static cache 576; compiled graph of one step x 64" in dry_run("llama-3-8b", "--compile")
 
 
 def test_dry_run_qwen3_30b_a3b():
