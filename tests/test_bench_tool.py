@@ -789,3 +789,18 @@ def test_humming_weight_configs_follow_the_moe_adapter():
     assert bh.humming_weight_config("mxfp4", 128) == {**bmh._QTYPES["mxfp4"][0], "group_size": 32}
     with pytest.raises(NotImplementedError):
         bh.humming_weight_config("uint8", 128)
+
+
+def test_moe_models_include_a_swiglu_gpt_oss_and_refuse_unknown_names():
+    """gpt-oss-20b-silu: gpt-oss-20b's expert shapes and mxfp4 with SwiGLU, so that humming (SwiGLU
+    only) is timed against jitmarlin on mxfp4 like for like; a misspelt model is an error, not a
+    KeyError after the GPU set-up."""
+    import benchmoe as bm
+
+    assert bm.MODELS["gpt-oss-20b-silu"][:6] == bm.MODELS["gpt-oss-20b"][:6]
+    assert bm.MODELS["gpt-oss-20b-silu"][6] == "silu" and bm.MODELS["gpt-oss-20b"][6] == "swigluoai"
+    assert bm.MODELS["gpt-oss-20b"][4:6] == ("mxfp4", 32)
+    assert bm.model_names("mixtral-8x7b,gpt-oss-20b-silu") == ["mixtral-8x7b", "gpt-oss-20b-silu"]
+    assert bm.model_names("all") == list(bm.MODELS)
+    with pytest.raises(SystemExit, match="unknown model"):
+        bm.model_names("mixtral-8x7")

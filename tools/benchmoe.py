@@ -6,7 +6,9 @@ Routing: random top-k (distinct experts a token, seed 0), and for T >= 2 one ske
 half the tokens put their first slot on expert 0. Floor: the bytes of the experts the routing
 touches (w13 + w2 codes and scales) plus x and the output, over the copy bandwidth of the same run.
 Peers, same run, same routing:
-  humming      humming-kernels' MoE GEMMs (tools/benchmoe_humming.py; its note says which modes)
+  humming      humming-kernels' MoE GEMMs (tools/benchmoe_humming.py; its note says which modes),
+               timed on SwiGLU models only: gpt-oss-20b-silu (gpt-oss-20b's mxfp4 experts with SwiGLU)
+               is the like-for-like mxfp4 row
   torch-bf16   torch's grouped GEMM (torch._grouped_mm) on bf16 weights, sort and sum in torch
   dense-loop   jitmarlin.linear looped over the touched experts (host knows the routing)
 """
@@ -34,6 +36,18 @@ def model_shape(name: str) -> tuple:
 
 
 MODELS = {name: model_shape(name) for name in QUANT}
+# gpt-oss-20b's experts with SwiGLU in place of their clamped swigluoai: humming's MoE path runs
+# SwiGLU only, so this row compares the mxfp4 grouped GEMMs with humming like for like.
+MODELS["gpt-oss-20b-silu"] = MODELS["gpt-oss-20b"][:6] + ("silu",)
+
+
+def model_names(shapes: str | None) -> list:
+    """--shapes ('all' or comma-separated names) -> model names; unknown names are an error."""
+    names = list(MODELS) if shapes in ("all", None) else [s for s in shapes.split(",") if s]
+    bad = [n for n in names if n not in MODELS]
+    if bad:
+        raise SystemExit(f"tools/bench --moe: unknown model(s) {', '.join(bad)}; known: {', '.join(MODELS)}")
+    return names
 TOKENS = (1, 4, 16, 64, 256, 1024, 4096)
 
 
@@ -156,7 +170,7 @@ def main_moe(args):
     timer = Timer(torch, args.target_ms or 25.0, stream=torch.cuda.Stream())
     acts = args.act.split(",")
     peers = [p for p in (args.peers or "humming,torch-bf16,dense-loop").split(",") if p and p != "cublas"]
-    models = list(MODELS) if args.shapes in ("all", None) else args.shapes.split(",")
+    models = model_names(args.shapes)
     ts = [int(v) for v in args.m.split(",")] if args.m else list(TOKENS)
     result = {"gpu": gpu, "date": dt.date.today().isoformat(), "copy_tbps": round(bw, 3), "mode": "moe",
               "method": "CUDA-graph replay of the whole routed-expert block, weight copies rotated past 4x L2 "
@@ -244,7 +258,7 @@ def sweep_moe(args):
     bw = copy_bandwidth(torch)
     stream = torch.cuda.Stream()
     timer = Timer(torch, args.target_ms or 10.0, stream=stream)
-    models = list(MODELS) if args.shapes in ("all", None) else args.shapes.split(",")
+    models = model_names(args.shapes)
     ts = [int(v) for v in args.m.split(",")] if args.m else [1, 16, 256]
     act = args.act.split(",")[0]
     tdt = torch.float16 if act == "float16" else torch.bfloat16
