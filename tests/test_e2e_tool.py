@@ -93,6 +93,38 @@ def test_jm_moe_block_matches_transformers_block():
     assert torch.equal(want, got)
 
 
+def test_gqa_sdpa_decode_matches_transformers_sdpa(monkeypatch):
+    """--attention gqa-sdpa: a tiny grouped-query Llama (8 query heads on 2 key/value heads) decoding
+    from a static cache gives transformers' own sdpa logits (float32, CPU); the decode step takes the
+    per-key/value-head path and only the prefill falls back to transformers' sdpa."""
+    import transformers.integrations.sdpa_attention as sa
+
+    e2e = e2e_module()
+    values = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=8,
+                  num_key_value_heads=2, vocab_size=96, max_position_embeddings=64)
+    fallbacks, own = [], sa.sdpa_attention_forward
+
+    def counted(module, query, *a, **k):
+        fallbacks.append(query.shape[2])
+        return own(module, query, *a, **k)
+
+    logits = {}
+    for attn in ("sdpa", "gqa-sdpa"):
+        cfg = e2e.make_config("llama-3-8b", attention=attn)
+        cfg = transformers.LlamaConfig(attn_implementation=cfg._attn_implementation, **values)
+        torch.manual_seed(0)
+        model = transformers.LlamaForCausalLM(cfg).eval()
+        cache = transformers.StaticCache(config=cfg, max_batch_size=3, max_cache_len=24)
+        ids = torch.randint(0, 96, (3, 9), generator=torch.Generator().manual_seed(1))
+        if attn == "gqa-sdpa":
+            monkeypatch.setattr(sa, "sdpa_attention_forward", counted)
+        with torch.no_grad():
+            e2e.forward(model, ids[:, :8], torch.arange(8)[None], cache)
+            logits[attn] = e2e.forward(model, ids[:, 8:], torch.tensor([[8]]), cache).logits
+    assert fallbacks == [8, 8]                # the 2 layers' prefill only; the decode step never
+    torch.testing.assert_close(logits["gqa-sdpa"], logits["sdpa"], rtol=1e-4, atol=1e-5)
+
+
 def test_ratios_targets_and_table():
     e2e = e2e_module()
     rows = [{"model": "llama-3-8b", "variant": v, "kind": "decode", "batch": b, "tok_s": t}
