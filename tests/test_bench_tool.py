@@ -804,3 +804,57 @@ def test_moe_models_include_a_swiglu_gpt_oss_and_refuse_unknown_names():
     assert bm.model_names("all") == list(bm.MODELS)
     with pytest.raises(SystemExit, match="unknown model"):
         bm.model_names("mixtral-8x7")
+
+
+def _plot_rows():
+    rows = []
+    for shape, base in (("L3-8B o", 5.0), ("L3-8B down", 12.0)):
+        for m in (1, 16, 64, 256):
+            rows.append({"shape": shape, "K": 4096, "N": 4096, "M": m, "act": "float16", "qtype": "uint4b8",
+                         "jitmarlin_us": base * (1 + m / 64), "floor_us": base / 2, "cublas_fp16_us": 4 * base + m,
+                         "peers": {"humming": base * (1.3 + m / 64)}})
+    rows.append(dict(rows[0], qtype="nvfp4", jitmarlin_us=999.0))    # another type: not drawn
+    return rows
+
+
+def test_plot_draws_one_line_a_series_and_shape_inside_its_panel():
+    import xml.etree.ElementTree as ET
+
+    import benchplot as bp
+
+    rows = _plot_rows()
+    root = ET.fromstring(bp.plot_svg(rows, "uint4b8", "float16", "t"))
+    ns = "{http://www.w3.org/2000/svg}"
+    lines = root.findall(f"{ns}polyline")
+    assert sorted({ln.get("data-series") for ln in lines}) == ["cublas_fp16", "floor", "humming", "jitmarlin"]
+    assert len(lines) == 2 * 4
+    legend = [t.text for t in root.findall(f"{ns}text")]
+    assert {"jitmarlin", "humming", "cuBLAS fp16", "byte floor", "L3-8B o", "L3-8B down"} <= set(legend)
+    for panel, group in enumerate((lines[:4], lines[4:])):
+        x_lo, x_hi = panel * bp.PANEL_W + bp.PAD_L, (panel + 1) * bp.PANEL_W - bp.PAD_R
+        y_lo, y_hi = 22 + bp.PAD_T, 22 + bp.PANEL_H - bp.PAD_B
+        for ln in group:
+            pts = [tuple(map(float, p.split(","))) for p in ln.get("points").split()]
+            assert len(pts) == 4
+            xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+            assert xs == sorted(xs) and x_lo - 0.1 <= xs[0] and xs[-1] <= x_hi + 0.1
+            assert all(y_lo - 0.1 <= y <= y_hi + 0.1 for y in ys)
+        series = {ln.get("data-series"): ln for ln in group}
+        jm = [float(p.split(",")[1]) for p in series["jitmarlin"].get("points").split()]
+        assert jm == sorted(jm, reverse=True)          # times grow with M: the line climbs
+        hum = [float(p.split(",")[1]) for p in series["humming"].get("points").split()]
+        assert all(h < j for h, j in zip(hum, jm))    # humming slower: drawn above jitmarlin
+    with pytest.raises(ValueError, match="no rows"):
+        bp.plot_svg(rows, "mxfp4", "float16")
+
+
+def test_report_plot_writes_the_svg(tmp_path, capsys):
+    b = bench_module()
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"gpu": "NVIDIA H100 80GB HBM3", "date": "2026-12-07", "rows": _plot_rows()}))
+    svg = tmp_path / "plot.svg"
+    assert b.main(["--report", str(run), "--plot", str(svg)]) == 0
+    text = svg.read_text()
+    assert text.startswith("<svg") and "NVIDIA H100 80GB HBM3, 2026-12-07: uint4b8, float16" in text
+    with pytest.raises(SystemExit):
+        b.parse_args(["--plot", str(svg)])
