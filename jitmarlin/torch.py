@@ -29,7 +29,7 @@ from jitmarlin.weights.moe import MoEWeight
 from jitmarlin.weights.quant import QuantizedWeight, quantize
 
 __all__ = ["MarlinLinear", "MarlinMoE", "MoEBlock", "quantize_model", "select_linears", "Selection", "register",
-           "unregister", "register_moe"]
+           "unregister", "register_moe", "fuse_projections", "FusedLinear", "FusedPart"]
 
 log = logging.getLogger("jitmarlin.torch")
 
@@ -363,3 +363,115 @@ def quantize_model(model: nn.Module, qtype: str = "uint4b8", group_size: int = 1
     log.info("quantize_model: converted %d linear layers to MarlinLinear, kept %d",
              len(sel.convert), len(sel.skipped))
     return model
+
+
+# ---- fused projections -----------------------------------------------------------------------------
+
+FUSE_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+
+
+class _Last:
+    """What a FusedLinear hands its parts: its last input and the slices of its output."""
+
+    def __init__(self):
+        self.x = None
+        self.parts = None
+
+
+class FusedLinear(nn.Module):
+    """Sibling projections of one input as one GEMM (`inner`, a MarlinLinear or nn.Linear whose
+    outputs are theirs one after another, `sizes` features each). Called in place of the first
+    projection, it returns the first slice and keeps the others for its FusedPart siblings."""
+
+    def __init__(self, inner: nn.Module, sizes: Sequence[int]):
+        super().__init__()
+        self.inner = inner
+        self.sizes = [int(n) for n in sizes]
+        self._last = _Last()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        parts = self.inner(x).split(self.sizes, dim=-1)
+        self._last.x, self._last.parts = x, parts
+        return parts[0]
+
+    def part(self, index: int, x: torch.Tensor) -> torch.Tensor:
+        last = self._last
+        if last.x is x:                      # the same input the head just saw: its slice
+            out = last.parts[index]
+            if index == len(self.sizes) - 1:
+                last.x = last.parts = None   # do not hold activations past the group
+            return out
+        return self.inner(x).split(self.sizes, dim=-1)[index]   # called out of order: compute
+
+    def extra_repr(self) -> str:
+        return f"sizes={self.sizes}"
+
+
+class FusedPart(nn.Module):
+    """Projection `index` of a FusedLinear group: the head's output slice for the same input."""
+
+    def __init__(self, head: FusedLinear, index: int):
+        super().__init__()
+        self._head = (head,)                 # a tuple: not a submodule (no second copy in state_dict)
+        self.index = index
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._head[0].part(self.index, x)
+
+    def extra_repr(self) -> str:
+        return f"index={self.index}"
+
+
+def _fused(mods: List[nn.Module]) -> Optional[nn.Module]:
+    """One module computing all of `mods` (all MarlinLinear, or all exactly nn.Linear), or None."""
+    biases = [m.bias for m in mods]
+    if any(b is None for b in biases) != all(b is None for b in biases):
+        return None
+    bias = None if biases[0] is None else torch.cat([b.detach() for b in biases])
+    if all(isinstance(m, MarlinLinear) for m in mods):
+        try:
+            qw = QuantizedWeight.concat([m.qweight for m in mods])
+        except InputError as e:
+            log.info("fuse_projections: kept apart (%s)", e)
+            return None
+        return MarlinLinear(qw, bias)
+    if all(type(m) is nn.Linear for m in mods) and len({(m.in_features, m.weight.dtype, m.weight.device)
+                                                         for m in mods}) == 1:
+        w = mods[0].weight
+        new = nn.Linear(w.shape[1], sum(m.out_features for m in mods), bias=bias is not None,
+                        device=w.device, dtype=w.dtype)
+        with torch.no_grad():
+            new.weight.copy_(torch.cat([m.weight.detach() for m in mods]))
+            if bias is not None:
+                new.bias.copy_(bias)
+        return new
+    return None
+
+
+def fuse_projections(model: nn.Module, groups: Sequence[Sequence[str]] = FUSE_GROUPS) -> List[str]:
+    """Give sibling projections of one input one GEMM, in place, as serving engines do (q/k/v,
+    gate/up): wherever a module's children named in a group are all MarlinLinear (or all exactly
+    nn.Linear, meta tensors included) of one input size and format, the first becomes a FusedLinear
+    over QuantizedWeight.concat (or torch.cat) of their weights and the others FusedPart slices of
+    its output. Models that call the first before the others on the same tensor (Llama, Qwen2/3,
+    Mistral: q before k and v, gate before up) run one GEMM; a part called first or on another
+    input runs the GEMM itself, so an unexpected order costs speed, never correctness. Groups that
+    cannot share a GEMM (mixed formats, act-order permutations or nvfp4 global scales that differ)
+    are left apart and logged. state_dict keys of fused layers change (`q_proj.inner.*`).
+    Returns the qualified names of the modules whose projections were fused."""
+    done = []
+    for name, mod in list(model.named_modules()):
+        for group in groups:
+            mods = [getattr(mod, g, None) for g in group]
+            if any(not isinstance(m, nn.Module) for m in mods):
+                continue
+            inner = _fused(mods)
+            if inner is None:
+                continue
+            head = FusedLinear(inner, [m.out_features for m in mods])
+            setattr(mod, group[0], head)
+            for i, g in enumerate(group[1:], 1):
+                setattr(mod, g, FusedPart(head, i))
+            done.append(f"{name}.{'+'.join(group)}" if name else "+".join(group))
+    log.info("fuse_projections: %d groups fused", len(done))
+    return done

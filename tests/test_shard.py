@@ -241,6 +241,40 @@ def test_a_field_broken_after_construction_is_refused(rng):
 # ---- the CPU warp emulator: row-parallel shard outputs (fp16) summed ------------------------------
 
 
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_concat_stacks_outputs_exactly(case, rng):
+    """QuantizedWeight.concat (fused q/k/v, gate/up): the column shards put back together are the
+    weight bit for bit, and unequal parts (a whole weight, then half of one) stack their outputs."""
+    qw = make_weight(case, rng)
+    full = jitmarlin.dequantize(qw, dtype=np.float64)
+    back = jitmarlin.QuantizedWeight.concat([qw.shard(0, r, 4) for r in range(4)])
+    assert back.shape == qw.shape and (back.n, back.k) == (qw.n, qw.k)
+    assert np.array_equal(jitmarlin.dequantize(back, dtype=np.float64), full)
+    fused = jitmarlin.QuantizedWeight.concat([qw, qw.shard(0, 1, 2)])
+    assert fused.shape == (N + N // 2, qw.in_features)
+    assert (fused.n, fused.k) == kernel_dims(N + N // 2, qw.in_features, qw.group_size)
+    want = np.concatenate([full, full[N // 2:]])
+    assert np.array_equal(jitmarlin.dequantize(fused, dtype=np.float64), want)
+
+
+def test_concat_refuses_what_one_gemm_cannot_hold(rng):
+    a = make_weight(("uint4b8", 128, 512, None, False, "float16"), rng)
+    with pytest.raises(InputError, match="qtype"):
+        jitmarlin.QuantizedWeight.concat([a, make_weight(("uint8b128", 128, 512, None, False, "float16"), rng)])
+    with pytest.raises(InputError, match="in_features"):
+        jitmarlin.QuantizedWeight.concat([a, make_weight(("uint4b8", 128, 256, None, False, "float16"), rng)])
+    with pytest.raises(InputError, match="scale_dtype"):
+        jitmarlin.QuantizedWeight.concat([a, make_weight(("uint4b8", 128, 512, None, False, "bfloat16"), rng)])
+    with pytest.raises(InputError, match="act-order"):
+        ao = ("uint4b8", 128, 512, None, True, "float16")
+        jitmarlin.QuantizedWeight.concat([make_weight(ao, rng), make_weight(ao, rng)])
+    nv = make_weight(("nvfp4", 16, 192, None, False, "float16"), rng)
+    with pytest.raises(InputError, match="global_scale"):
+        jitmarlin.QuantizedWeight.concat([nv, replace(nv, global_scale=0.5)])
+    with pytest.raises(InputError, match="no weights"):
+        jitmarlin.QuantizedWeight.concat([])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", [("uint4b8", 64, 256, None, True, "float16"),
                                   ("uint4", -1, 160, "float", False, "float16")], ids=_case_id)

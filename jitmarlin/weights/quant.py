@@ -19,7 +19,7 @@ from jitmarlin.errors import InputError, UnsupportedError
 from jitmarlin.jit.arrays import to_host
 from jitmarlin.weights import halves, packing
 from jitmarlin.weights.qtypes import TILE, check_group, check_shape, get_qtype, kernel_dims
-from jitmarlin.weights.shard import shard_fields
+from jitmarlin.weights.shard import concat_fields, shard_fields
 
 # ---- value decoders (host) -----------------------------------------------------------------------
 
@@ -147,6 +147,14 @@ class QuantizedWeight(_CheckedWeight):
         weight; InputError for a bad rank/world/dim, a split that is not a multiple of 8 features per
         rank, or a row split that cuts a quantization group (act-order groups included)."""
         return QuantizedWeight(**shard_fields(self, dim, rank, world))
+
+    @staticmethod
+    def concat(weights) -> "QuantizedWeight":
+        """One weight computing `weights`' outputs one after another (fused q/k/v or gate/up of one
+        input): out_features is their sum; dequantize(result) is exactly theirs stacked. A new
+        host-side weight; InputError unless all share qtype, group_size, in_features, scale_dtype,
+        global_scale and act-order permutation."""
+        return QuantizedWeight(**concat_fields(weights))
 
     def to_device(self, device: int, act: str):
         """CuPy copies (packed, scales, offsets or None, perm or None) on GPU `device`, in `act`'s

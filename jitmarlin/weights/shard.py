@@ -138,3 +138,55 @@ def shard_fields(qw, dim, rank, world) -> dict:
                 scales=np.ascontiguousarray(sc), scale_dtype=qw.scale_dtype,
                 offsets=None if off is None else np.ascontiguousarray(off), global_scale=qw.global_scale,
                 perm=None if perm is None else perm.astype(np.int32), out_features=n1, in_features=k1)
+
+
+def concat_fields(weights) -> dict:
+    """The QuantizedWeight fields of `weights` stacked along the output: out_features is their sum
+    and the output of the result is theirs one after another (fused q/k/v or gate/up projections of
+    one input). Codes and scale bit patterns are unpacked and re-packed, never rounded again, so
+    dequantize(result) is exactly the dequantized parts stacked. InputError unless every part has
+    the same qtype, group_size, in_features, scale_dtype, global_scale and act-order perm."""
+    ws = list(weights)
+    if not ws:
+        raise InputError("concat: no weights given")
+    first = ws[0]
+    for i, w in enumerate(ws):
+        w.validate()
+        for f in ("qtype", "group_size", "in_features", "scale_dtype", "k"):
+            if getattr(w, f) != getattr(first, f):
+                raise InputError(f"concat: weight {i} has {f}={getattr(w, f)!r}, weight 0 {getattr(first, f)!r}; "
+                                 "only weights of one input and one format can share a GEMM")
+        if float(w.global_scale) != float(first.global_scale):
+            raise InputError(f"concat: weight {i} has global_scale {float(w.global_scale)!r}, weight 0 "
+                             f"{float(first.global_scale)!r}; the kernel applies one global scale per GEMM")
+        if (w.offsets is None) != (first.offsets is None):
+            has = "has" if w.offsets is not None else "lacks"
+            raise InputError(f"concat: weight {i} {has} zero points and weight 0 does not")
+        p0 = None if first.perm is None else np.asarray(to_host(first.perm))
+        pi = None if w.perm is None else np.asarray(to_host(w.perm))
+        if (p0 is None) != (pi is None) or (p0 is not None and not np.array_equal(p0, pi)):
+            raise InputError(f"concat: weight {i} has another act-order permutation than weight 0; "
+                             "one GEMM gathers x in one order")
+    bits, gs, k = get_qtype(first.qtype).bits, int(first.group_size), int(first.k)
+    natural = gs == -1 and first.offsets is None
+    codes, sc, off = [], [], []
+    for w in ws:
+        n, n0 = int(w.n), int(w.out_features)
+        codes.append(packing.unpack(np.asarray(to_host(w.packed)), n, k, bits)[:n0])
+        for src, dst in ((w.scales, sc), (w.offsets, off)):
+            if src is not None:
+                h = np.asarray(to_host(src))
+                dst.append(h[:n0] if natural else packing.unpermute_scales(h.reshape(-1, n))[:, :n0])
+    n1 = sum(int(w.out_features) for w in ws)
+    n1p, _ = kernel_dims(n1, int(first.in_features), gs)
+    codes = _pad(np.concatenate(codes), (n1p, k))
+    if natural:
+        scales, offsets = _pad(np.concatenate(sc), (n1p,)), None
+    else:
+        scales = packing.permute_scales(_pad(np.concatenate(sc, axis=1), (sc[0].shape[0], n1p)))
+        offsets = None if not off else packing.permute_scales(_pad(np.concatenate(off, axis=1), (off[0].shape[0], n1p)))
+    return dict(qtype=first.qtype, group_size=gs, n=n1p, k=k, packed=packing.pack(codes, bits),
+                scales=np.ascontiguousarray(scales), scale_dtype=first.scale_dtype,
+                offsets=None if offsets is None else np.ascontiguousarray(offsets),
+                global_scale=first.global_scale, perm=None if p0 is None else p0.astype(np.int32),
+                out_features=n1, in_features=int(first.in_features))
