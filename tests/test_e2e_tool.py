@@ -49,6 +49,11 @@ def test_dry_run_llama_3_8b():
     assert "prefill batch 1: 2048 tokens" in out
     assert "compiled" not in out
     assert "static cache 576; compiled graph of one step x 64" in dry_run("llama-3-8b", "--compile")
+    fused = dry_run("llama-3-8b", "--fuse")
+    for name, shape in [("self_attn.q_proj.inner", (6144, 4096)), ("mlp.gate_proj.inner", (28672, 4096)),
+                        ("self_attn.o_proj", (4096, 4096)), ("mlp.down_proj", (4096, 14336))]:
+        assert f"MarlinLinear model.layers.0.{name}  (out, in) {shape}" in fused
+    assert "4 MarlinLinear, 0 MarlinMoE" in fused and "k_proj" not in fused
 
 
 def test_dry_run_qwen3_30b_a3b():
