@@ -155,6 +155,56 @@ def _dense_loop(torch, jitmarlin, mws13, mws2, ids_np, tw, activation, x):
     return run
 
 
+MOE_KINDS = ("auto", "mma", "wgmma")
+
+
+def moe_kinds(spec: str | None) -> list:
+    """--moe-kind (comma-separated): auto (the planner's), mma (mma.sync, no GEMV at decode), wgmma
+    (the sm_90 warpgroup kind); the first one's time is the row's jitmarlin_us."""
+    kinds = [k for k in (spec or "auto").split(",") if k]
+    bad = [k for k in kinds if k not in MOE_KINDS]
+    if bad or not kinds:
+        raise SystemExit(f"tools/bench --moe-kind: unknown kind(s) {', '.join(bad) or repr(spec)}; "
+                         f"known: {', '.join(MOE_KINDS)}")
+    return list(dict.fromkeys(kinds))
+
+
+class moe_kind:
+    """Force one kind of MoE plan for the whole process while in the block (the planner's
+    defaults patched); runners made under another kind are dropped on the way in and out."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+
+    def __enter__(self):
+        from jitmarlin.kernels.moe import plan as moe_plan
+        from jitmarlin.kernels.moe import wgmma as moe_wgmma
+        from jitmarlin.ops import moe as moe_ops
+
+        self.saved = (moe_wgmma.WGMMA_DEFAULT, moe_plan.GEMV_MAX_ROWS)
+        moe_wgmma.WGMMA_DEFAULT = {"auto": None, "mma": False, "wgmma": True}[self.kind]
+        if self.kind == "mma":
+            moe_plan.GEMV_MAX_ROWS = 0
+        moe_ops._runners.clear()
+        return self
+
+    def plans(self, w13) -> str:
+        """The grouped GEMMs the runners of `w13` ran (up / down kernel names)."""
+        from jitmarlin.ops import moe as moe_ops
+
+        return "; ".join(sorted({f"{r.plan.up.name} / {r.plan.down.name}"
+                                 for r in moe_ops._runners.get(w13, {}).values()}))
+
+    def __exit__(self, *exc):
+        from jitmarlin.kernels.moe import plan as moe_plan
+        from jitmarlin.kernels.moe import wgmma as moe_wgmma
+        from jitmarlin.ops import moe as moe_ops
+
+        moe_wgmma.WGMMA_DEFAULT, moe_plan.GEMV_MAX_ROWS = self.saved
+        moe_ops._runners.clear()
+        return False
+
+
 def main_moe(args):
     import cupy as cp
     import torch
@@ -172,6 +222,7 @@ def main_moe(args):
     peers = [p for p in (args.peers or "humming,torch-bf16,dense-loop").split(",") if p and p != "cublas"]
     models = model_names(args.shapes)
     ts = [int(v) for v in args.m.split(",")] if args.m else list(TOKENS)
+    kinds = moe_kinds(getattr(args, "moe_kind", None))
     result = {"gpu": gpu, "date": dt.date.today().isoformat(), "copy_tbps": round(bw, 3), "mode": "moe",
               "method": "CUDA-graph replay of the whole routed-expert block, weight copies rotated past 4x L2 "
                         "by touched bytes, median of 5 replays", "rows": [], "peers_requested": peers}
@@ -197,12 +248,25 @@ def main_moe(args):
                                                                          skew, dev, act, tdt, hidden)
                     fns = [lambda i=i: jitmarlin.moe(x, m13[i], m2[i], tw_d, ids_d, activation=activation, out=out)
                            for i in range(copies)]
-                    us = timer(fns)
+                    kind_us, kind_plans = {}, {}
+                    for kind in kinds:   # (--moe-kind: each kind timed on the same routing and copies)
+                        with moe_kind(kind) as mk:
+                            try:
+                                kind_us[kind] = timer(fns)
+                                kind_plans[kind] = mk.plans(m13[0])
+                            except Exception as ex:
+                                if kind == kinds[0]:
+                                    raise
+                                kind_plans[kind] = f"{type(ex).__name__}: {str(ex)[:160]}"
+                    us = kind_us[kinds[0]]
                     floor = (tb + 2 * t * hidden * 2) / (bw * 1e12) * 1e6
                     row = {"model": model, "E": e, "k": k, "hidden": hidden, "inter": inter, "qtype": qtype,
                            "T": t, "act": act, "routing": "skewed" if skew else "uniform", "copies": copies,
                            "touched_experts": int(len(np.unique(ids))), "floor_us": round(floor, 2),
                            "jitmarlin_us": round(us, 2), "peers": {}, "peer_errors": {}}
+                    if kinds != ["auto"]:
+                        row["kinds"] = {kd: round(v, 2) for kd, v in kind_us.items()}
+                        row["kind_plans"] = kind_plans
                     if "dense-loop" in peers and activation == "silu":
                         try:
                             run = _dense_loop(torch, jitmarlin, m13, m2, ids, tw_d, activation, x)
@@ -230,7 +294,8 @@ def main_moe(args):
                         except Exception as ex:
                             row["peer_errors"]["humming"] = f"{type(ex).__name__}: {str(ex)[:160]}"
                     result["rows"].append(row)
-                    cells = "  ".join(f"{p} {v:.1f} ({us / v:.2f}x)" for p, v in row["peers"].items())
+                    cells = "  ".join([f"{kd} {v:.1f}" for kd, v in kind_us.items()][1:]
+                                      + [f"{p} {v:.1f} ({us / v:.2f}x)" for p, v in row["peers"].items()])
                     print(f"{model:<17} {act:<8} T={t:<5} {row['routing']:<8} {us:9.1f} us  floor {floor:8.1f}"
                           f"  x{us / floor:5.2f}  {cells}", flush=True)
                     m13 = m2 = fns = None   # free the device copies before the next row

@@ -18,6 +18,7 @@ from jitmarlin.jit.profiles import live_profile, planning_profile
 from jitmarlin.kernels.moe import MoEProblem
 from jitmarlin.kernels.moe import tuned as moe_tuned
 from jitmarlin.kernels.moe.spec import ACTIVATIONS, ROUTE_THREADS
+from jitmarlin.kernels.moe.wgmma import weight_maps
 from jitmarlin.weights.moe import MoEWeight
 from jitmarlin.weights.qtypes import normalize_act
 
@@ -95,6 +96,12 @@ class _Runner:
         self.up_w = (ptr(b13), ptr(s13), ptr(z13), ptr(bias13), ptr(g13))
         self.down_w = (ptr(b2), ptr(s2), ptr(z2), ptr(bias2), ptr(g2))
         self.keep = (w13.to_device(device, act), w2.to_device(device, act))
+        # The wgmma kind reads the stacked weights through tensor maps over all experts (appended
+        # to its arguments); the other kinds take none.
+        self.up_maps = self.down_maps = ()
+        if plan.wgmma:
+            self.up_maps = weight_maps(plan.up, w13.num_experts, w13.n, w13.k, *(int(v) for v in self.up_w[:3]))
+            self.down_maps = weight_maps(plan.down, w2.num_experts, w2.n, w2.k, *(int(v) for v in self.down_w[:3]))
         self.ints = {name: np.int32(v) for name, v in dict(
             pairs=p.pairs, topk=topk, n13=w13.n, k13=w13.k, n2=w2.n, k2=w2.k, inter=p.inter, hidden=p.hidden,
             experts=p.experts, max_blocks=plan.max_blocks, tokens=tokens, splits=plan.splits,
@@ -115,7 +122,8 @@ class _Runner:
         b, s, z, bias, g = self.up_w
         self.up((plan.grid_up,), (plan.up.threads,),
                 (_u64(x_ptr), b, s, z, bias, g, tw if self.on_input else _u64(0), sorted_, blk, n_rows, h,
-                 i["pairs"], i["topk"], i["n13"], i["k13"], i["inter"], i["hidden"], i["hidden"], hp, i["up_splits"]),
+                 i["pairs"], i["topk"], i["n13"], i["k13"], i["inter"], i["hidden"], i["hidden"], hp, i["up_splits"],
+                 *self.up_maps),
                 shared_mem=plan.up.smem_bytes(), stream=st)
         if self.act_k is not None:   # up_splits > 1: the splits' sums, activated, into the intermediate rows
             self.act_k((plan.act_grid,), (plan.up.threads,), (hp, h, i["pairs"], i["n13"], i["inter"], i["up_splits"]),
@@ -123,7 +131,8 @@ class _Runner:
         b, s, z, bias, g = self.down_w
         self.down((plan.grid_down,), (plan.down.threads,),
                   (h, b, s, z, bias, g, _u64(0) if self.on_input else tw, sorted_, blk, n_rows, y,
-                   i["pairs"], one, i["n2"], i["k2"], i["hidden"], i["inter"], i["inter"], yp, i["splits"]),
+                   i["pairs"], one, i["n2"], i["k2"], i["hidden"], i["inter"], i["inter"], yp, i["splits"],
+                   *self.down_maps),
                   shared_mem=plan.down.smem_bytes(), stream=st)
         self.combine((plan.combine_grid,), (ROUTE_THREADS,),
                      (y, ids, emap, ng, i["experts"], i["tokens"], i["topk"], i["hidden"], _u64(out_ptr), yp,

@@ -48,7 +48,7 @@ def inspect(args, prof) -> int:
             print(disassemble(art.cubin), end="")
         return 0
     report = {"profile": prof.name, "arch": prof.arch, "tokens": args.m, "topk": args.topk,
-              "experts": args.experts, "kind": "gemv" if plan.gemv else "mma.sync",
+              "experts": args.experts, "kind": "gemv" if plan.gemv else "wgmma" if plan.wgmma else "mma.sync",
               "block_m": plan.block_m, "max_blocks": plan.max_blocks,
               "down_k_splits": plan.splits, "up_k_splits": plan.up_splits, "kernels": []}
     for stage, s, grid, smem in (("route", plan.route, 1, 2 * plan.route.threads * 4),

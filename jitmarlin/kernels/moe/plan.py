@@ -12,7 +12,15 @@ from dataclasses import dataclass
 from jitmarlin.errors import InputError, UnsupportedError
 from jitmarlin.jit.profiles import DeviceProfile
 from jitmarlin.kernels.moe.spec import ACTIVATIONS, ROUTE_THREADS, MoEGemvSpec, MoERouteSpec, MoESpec
-from jitmarlin.kernels.plan_base import PATH_MAX_STAGES, check_problem, group_blocks, max_tm
+from jitmarlin.kernels.moe.wgmma import (
+    MoEWgmmaSpec,
+    fits,
+    wgmma_candidates,
+    wgmma_default,
+    wgmma_stage_spec,
+    wgmma_tm,
+)
+from jitmarlin.kernels.plan_base import PATH_MAX_STAGES, check_problem, group_blocks, max_tm, wgmma_available
 from jitmarlin.kernels.problem import Problem
 
 
@@ -60,8 +68,8 @@ class MoEProblem:
 class MoEPlan:
     problem: MoEProblem
     route: MoERouteSpec
-    up: MoESpec | MoEGemvSpec
-    down: MoESpec | MoEGemvSpec
+    up: MoESpec | MoEGemvSpec | MoEWgmmaSpec
+    down: MoESpec | MoEGemvSpec | MoEWgmmaSpec
     max_blocks: int       # row blocks the alignment can produce in the worst case
     splits: int = 1       # K splits of the down GEMM (fp32 partial sums, added by the combine kernel)
     up_splits: int = 1    # K splits of the w13 GEMM (fp32 partial sums; the activation runs in a kernel of its own)
@@ -74,6 +82,11 @@ class MoEPlan:
     def gemv(self) -> bool:
         """The GEMV kind (MoEGemvSpec stages: no K splits)."""
         return isinstance(self.up, MoEGemvSpec)
+
+    @property
+    def wgmma(self) -> bool:
+        """The Hopper kind (MoEWgmmaSpec stages, sm_90a: no K splits)."""
+        return isinstance(self.up, MoEWgmmaSpec)
 
     @property
     def sorted_rows(self) -> int:
@@ -176,11 +189,13 @@ def _gemv_spec(profile: DeviceProfile, dense: Problem, stage: str, activation: s
 
 def plan_moe(profile: DeviceProfile, p: MoEProblem, *, tm: int | None = None,
              up: MoESpec | MoEGemvSpec | None = None, down: MoESpec | MoEGemvSpec | None = None,
-             splits: int | None = None, up_splits: int | None = None, gemv: bool | None = None) -> MoEPlan:
+             splits: int | None = None, up_splits: int | None = None, gemv: bool | None = None,
+             wgmma: bool | None = None) -> MoEPlan:
     """The routing module and the two grouped GEMMs for `p` on `profile` (no GPU needed). `up`,
     `down` (specs from stage_candidates), `splits` and `up_splits` override the planner's choices
     (sweeps, autotuning); `tm` or gemv=False asks for the mma.sync kernels, gemv=True for the GEMV
-    ones (decode). InputError when one does not fit `p`."""
+    ones (decode), wgmma=True for the warpgroup ones (sm_90; wgmma=False: not them). InputError
+    when one does not fit `p`."""
     if p.activation not in ACTIVATIONS:
         raise InputError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {p.activation!r}")
     if p.tokens < 1 or p.topk < 1:
@@ -194,6 +209,9 @@ def plan_moe(profile: DeviceProfile, p: MoEProblem, *, tm: int | None = None,
     d13, d2 = p.dense("up"), p.dense("down")
     check_problem(profile, d13)
     check_problem(profile, d2)
+    wplan = _wgmma_plan(profile, p, d13, d2, up, down, tm, splits, up_splits, gemv, wgmma)
+    if wplan is not None:
+        return wplan
     gplan = _gemv_plan(profile, p, d13, d2, up, down, tm, splits, up_splits, gemv)
     if gplan is not None:
         return gplan
@@ -273,6 +291,46 @@ def _gemv_plan(profile: DeviceProfile, p: MoEProblem, d13: Problem, d2: Problem,
     return MoEPlan(p, route, up, down, max_blocks(p.pairs, p.experts, 8), 1, 1)
 
 
+def _wgmma_plan(profile: DeviceProfile, p: MoEProblem, d13: Problem, d2: Problem, up, down, tm, splits,
+                up_splits, gemv, wgmma) -> MoEPlan | None:
+    """The wgmma plan of `p` (kernels/moe/wgmma.py), or None for another kind. wgmma: where an
+    override is a MoEWgmmaSpec or `wgmma` is True; with no choice made (no wgmma, gemv, tm or
+    tiles), where wgmma_default says so (sm_90 only; off until timed)."""
+    kinds = {isinstance(s, MoEWgmmaSpec) for s in (up, down) if s is not None}
+    if len(kinds) > 1:
+        raise InputError("a wgmma plan takes MoEWgmmaSpec tiles for both stages (its row blocks are theirs)")
+    want = kinds == {True} or wgmma is True
+    if kinds == {False} or wgmma is False or gemv is not None or tm is not None:
+        if want:
+            raise InputError("tm, gemv, other tiles or wgmma=False ask for another kind than the wgmma plan")
+        return None
+    if not want and not wgmma_default(profile, p.pairs, p.experts):
+        return None
+    if not wgmma_available(profile):
+        raise InputError(f"wgmma MoE plans run on sm_90 GPUs (H100, H200), not {profile.name} ({profile.arch})")
+    tm = (up or down).tm if (up or down) else wgmma_tm(p.pairs, p.experts)
+    try:
+        up = up or wgmma_stage_spec(profile, d13, tm, "up", p.activation)
+        down = down or wgmma_stage_spec(profile, d2, tm, "down", "")
+    except ValueError as e:
+        raise UnsupportedError(str(e)) from None
+    for spec, dense, stage, activation in ((up, d13, "up", p.activation), (down, d2, "down", "")):
+        expect = ("sm90", dense.qtype, dense.act, group_blocks(dense), tm, stage, activation)
+        got = (spec.path, spec.qtype, spec.act, spec.group_blocks, spec.tm, spec.stage, spec.activation)
+        if got != expect:
+            raise InputError(f"{spec.name} is not a {stage} kernel of this problem on {profile.name} "
+                             f"(path, qtype, act, group blocks, tm, stage, activation: {got} != {expect})")
+        if dense.k % spec.tile_k or not fits(profile, spec):
+            raise InputError(f"{spec.name} is not buildable, needs whole K steps of 64 or does not fit "
+                             f"{profile.name}'s shared memory")
+    for what, n in (("splits", splits), ("up_splits", up_splits)):
+        if n not in (None, 1):
+            raise InputError(f"{what} must be 1 in a wgmma plan (a block sums the whole of K), got {n!r}")
+    route = MoERouteSpec(p.act, 16 * tm, profile.path)
+    route.check()
+    return MoEPlan(p, route, up, down, max_blocks(p.pairs, p.experts, 16 * tm), 1, 1)
+
+
 def _check_override(profile: DeviceProfile, spec: MoESpec, dense: Problem, tm: int, stage: str,
                     activation: str) -> None:
     want = (profile.path, dense.qtype, dense.act, group_blocks(dense), tm, stage, activation)
@@ -343,6 +401,8 @@ def moe_gemv_candidates(profile: DeviceProfile, p: MoEProblem, stage: str, near:
 def stage_candidates(profile: DeviceProfile, p: MoEProblem, plan: MoEPlan, stage: str) -> list:
     """The candidates of one stage of the kind of `plan` (GEMV or mma.sync with plan's tm)."""
     spec = plan.up if stage == "up" else plan.down
+    if isinstance(spec, MoEWgmmaSpec):
+        return wgmma_candidates(profile, p.dense(stage), spec.tm, stage, p.activation)
     if isinstance(spec, MoEGemvSpec):
         return moe_gemv_candidates(profile, p, stage, spec)
     return moe_candidates(profile, p, stage, spec.tm)

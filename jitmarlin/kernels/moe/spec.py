@@ -274,8 +274,9 @@ class MoERouteSpec:
     def check(self) -> None:
         if self.act not in ACT_DTYPES:
             raise ValueError(f"unknown activation dtype {self.act!r}")
-        if self.block_m not in (8, 16, 32, 48, 64):
-            raise ValueError(f"block_m must be 8 (the gemv stages), 16, 32, 48 or 64, got {self.block_m}")
+        if self.block_m not in (8, 16, 32, 48, 64, 128):
+            raise ValueError(f"block_m must be 8 (the gemv stages), 16, 32, 48, 64 or 128 (the wgmma stages), "
+                             f"got {self.block_m}")
         if self.path not in ("sm70", "sm75", "sm80"):
             raise ValueError(f"unknown code path {self.path!r}")
         if self.path != "sm80" and self.act == "bfloat16":

@@ -16,8 +16,10 @@ from jitmarlin.errors import JitMarlinError
 from jitmarlin.jit.cache import KernelCache
 from jitmarlin.jit.profiles import DeviceProfile
 from jitmarlin.jit.records import RecordKind, register_record_kind
+from jitmarlin.kernels.moe import wgmma as moe_wgmma
 from jitmarlin.kernels.moe.plan import MoEPlan, MoEProblem, plan_moe
 from jitmarlin.kernels.moe.spec import MoEGemvSpec, MoESpec
+from jitmarlin.kernels.moe.wgmma import MoEWgmmaSpec
 from jitmarlin.kernels.spec import spec_from_canonical
 from jitmarlin.kernels.tuned import read_record, record_fields, shape_bucket, templates_tag
 
@@ -100,10 +102,10 @@ class MoETunedChoice:
         return cls(**kw)
 
 
-def _stage_spec(text: str) -> MoESpec | MoEGemvSpec:
-    """A stored grouped-GEMM spec (either kind); ValueError for any other text."""
+def _stage_spec(text: str) -> MoESpec | MoEGemvSpec | MoEWgmmaSpec:
+    """A stored grouped-GEMM spec (any kind); ValueError for any other text."""
     spec = spec_from_canonical(text)
-    if not isinstance(spec, (MoESpec, MoEGemvSpec)):
+    if not isinstance(spec, (MoESpec, MoEGemvSpec, MoEWgmmaSpec)):
         raise ValueError(f"not a MoE grouped GEMM spec: {text[:120]!r}")
     return spec
 
@@ -138,7 +140,7 @@ def plan_for(profile: DeviceProfile, arch: str, p: MoEProblem, cache: KernelCach
     """The plan jitmarlin.moe runs for `p`: a stored choice for its bucket on this GPU model where
     one exists, improves on the planner and fits `p` exactly, else the planner's."""
     choice = lookup(cache, profile.name, arch, p)
-    if choice is not None and choice.improved:
+    if choice is not None and choice.improved and moe_wgmma.WGMMA_DEFAULT is None:   # (a forced kind: no record)
         up, down = choice.specs()
         try:
             return plan_moe(profile, p, up=up, down=down, splits=min(choice.splits, p.k2 // down.tile_k),

@@ -1,0 +1,295 @@
+"""The MoE family's Hopper kind: grouped expert GEMMs on warpgroup MMAs (templates/moe_wgmma.cu.j2,
+sm_90a). Spec, plan rules (pure), template glue and the weights' tensor maps.
+
+As in the dense wgmma kernel the tensor cores compute out^T = W x^T: an expert's dequantised
+weights are the register operand (64 features a warpgroup slab), the routed rows of x the
+shared-memory operand (the wgmma N side: one row block of 32, 64 or 128 rows). A block takes one
+row block (one expert's) by one column tile over the whole of K, like moe.cu.j2, so the up
+stage's activation stays fused and the down stage needs no partial sums (no K splits). x rows are
+gathered by per-thread cp.async into the 128-byte swizzled layout; the expert's packed weights
+and scales arrive as TMA boxes of 2-D maps over all experts' stacked arrays (expert e's rows
+start at e * rows-an-expert).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from jitmarlin._version import __version__
+from jitmarlin.jit.profiles import DeviceProfile
+from jitmarlin.kernels import render as _render
+from jitmarlin.kernels.moe.spec import ACTIVATIONS, STAGES_MOE
+from jitmarlin.kernels.plan_base import group_blocks, wgmma_available
+from jitmarlin.kernels.problem import Problem
+from jitmarlin.kernels.spec import THREADS, KernelSpec, _Tiles, _WeightFormat, register_kind
+from jitmarlin.weights.qtypes import ACT_DTYPES, QTYPES
+
+# Whether plan_moe takes this kind where its caller does not choose (no wgmma=, gemv=, tm or
+# tiles): None follows the rule below; True / False take it always / never on sm_90 GPUs
+# (tools/bench --moe-kind and the GPU tests set it for the whole process).
+WGMMA_DEFAULT: bool | None = None
+# The rule: on sm_90, from WGMMA_MIN_ROWS rows an expert under an even routing. Off until this
+# kind is timed on an H100 against the mma.sync kind and humming (tools/PERF.md).
+WGMMA_RULE = False
+WGMMA_MIN_ROWS = 32
+
+
+@dataclass(frozen=True)
+class MoEWgmmaSpec(_Tiles, _WeightFormat):
+    """One grouped expert GEMM on warpgroup MMAs (sm_90a).
+
+    path: 'sm90'; qtype, act, group_blocks: as KernelSpec's. tm: routed rows a block in m16 units
+    (2, 4, 8: 32, 64, 128 rows; the routing pads each expert's list to them); tn: 16 tn weight
+    columns a block (8: one 64-feature slab a warpgroup, whose dequant overlaps the previous
+    step's wgmmas from 4 stages; 16: two slabs, 4-bit codes only); stages: pipeline depth of
+    64-deep K steps; occupancy: blocks an SM (2: at most 128 registers a thread). stage,
+    activation: as MoESpec's.
+    """
+
+    route: ClassVar[str] = "moe"
+
+    path: str
+    qtype: str
+    act: str
+    group_blocks: int
+    tm: int
+    tn: int
+    stages: int
+    stage: str = "up"
+    activation: str = "silu"
+    occupancy: int = 1
+
+    @property
+    def tk(self) -> int:
+        return 4  # one 128-byte swizzled x row a stage
+
+    @property
+    def threads(self) -> int:
+        return THREADS  # two warpgroups
+
+    @property
+    def slabs(self) -> int:
+        """64-feature slabs a warpgroup."""
+        return self.tn // 8
+
+    @property
+    def gated(self) -> bool:
+        return self.stage == "up"
+
+    @property
+    def act_kernel(self) -> bool:
+        return False  # no K splits: the activation is always fused
+
+    @property
+    def wgmma(self) -> bool:
+        return True  # built for sm_90a (jitmarlin.kernels.source.target_arch)
+
+    @property
+    def cluster(self) -> int:
+        return 1
+
+    @property
+    def pdl(self) -> bool:
+        return False
+
+    def dense(self) -> KernelSpec:
+        """The dense wgmma kernel of this tile (its partials are this kernel's)."""
+        return KernelSpec(
+            "sm90", self.qtype, self.act, self.group_blocks, self.tm, self.tn, 4, self.stages, occupancy=self.occupancy
+        )
+
+    @property
+    def scale_rows(self) -> int:
+        """Scale rows a stage (one per group starting in the 64-deep K step), offsets as many again."""
+        if self.group_blocks < 0:
+            return 0
+        rows = 1 if self.group_blocks == 0 else max(1, 4 // self.group_blocks)
+        return rows * (2 if self.affine else 1)
+
+    def stage_bytes(self) -> int:
+        """x rows, packed weights and scale rows of one stage, on 1024-byte boundaries (the swizzle
+        period)."""
+        a = self.tile_m * 64 * 2
+        b = 64 * self.tile_n * self.bits // 8
+        s = self.scale_rows * self.tile_n * 2
+        return -(-(a + b + s) // 1024) * 1024
+
+    def epilogue_bytes(self) -> int:
+        """The staged output tile: rows of the features written (half the columns when gated), 16
+        bytes of padding a row."""
+        out_n = self.tile_n // 2 if self.gated else self.tile_n
+        return self.tile_m * (out_n * 2 + 16)
+
+    def smem_bytes(self) -> int:
+        """Pipeline (or staged outputs), one 8-byte mbarrier a stage (rounded to 16 bytes), the
+        tile's pair ids and router weights (8 bytes a row), and 1 KB of slack to align the stages."""
+        used = -(-max(self.stages * self.stage_bytes(), self.epilogue_bytes()) // 16) * 16
+        return 1024 + used + -(-8 * self.stages // 16) * 16 + 8 * self.tile_m
+
+    def smem_per_sm(self) -> int:
+        return self.occupancy * (self.smem_bytes() + 1024)
+
+    def check(self) -> None:
+        """Raise ValueError when the fields do not describe a buildable kernel."""
+        if self.path != "sm90":
+            raise ValueError(f"the MoE wgmma kernel is built for the sm90 path (sm_90a), not {self.path!r}")
+        if self.qtype not in QTYPES:
+            raise ValueError(f"unknown quant type {self.qtype!r}")
+        if self.act not in ACT_DTYPES:
+            raise ValueError(f"unknown activation dtype {self.act!r}")
+        if self.tm not in (2, 4, 8):
+            raise ValueError(f"tm must be 2, 4 or 8 (row blocks of 32, 64, 128), got {self.tm}")
+        if self.tn not in (8, 16):
+            raise ValueError(f"tn must be 8 or 16 (one or two 64-feature slabs a warpgroup), got {self.tn}")
+        if 16 * self.tn * self.bits // 4 > 256:
+            raise ValueError(
+                "a stage's weights are one TMA box of at most 256 8-byte words a k16 row "
+                f"(tn={self.tn} with {self.bits}-bit codes has {16 * self.tn * self.bits // 4})"
+            )
+        if self.occupancy not in (1, 2):
+            raise ValueError(f"occupancy must be 1 or 2, got {self.occupancy}")
+        sums = self.slabs * 8 * self.tm
+        if sums > (64 if self.occupancy == 2 else 128):
+            raise ValueError(f"wgmma tile too large: {sums} fp32 sums a thread with {self.occupancy} block(s) an SM")
+        if not 2 <= self.stages <= 8:
+            raise ValueError("the MoE wgmma kernel uses 2..8 stages")
+        if self.group_blocks > 0 and 4 % self.group_blocks and self.group_blocks % 4:
+            raise ValueError("group size and the 64-deep K step must divide one another")
+        if self.group_blocks < 0 and self.affine:
+            raise ValueError("zero-point types apply per-channel scales in the K loop (group_blocks 0)")
+        if self.stage not in STAGES_MOE:
+            raise ValueError(f"stage must be 'up' or 'down', got {self.stage!r}")
+        if self.stage == "up" and self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}")
+        if self.stage == "down" and self.activation != "":
+            raise ValueError("the down stage fuses no activation (activation='')")
+
+    def canonical(self) -> str:
+        d = asdict(self)
+        d["family"] = "moe_wgmma"
+        return json.dumps(d, sort_keys=True, separators=(",", ":"))
+
+    @property
+    def name(self) -> str:
+        """Kernel symbol: jm_moe_wgmma_up_silu_sm90_uint4b8_f16_g128_m4n8s4o2."""
+        what = f"up_{self.activation}" if self.stage == "up" else "down"
+        return (
+            f"jm_moe_wgmma_{what}_{self.path}_{self.qtype}_{ACT_DTYPES[self.act]}_{self.group_tag}"
+            f"_m{self.tm}n{self.tn}s{self.stages}" + (f"o{self.occupancy}" if self.occupancy > 1 else "")
+        )
+
+
+def render_moe_wgmma(spec: MoEWgmmaSpec, target: str) -> str:
+    """moe_wgmma.cu.j2 with the dense wgmma kernel's partials (instructions, wgmma, TMA, dequant)."""
+    if target != "cuda":
+        raise ValueError("the CPU emulator does not model wgmma (sm90 kernels run on a GPU only)")
+    return (
+        _render.env()
+        .get_template("moe_wgmma.cu.j2")
+        .render(
+            spec=spec,
+            target=target,
+            version=__version__,
+            partials=_render.partials(spec.dense(), target),
+            act_ptx="bf16" if spec.act == "bfloat16" else "f16",
+            bits=spec.bits,
+            affine=spec.affine,
+        )
+    )
+
+
+register_kind(MoEWgmmaSpec, "moe_wgmma")
+_render.register_renderer(MoEWgmmaSpec, render_moe_wgmma)
+
+
+# ---- plan rules (pure) ------------------------------------------------------------------------
+
+
+def rows_per_expert(pairs: int, experts: int) -> int:
+    """Rows each expert gets under an even routing."""
+    return -(-pairs // max(1, min(experts, pairs)))
+
+
+def wgmma_default(profile: DeviceProfile, pairs: int, experts: int) -> bool:
+    """Whether plan_moe takes this kind when its caller does not choose (WGMMA_DEFAULT, WGMMA_RULE)."""
+    if not wgmma_available(profile):
+        return False
+    if WGMMA_DEFAULT is not None:
+        return WGMMA_DEFAULT
+    return WGMMA_RULE and rows_per_expert(pairs, experts) >= WGMMA_MIN_ROWS
+
+
+def wgmma_tm(pairs: int, experts: int) -> int:
+    """m16 blocks a row block: 32 rows up to 32 an expert, 64 up to 64, then 128 (more rows, more
+    reuse of each dequantised weight tile; fewer, less padding)."""
+    rows = rows_per_expert(pairs, experts)
+    return 2 if rows <= 32 else 4 if rows <= 64 else 8
+
+
+def fits(profile: DeviceProfile, spec: MoEWgmmaSpec) -> bool:
+    try:
+        spec.check()
+    except ValueError:
+        return False
+    return spec.smem_bytes() <= profile.smem_per_block and spec.smem_per_sm() <= profile.smem_per_sm
+
+
+def wgmma_stage_spec(profile: DeviceProfile, dense: Problem, tm: int, stage: str, activation: str) -> MoEWgmmaSpec:
+    """The planner's tile of one grouped GEMM (not yet timed; the dense kernel's choices at these
+    token counts): one slab a warpgroup (128 columns); up to 64 rows two blocks an SM with 4
+    stages, 128 rows one block with 4 (deeper where shared memory allows none of those)."""
+    gb = group_blocks(dense)
+    act = activation if stage == "up" else ""
+    tries = [(2, 4), (1, 6), (1, 4)] if tm <= 4 else [(1, 4)]
+    tries += [(1, s) for s in (3, 2)]
+    for occ, stages in tries:
+        spec = MoEWgmmaSpec("sm90", dense.qtype, dense.act, gb, tm, 8, stages, stage, act, occ)
+        if fits(profile, spec):
+            return spec
+    raise ValueError(f"no MoE wgmma tile of {16 * tm} rows fits {profile.name} for {dense.qtype}")
+
+
+def wgmma_candidates(profile: DeviceProfile, dense: Problem, tm: int, stage: str, activation: str) -> list:
+    """Every buildable tile of one grouped GEMM with `tm` m16 blocks a row block that fits
+    `profile` (the sweep's and autotuner's candidates)."""
+    gb = group_blocks(dense)
+    act = activation if stage == "up" else ""
+    out = []
+    for tn in (8, 16):
+        for occ in (1, 2):
+            for stages in range(3, 9):
+                spec = MoEWgmmaSpec("sm90", dense.qtype, dense.act, gb, tm, tn, stages, stage, act, occ)
+                if fits(profile, spec):
+                    out.append(spec)
+    return out
+
+
+# ---- launch glue ------------------------------------------------------------------------------
+
+
+def weight_maps(
+    spec: MoEWgmmaSpec, experts: int, n: int, k: int, packed_ptr: int, scales_ptr: int, offsets_ptr: int
+) -> tuple:
+    """(B, S, Z) tensor maps of a stacked MoEWeight on the device, over all experts at once: B as
+    E K/16 rows of N bits/4 8-byte words (boxes of the tile's words x 4 rows, expert e's rows from
+    e K/16), S and Z as E G rows of N halves (G scale rows an expert: K / group, or 1; boxes of the
+    tile's features x a stage's rows). Per-channel scales (read in the epilogue) and absent
+    offsets get an empty map. Host-only (the driver encodes them)."""
+    from jitmarlin.jit import launch as jl
+
+    empty = np.zeros((), dtype=jl.TENSOR_MAP)[()]
+    words = n * spec.bits // 4
+    bmap = jl.tensor_map_2d(packed_ptr, 8, (words, experts * k // 16), words * 8, (spec.tile_n * spec.bits // 4, 4))
+    if spec.group_blocks < 0:
+        return bmap, empty, empty
+    rows = 1 if spec.group_blocks == 0 else k // (16 * spec.group_blocks)
+    box_rows = spec.scale_rows // (2 if spec.affine else 1)
+    maps = [
+        jl.tensor_map_2d(ptr, 2, (n, experts * rows), n * 2, (spec.tile_n, box_rows)) if ptr else empty
+        for ptr in (scales_ptr, offsets_ptr)
+    ]
+    return (bmap, *maps)

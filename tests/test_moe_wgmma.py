@@ -1,0 +1,496 @@
+"""The MoE wgmma kind (templates/moe_wgmma.cu.j2, kernels/moe/wgmma.py): plans (pure), NVRTC
+compiles for sm_90a on the CPU (every quant type, both dtypes, every activation, resources, the
+SASS), and on an sm_90 GPU the forced kind against the float64 per-expert reference.
+`pytest -k wgmma tests/test_moe_wgmma.py` runs them alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jitmarlin.errors import InputError
+from jitmarlin.jit.cache import default_cache
+from jitmarlin.jit.profiles import get_profile
+from jitmarlin.kernels.moe import MoEProblem, MoEWgmmaSpec, plan_moe
+from jitmarlin.kernels.moe import wgmma as moe_wgmma
+from jitmarlin.kernels.moe.plan import stage_candidates
+from jitmarlin.kernels.moe.tuned import _stage_spec
+from jitmarlin.kernels.render import render
+from jitmarlin.kernels.source import SOURCE
+from jitmarlin.kernels.spec import spec_from_canonical
+from jitmarlin.reference import ATOL_U_MOE, check_output, moe_reference
+from jitmarlin.weights import halves
+from jitmarlin.weights.moe import quantize_moe
+from jitmarlin.weights.qtypes import kernel_dims
+
+QTYPES = [("uint4b8", 128), ("uint4", 64), ("uint8b128", -1), ("float8_e4m3fn", 128), ("nvfp4", 16), ("mxfp4", 32)]
+# (experts, top-k, hidden, intermediate, quant type, group, activation) of tools/bench --moe's models
+MODELS = {
+    "mixtral-8x7b": (8, 2, 4096, 14336, "uint4b8", 128, "silu"),
+    "qwen3-30b-a3b": (128, 8, 2048, 768, "uint4b8", 128, "silu"),
+    "gpt-oss-20b": (32, 4, 2880, 2880, "mxfp4", 32, "swigluoai"),
+}
+
+
+def _problem(t, k, e, hidden, inter, act, qt, g, activation="silu"):
+    n13, k13 = kernel_dims(2 * inter, hidden, g)
+    n2, k2 = kernel_dims(hidden, inter, g)
+    return MoEProblem(t, k, e, n13, k13, n2, k2, inter, hidden, act, qt, g, activation)
+
+
+# ---- plans (pure) --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("prof", ["h100", "h200"])
+@pytest.mark.parametrize("act", ["float16", "bfloat16"])
+def test_wgmma_plans_fit(prof, act):
+    h = get_profile(prof)
+    for e, k, hidden, inter, qt, g, activation in MODELS.values():
+        for t in (1, 64, 256, 1024, 4096):
+            p = _problem(t, k, e, hidden, inter, act, qt, g, activation)
+            plan = plan_moe(h, p, wgmma=True)
+            assert plan.wgmma and not plan.gemv and plan.splits == plan.up_splits == 1
+            for spec in (plan.up, plan.down):
+                spec.check()
+                assert spec.path == "sm90" and spec.tile_m == plan.block_m
+                assert spec.smem_bytes() <= h.smem_per_block and spec.smem_per_sm() <= h.smem_per_sm
+            assert plan.route.block_m == 16 * moe_wgmma.wgmma_tm(p.pairs, p.experts)
+            assert plan.max_blocks * plan.block_m >= p.pairs + min(p.experts, p.pairs) * (plan.block_m - 1)
+            assert plan.grid_up == plan.max_blocks * -(-p.n13 // plan.up.tile_n)
+            assert plan.grid_down == plan.max_blocks * -(-p.n2 // plan.down.tile_n)
+            assert plan.up.activation == activation and plan.down.activation == ""
+
+
+def test_wgmma_kind_is_off_by_default():
+    """Until it is timed the planner never takes the wgmma kind by itself (WGMMA_RULE)."""
+    assert moe_wgmma.WGMMA_DEFAULT is None and moe_wgmma.WGMMA_RULE is False
+    h = get_profile("h100")
+    for t in (1, 64, 4096):
+        assert not plan_moe(h, _problem(t, 2, 8, 4096, 14336, "float16", "uint4b8", 128)).wgmma
+
+
+def test_wgmma_rule_and_forcing(monkeypatch):
+    h, a = get_profile("h100"), get_profile("a100")
+    few, many = (_problem(t, 2, 8, 4096, 14336, "float16", "uint4b8", 128) for t in (64, 1024))
+    monkeypatch.setattr(moe_wgmma, "WGMMA_RULE", True)
+    assert plan_moe(h, many).wgmma and not plan_moe(h, few).wgmma  # 256 vs 16 rows an expert
+    assert not plan_moe(a, many).wgmma  # sm_90 only
+    assert not plan_moe(h, many, wgmma=False).wgmma and not plan_moe(h, many, tm=2).wgmma
+    monkeypatch.setattr(moe_wgmma, "WGMMA_DEFAULT", True)
+    assert plan_moe(h, few).wgmma and not plan_moe(a, few).wgmma
+    assert plan_moe(h, few, gemv=True).gemv and not plan_moe(h, few, gemv=False).wgmma
+    monkeypatch.setattr(moe_wgmma, "WGMMA_DEFAULT", False)
+    assert not plan_moe(h, many).wgmma and plan_moe(h, many, wgmma=True).wgmma
+
+
+def test_wgmma_plan_refusals():
+    h, a = get_profile("h100"), get_profile("a100")
+    p = _problem(256, 2, 8, 4096, 14336, "float16", "uint4b8", 128)
+    with pytest.raises(InputError, match="sm_90"):
+        plan_moe(a, p, wgmma=True)
+    w = plan_moe(h, p, wgmma=True)
+    m = plan_moe(h, p, wgmma=False)
+    with pytest.raises(InputError, match="both stages"):
+        plan_moe(h, p, up=w.up, down=m.down)
+    for kw in ({"tm": 2}, {"gemv": True}, {"gemv": False}):
+        with pytest.raises(InputError, match="another kind"):
+            plan_moe(h, p, wgmma=True, **kw)
+    with pytest.raises(InputError, match="splits"):
+        plan_moe(h, p, wgmma=True, splits=2)
+    with pytest.raises(InputError, match="not a up kernel"):
+        plan_moe(h, p, up=w.down, down=w.down)
+    bf = _problem(256, 2, 8, 4096, 14336, "bfloat16", "uint4b8", 128)
+    with pytest.raises(InputError, match="not a up kernel"):  # fp16 tiles for a bf16 problem
+        plan_moe(h, bf, up=w.up, down=plan_moe(h, bf, wgmma=True).down)
+    # the overrides (a tuned choice) make the same plan
+    assert plan_moe(h, p, up=w.up, down=w.down) == w
+
+
+def test_wgmma_spec_identity_and_checks():
+    s = MoEWgmmaSpec("sm90", "uint4b8", "float16", 8, 4, 8, 4, "up", "silu", 2)
+    assert s.name == "jm_moe_wgmma_up_silu_sm90_uint4b8_f16_g128_m4n8s4o2"
+    assert spec_from_canonical(s.canonical()) == s and _stage_spec(s.canonical()) == s
+    assert SOURCE.target_arch(s, "sm_90") == "sm_90a" and s.kernel_spec() is s
+    assert s.tile_m == 64 and s.tile_n == 128 and s.tile_k == 64 and s.threads == 256
+    bad = [
+        dict(path="sm80"),
+        dict(tm=1),
+        dict(tm=16),
+        dict(tn=4),
+        dict(stages=9),
+        dict(occupancy=3),
+        dict(qtype="float8_e4m3fn", tn=16),  # 512 words a k16 row: not one TMA box
+        dict(tm=8, tn=16, occupancy=2),  # 128 sums a thread at 128 registers
+        dict(stage="down"),
+        dict(activation="relu"),
+        dict(qtype="uint4", group_blocks=-1),
+    ]
+    from dataclasses import replace
+
+    for kw in bad:
+        with pytest.raises(ValueError):
+            replace(s, **kw).check()
+    with pytest.raises(ValueError, match="emulator"):
+        render(s, "emu")
+
+
+def test_wgmma_sweep_candidates():
+    h = get_profile("h100")
+    p = _problem(1024, 2, 8, 4096, 14336, "float16", "float8_e4m3fn", 128)
+    plan = plan_moe(h, p, wgmma=True)
+    for stage in ("up", "down"):
+        cands = stage_candidates(h, p, plan, stage)
+        assert (plan.up if stage == "up" else plan.down) in cands
+        assert all(c.tm == plan.up.tm and c.tn == 8 and c.stage == stage for c in cands)  # 8-bit: tn 8
+        for c in cands:
+            plan_moe(h, p, up=c if stage == "up" else plan.up, down=c if stage == "down" else plan.down)
+
+
+# ---- NVRTC for sm_90a (CPU) ----------------------------------------------------------------------
+
+
+def _compiled(spec):
+    art, _, _ = default_cache().get(spec, "sm_90")
+    assert art.arch == "sm_90a"
+    r = art.resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0, (spec.name, r)
+    assert r["registers"] <= (128 if spec.occupancy == 2 else 255), (spec.name, r)
+    assert spec.smem_bytes() + r["static_shared_bytes"] <= get_profile("h100").smem_per_block
+    assert not [line for line in art.log.splitlines() if "serialized" in line], spec.name
+    ptx = art.ptx
+    dt = "bf16" if spec.act == "bfloat16" else "f16"
+    assert f"wgmma.mma_async.sync.aligned.m64n{spec.tile_m}k16.f32.{dt}.{dt}" in ptx
+    assert "mma.sync" not in ptx and "ldmatrix" not in ptx
+    assert "cp.async.bulk.tensor.2d" in ptx and "cp.async.cg.shared.global" in ptx
+    assert "stmatrix.sync.aligned.m8n8.x4.trans" in ptx and "fence.proxy.async" in ptx
+    return art
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("qt,group", QTYPES)
+@pytest.mark.parametrize("act", ["float16", "bfloat16"])
+@pytest.mark.parametrize("t", [64, 256, 4096])
+def test_wgmma_every_type_compiles_for_sm90a(qt, group, act, t):
+    """The planner's w13 (SwiGLU) and w2 tiles for Mixtral-shaped layers at 32-, 64- and 128-row
+    blocks, every quant type and dtype: sm_90a, no spills, within the registers of their occupancy."""
+    h = get_profile("h100")
+    plan = plan_moe(h, _problem(t, 2, 8, 1024, 512, act, qt, group), wgmma=True)
+    assert plan.up.tm == {64: 2, 256: 4, 4096: 8}[t]
+    for spec in (plan.up, plan.down):
+        _compiled(spec)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("activation", ["gelu", "swigluoai"])
+@pytest.mark.parametrize("act", ["float16", "bfloat16"])
+def test_wgmma_activations_compile(activation, act):
+    h = get_profile("h100")
+    for t in (64, 4096):
+        plan = plan_moe(h, _problem(t, 4, 8, 2880, 2880, act, "mxfp4", 32, activation), wgmma=True)
+        assert plan.up.activation == activation
+        _compiled(plan.up)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("qt,group", [("uint4b8", 128), ("float8_e4m3fn", 128), ("nvfp4", 16), ("uint4", 64)])
+def test_wgmma_sweep_candidates_compile(qt, group):
+    """Every tile the sweep and tuner may time (two slabs, two blocks an SM, 3..8 stages) at 64- and
+    128-row blocks compiles without spills."""
+    h = get_profile("h100")
+    for t, stage in ((512, "up"), (4096, "down")):
+        p = _problem(t, 2, 16, 1024, 512, "bfloat16", qt, group, "swigluoai")
+        plan = plan_moe(h, p, wgmma=True)
+        for spec in stage_candidates(h, p, plan, stage)[:: 2 if qt != "uint4b8" else 1]:
+            _compiled(spec)
+
+
+@pytest.mark.slow
+def test_wgmma_no_register_of_an_inflight_wgmma_is_overwritten():
+    """Where a warpgroup dequantises step t while its wgmmas of step t - 1 run (one slab, >= 4
+    stages), the SASS never writes an A register of an HGMMA in flight (test_wgmma's check)."""
+    from test_wgmma import _inflight_overwrites
+
+    from jitmarlin.jit import nvrtc
+
+    if nvrtc.find_disassembler() is None:
+        pytest.skip("no SASS disassembler (the test extra installs nvdisasm)")
+    for tm, stages, occ in ((2, 4, 2), (4, 4, 2), (4, 6, 1), (8, 4, 1), (8, 5, 1)):
+        for stage, activation in (("up", "silu"), ("down", "")):
+            spec = MoEWgmmaSpec("sm90", "uint4b8", "bfloat16", 8, tm, 8, stages, stage, activation, occ)
+            art = _compiled(spec)
+            assert "wgmma.wait_group.sync.aligned 1;" in art.ptx  # the overlap is on
+            sass = nvrtc.disassemble(art.cubin)
+            assert "HGMMA" in sass
+            assert not _inflight_overwrites(sass), spec.name
+
+
+# ---- GPU (sm_90): the forced kind against the float64 reference ------------------------------------
+
+_weights_cache: dict = {}
+
+
+def _weights(qtype, group, e, hidden=256, inter=128, seed=0, bias=False):
+    key = (qtype, group, e, hidden, inter, seed, bias)
+    if key not in _weights_cache:
+        r = np.random.default_rng(seed)
+        w13 = quantize_moe(
+            r.standard_normal((e, 2 * inter, hidden)) * 0.05,
+            qtype,
+            group,
+            gated=True,
+            bias=r.standard_normal((e, 2 * inter)) * 0.3 if bias else None,
+        )
+        w2 = quantize_moe(
+            r.standard_normal((e, hidden, inter)) * 0.05,
+            qtype,
+            group,
+            bias=r.standard_normal((e, hidden)) * 0.3 if bias else None,
+        )
+        _weights_cache[key] = (w13, w2)
+    return _weights_cache[key]
+
+
+def _routing(rng, t, k, e):
+    ids = np.argsort(rng.random((t, e)), axis=1)[:, :k].astype(np.int32)  # k distinct experts a token
+    return ids, (rng.random((t, k)) + 0.05).astype(np.float32)
+
+
+@pytest.fixture
+def wgmma_kind(monkeypatch):
+    """The wgmma kind forced for the whole process (as tools/bench --moe-kind wgmma does), on an
+    sm_90 GPU only; runners made before (of another kind) are dropped, before and after."""
+    from jitmarlin.jit.profiles import planning_profile
+    from jitmarlin.ops import moe as moe_ops
+
+    prof = planning_profile(0)
+    if prof.cc != (9, 0):
+        pytest.skip(f"the MoE wgmma kind needs an sm_90 GPU (H100, H200), not {prof.name}")
+    monkeypatch.setattr(moe_wgmma, "WGMMA_DEFAULT", True)
+    moe_ops._runners.clear()
+    yield prof
+    moe_ops._runners.clear()
+
+
+def _run(rng, seed, w13, w2, ids, tw, act, *, plan=None, activation="silu", expert_map=None, on_input=False, what=""):
+    """The op's runner (the given plan, else the forced kind's) on CuPy buffers of `act`'s bit
+    patterns; the output and the intermediate workspaces poisoned (NaN) before the call; checked
+    against the float64 per-expert reference."""
+    cp = pytest.importorskip("cupy")
+    from jitmarlin.ops import moe as moe_ops
+
+    t, k = ids.shape
+    xb = halves.to_bits(rng.standard_normal((t, w13.in_features)), act)
+    s = cp.cuda.get_current_stream()
+    r = moe_ops._Runner(w13, w2, 0, act, t, k, s.ptr, activation, on_input, plan=plan)
+    assert r.plan.wgmma, r.plan
+    x, ids_d, tw_d = cp.asarray(xb), cp.asarray(ids), cp.asarray(tw)
+    em = None if expert_map is None else cp.asarray(expert_map)
+    out = cp.full((t, w2.out_features), 0xFFFF, dtype=cp.uint16)
+    r.h.fill(0xFFFF)
+    r.y.fill(0xFFFF)
+    r(
+        x.data.ptr,
+        ids_d.data.ptr,
+        tw_d.data.ptr,
+        0 if em is None else em.data.ptr,
+        w13.num_experts if em is None else len(expert_map),
+        out.data.ptr,
+    )
+    s.synchronize()
+    got = halves.from_bits(cp.asnumpy(out), act)
+    ref = moe_reference(
+        halves.from_bits(xb, act),
+        w13,
+        w2,
+        tw,
+        ids,
+        activation=activation,
+        expert_map=expert_map,
+        apply_router_weight_on_input=on_input,
+        act=act,
+    )
+    check_output(
+        got,
+        ref,
+        act,
+        what=f"{what} [{r.plan.up.name} / {r.plan.down.name}]",
+        seed=seed,
+        family="moe",
+        atol_u=ATOL_U_MOE,
+    )
+    return r.plan
+
+
+# E, k, T: rows an expert 16 (32-row blocks), 1 (most experts empty), 63 (64-row blocks), 29,
+# 128 and 512 (128-row blocks)
+SHAPES = [(8, 2, 64), (32, 4, 7), (128, 8, 1000), (64, 6, 300), (16, 4, 512), (8, 1, 4096)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("act", ["float16", "bfloat16"])
+@pytest.mark.parametrize("qtype,group", QTYPES)
+@pytest.mark.parametrize("e,k,t", SHAPES)
+def test_moe_wgmma_gpu(wgmma_kind, rng, seed, qtype, group, act, e, k, t):
+    w13, w2 = _weights(qtype, group, e)
+    ids, tw = _routing(rng, t, k, e)
+    plan = _run(rng, seed, w13, w2, ids, tw, act, what=f"moe wgmma {qtype} {act} E={e} k={k} T={t}")
+    assert plan.block_m == 16 * moe_wgmma.wgmma_tm(t * k, e)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("activation", ["silu", "gelu", "swigluoai"])
+@pytest.mark.parametrize("t", [64, 1000])
+def test_moe_wgmma_gpu_activations_bias(wgmma_kind, rng, seed, activation, t):
+    w13, w2 = _weights("mxfp4", 32, 8, bias=True)
+    ids, tw = _routing(rng, t, 4, 8)
+    for act in ("float16", "bfloat16"):
+        _run(rng, seed, w13, w2, ids, tw, act, activation=activation, what=f"moe wgmma {activation} bias T={t}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("t", [1000, 4096])
+def test_moe_wgmma_gpu_all_tokens_one_expert(wgmma_kind, rng, seed, t):
+    w13, w2 = _weights("uint4b8", 128, 64)
+    ids = np.tile(np.array([[5, 9]], dtype=np.int32), (t, 1))
+    tw = (rng.random((t, 2)) + 0.05).astype(np.float32)
+    _run(rng, seed, w13, w2, ids, tw, "bfloat16", what=f"moe wgmma skewed T={t}")
+
+
+@pytest.mark.gpu
+def test_moe_wgmma_gpu_expert_map_half_absent(wgmma_kind, rng, seed):
+    w13, w2 = _weights("uint4b8", 128, 32)
+    emap = np.full(64, -1, dtype=np.int32)
+    emap[::2] = np.arange(32, dtype=np.int32)
+    ids, tw = _routing(rng, 1000, 6, 64)
+    _run(rng, seed, w13, w2, ids, tw, "float16", expert_map=emap, what="moe wgmma expert_map")
+
+
+@pytest.mark.gpu
+def test_moe_wgmma_gpu_router_weight_on_input(wgmma_kind, rng, seed):
+    w13, w2 = _weights("float8_e4m3fn", 128, 8, bias=True)
+    ids, tw = _routing(rng, 512, 1, 8)
+    _run(rng, seed, w13, w2, ids, tw, "bfloat16", on_input=True, what="moe wgmma weight on input")
+
+
+# forced tiles: (tm, tn, stages, occupancy) over every loop shape (one or two slabs, the overlap on
+# and off, rounds of the stages and the remainder, odd K-step counts) and partial column tiles
+TILES = [
+    (2, 8, 4, 2),
+    (2, 16, 3, 1),
+    (4, 8, 4, 2),
+    (4, 8, 6, 1),
+    (4, 16, 4, 1),
+    (8, 8, 4, 1),
+    (8, 8, 5, 1),
+    (8, 8, 2, 1),
+    (8, 16, 8, 1),
+    (8, 8, 3, 1),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("qtype,group", [("uint4b8", 64), ("float8_e4m3fn", 64), ("uint4", 64)])
+@pytest.mark.parametrize("tm,tn,stages,occ", TILES)
+def test_moe_wgmma_gpu_tiles(wgmma_kind, rng, seed, qtype, group, tm, tn, stages, occ):
+    """K = 448 and 320 (7 and 5 steps), N = 640 and 448 (partial 128- and 256-column tiles)."""
+    bits = 8 if qtype == "float8_e4m3fn" else 4
+    if 16 * tn * bits // 4 > 256:
+        pytest.skip("8-bit codes take one-slab tiles")
+    e, k, t = 16, 4, 300
+    w13, w2 = _weights(qtype, group, e, hidden=448, inter=320, bias=True)
+    p = MoEProblem(t, k, e, w13.n, w13.k, w2.n, w2.k, 320, 448, "float16", qtype, group)
+    gb = group // 16
+
+    def spec(stage):
+        return MoEWgmmaSpec("sm90", qtype, "float16", gb, tm, tn, stages, stage, "silu" if stage == "up" else "", occ)
+
+    plan = plan_moe(wgmma_kind, p, up=spec("up"), down=spec("down"))
+    ids, tw = _routing(rng, t, k, e)
+    _run(rng, seed, w13, w2, ids, tw, "float16", plan=plan, what=f"moe wgmma tile {tm}x{tn} s{stages} o{occ} {qtype}")
+
+
+@pytest.mark.gpu
+def test_moe_wgmma_gpu_graph_replay_new_routing(wgmma_kind, rng, seed):
+    """jitmarlin.moe captured once (T = 256), replayed with fresh routing copied into the captured
+    buffers, the output poisoned before each replay; the last routing puts every pair on one expert."""
+    cp = pytest.importorskip("cupy")
+    import jitmarlin
+    from jitmarlin.ops import moe as moe_ops
+
+    w13, w2 = _weights("uint4b8", 128, 32)
+    t, k, act = 256, 4, "float16"
+    x = cp.asarray(halves.to_bits(rng.standard_normal((t, w13.in_features)), act)).view(cp.float16)
+    ids0, tw0 = _routing(rng, t, k, 32)
+    ids_d, tw_d = cp.asarray(ids0), cp.asarray(tw0)
+    out = cp.empty((t, w13.in_features), dtype=cp.float16)
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        jitmarlin.moe(x, w13, w2, tw_d, ids_d, out=out)  # warm-up: plan, compile, workspaces
+        s.synchronize()
+        s.begin_capture()
+        jitmarlin.moe(x, w13, w2, tw_d, ids_d, out=out)
+        graph = s.end_capture()
+    assert all(r.plan.wgmma for per in moe_ops._runners.values() for r in per.values())
+    xr = halves.from_bits(cp.asnumpy(x.view(cp.uint16)), act)
+    for step in range(4):
+        ids, tw = _routing(rng, t, k, 32)
+        if step == 3:
+            ids[:] = 7
+        with s:
+            ids_d.set(ids)
+            tw_d.set(tw)
+            out.fill(cp.nan)
+        graph.launch(s)
+        s.synchronize()
+        got = halves.from_bits(cp.asnumpy(out.view(cp.uint16)), act)
+        check_output(
+            got,
+            moe_reference(xr, w13, w2, tw, ids, act=act),
+            act,
+            what=f"moe wgmma graph step {step}",
+            seed=seed,
+            family="moe",
+            atol_u=ATOL_U_MOE,
+        )
+
+
+@pytest.mark.gpu
+def test_moe_wgmma_gpu_torch_bf16(wgmma_kind, rng, seed):
+    """The public op on torch bf16 tensors (the forced kind through jitmarlin.moe)."""
+    torch = pytest.importorskip("torch")
+    import jitmarlin
+
+    w13, w2 = _weights("nvfp4", 16, 16)
+    ids, tw = _routing(rng, 700, 4, 16)
+    xb = halves.to_bits(rng.standard_normal((700, w13.in_features)), "bfloat16")
+    x = torch.from_numpy(xb.view(np.int16)).cuda().view(torch.bfloat16)
+    out = jitmarlin.moe(x, w13, w2, torch.from_numpy(tw).cuda(), torch.from_numpy(ids).cuda())
+    got = halves.from_bits(out.view(torch.int16).cpu().numpy().view(np.uint16), "bfloat16")
+    ref = moe_reference(halves.from_bits(xb, "bfloat16"), w13, w2, tw, ids, act="bfloat16")
+    check_output(got, ref, "bfloat16", what="moe wgmma torch", seed=seed, family="moe", atol_u=ATOL_U_MOE)
+
+
+def test_wgmma_bench_moe_kind_flag():
+    """tools/bench --moe --moe-kind: the kinds parse, and each forces its plans while in the block,
+    restoring the planner's defaults after."""
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools"))
+    import benchmoe
+
+    from jitmarlin.kernels.moe import plan as moe_plan
+
+    assert benchmoe.moe_kinds("wgmma,mma,wgmma") == ["wgmma", "mma"] and benchmoe.moe_kinds(None) == ["auto"]
+    with pytest.raises(SystemExit, match="unknown kind"):
+        benchmoe.moe_kinds("auto,cutlass")
+    h = get_profile("h100")
+    dec = _problem(1, 2, 8, 4096, 14336, "float16", "uint4b8", 128)
+    big = _problem(1024, 2, 8, 4096, 14336, "float16", "uint4b8", 128)
+    with benchmoe.moe_kind("wgmma"):
+        assert plan_moe(h, dec).wgmma and plan_moe(h, big).wgmma
+    with benchmoe.moe_kind("mma"):
+        assert not plan_moe(h, dec).gemv and not plan_moe(h, dec).wgmma and not plan_moe(h, big).wgmma
+    with benchmoe.moe_kind("auto"):
+        assert plan_moe(h, dec).gemv and not plan_moe(h, big).wgmma
+    assert moe_wgmma.WGMMA_DEFAULT is None and moe_plan.GEMV_MAX_ROWS == 8
