@@ -116,6 +116,32 @@ def test_dense_weight_is_the_oracle_on_emulator(qt, group, act, prof, rng):
     check_dense(emu.run_dequant(spec, qw, seed=int(rng.integers(1, 1 << 30))), qw, act)
 
 
+# Scales at the edges of each half type's range with every e2m1 code: the fp16 e2m1 decode is a
+# byte-table lookup that gives the exact value, so 6 s may be as large as fp16 holds and v s may be
+# subnormal (a decode that left the exponent bias, 2^14, for the scale would overflow here).
+FP4_EDGE_SCALES = {
+    "float16": [10912.0, -10912.0, 448.0, -1.0, 2.0 ** -14, -(2.0 ** -20), 2.0 ** -24],
+    "bfloat16": [2.0 ** 125, -(2.0 ** 120), 448.0, -1.0, 2.0 ** -120, -(2.0 ** -125)],   # v s normal
+}
+
+
+@pytest.mark.slow
+@needs_cxx
+@pytest.mark.parametrize("qt,group", [("nvfp4", 16), ("mxfp4", 32)])
+@pytest.mark.parametrize("act", ["float16", "bfloat16"])
+def test_fp4_scales_at_the_range_edges_on_emulator(qt, group, act, rng):
+    n, k = 128, 256
+    codes = (np.arange(n)[:, None] + np.arange(k)[None, :]) % 16      # every code in every nibble slot
+    codes[::2] = rng.integers(0, 16, (n // 2, k))
+    edges = np.array(FP4_EDGE_SCALES[act])
+    if qt == "mxfp4":                                                 # powers of two (e8m0)
+        edges = np.sign(edges) * 2.0 ** np.floor(np.log2(np.abs(edges)))
+        edges[np.abs(edges) * 6 > {"float16": 65504, "bfloat16": 3.3e38}[act]] /= 2
+    scales = rng.choice(edges, (k // group, n))
+    qw = from_codes(qt, codes, scales, group, scale_dtype=act)
+    check_dense(emu.run_dequant(_spec("h100", qw, act), qw, seed=int(rng.integers(1, 1 << 30))), qw, act)
+
+
 @pytest.mark.slow
 @needs_cxx
 @pytest.mark.parametrize("act", ["float16", "bfloat16"])
