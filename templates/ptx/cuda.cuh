@@ -46,6 +46,17 @@ JM_DEV u32 prmt(u32 a, u32 b, u32 sel) {
   return d;
 }
 
+// One 16-bit half of a word in both halves: a mov pair, which ptxas folds into the packed
+// instruction that reads it (an .H0_H0 / .H1_H1 operand) where a prmt stays an instruction.
+JM_DEV u32 dup_half(u32 pair, int hi) {
+  u32 d;
+  if (hi)
+    asm("{ .reg .b16 l, h; mov.b32 {l, h}, %1; mov.b32 %0, {h, h}; }" : "=r"(d) : "r"(pair));
+  else
+    asm("{ .reg .b16 l, h; mov.b32 {l, h}, %1; mov.b32 %0, {l, l}; }" : "=r"(d) : "r"(pair));
+  return d;
+}
+
 // ---- conversions and packed half arithmetic ----
 JM_DEV u16 f16_from_f32(float f) {
   u16 h;

@@ -41,6 +41,11 @@ JM_DEV u32 prmt(u32 a, u32 b, u32 sel) {  // default mode: each nibble of sel pi
   return d;
 }
 
+JM_DEV u32 dup_half(u32 pair, int hi) {  // mov.b32 {l, h}, pair; mov.b32 d, {h, h} (or {l, l})
+  const u32 h = hi ? pair >> 16 : pair & 0xffffu;
+  return h | (h << 16);
+}
+
 JM_DEV u16 f16_from_f32(float f) { return emu::d2h(f); }
 JM_DEV float f32_from_f16(u16 h) { return (float)emu::h2d(h); }
 JM_DEV u32 f16x2_from_f32(float lo, float hi) { return emu::d2h(lo) | ((u32)emu::d2h(hi) << 16); }
