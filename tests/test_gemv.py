@@ -17,6 +17,7 @@ from jitmarlin.kernels.planner import (
     candidate_specs,
     gemv_specs,
     group_blocks,
+    hybrid_unroll,
     plan,
 )
 from jitmarlin.kernels.problem import Problem
@@ -37,6 +38,8 @@ def _spec(qt="uint4b8", act="float16", cb=1, cl=1, group=None, m=1, occupancy=1,
     g = GROUP_OF.get(qt, 128) if group is None else group
     p = _problem(m, qt=qt, act=act, group=g)
     w, unroll, max_m = _gemv_shape(p)
+    if spread == 2:
+        unroll = hybrid_unroll(p, unroll)
     w = warps or w // occupancy          # two resident blocks an SM: 8 warps each
     return GemvSpec("sm80", qt, act, group_blocks(p), w, w // cb, unroll, 2 if pair else cl, max_m, occupancy,
                     spread, pair=pair)
@@ -228,6 +231,38 @@ def test_every_type_on_emulator(qt, seed, rng):
         out = emu.run_values(pl, x, qw, bias=b, seed=int(rng.integers(1, 1 << 30)))
         ref = linear_reference(halves.round_to(x, act), qw, halves.round_to(b, act))
         check_output(out, ref, act, what=f"M={m}", seed=seed, spec=spec)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("qt", ["nvfp4", "mxfp4"])
+def test_fp4_large_scales_on_emulator(qt, seed, rng):
+    """e2m1 weights whose group scales reach the top of fp16 (6 s up to 65472: the decode must
+    not leave any power of two for the scale to carry), batches of four k16 rows (nvfp4: four
+    scale rows a batch), every code; a whole plan and a hybrid one."""
+    from dataclasses import replace
+
+    from jitmarlin import emu
+    from jitmarlin.reference import check_output, linear_reference
+    from jitmarlin.weights import halves
+    from jitmarlin.weights.quant import from_codes
+
+    if emu.compiler() is None:
+        pytest.skip("no C++ compiler for the emulator")
+    g = GROUP_OF[qt]
+    n, k = 256, 512
+    codes = rng.integers(0, 16, (n, k))
+    top = 10912.0 if qt == "nvfp4" else 8192.0
+    scales = rng.choice([top, -top, top / 3, 1.0, 2.0 ** -10], (k // g, n))
+    qw = from_codes(qt, codes, scales, g, scale_dtype="float16")
+    prof = replace(H100, sms=3)                       # 4 column blocks on 3 SMs: a hybrid plan fits
+    for m, sp in ((1, False), (8, False), (3, 2)):
+        spec = _spec(qt, "float16", 1, 1, group=g, m=m, spread=sp, warps=4)
+        assert spec.unroll == (2 if sp == 2 and qt == "nvfp4" else 4)
+        x = (rng.standard_normal((m, k)) * 1e-3).astype(np.float32)
+        pl = plan(prof, Problem(m, qw.n, qw.k, "float16", qt, g), spec)
+        out = emu.run_values(pl, x, qw, seed=int(rng.integers(1, 1 << 30)))
+        ref = linear_reference(halves.round_to(x, "float16"), qw)
+        check_output(out, ref, "float16", what=f"M={m} {spec.name}", seed=seed, spec=spec)
 
 
 @pytest.mark.slow

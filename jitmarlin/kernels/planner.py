@@ -35,6 +35,7 @@ from jitmarlin.kernels.gemv.plan import (  # noqa: F401
     _pair_planned,
     gemv_specs,
     hybrid_fits,
+    hybrid_unroll,
     spread_clusters,
 )
 from jitmarlin.kernels.mma.plan import (  # noqa: F401

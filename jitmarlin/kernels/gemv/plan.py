@@ -48,11 +48,22 @@ GEMV_PAIR_MAX_M = 4
 def _gemv_shape(p: Problem) -> tuple[int, int, int]:
     """(warps, unroll, max_m) of the gemv kernel for `p`: 16 warps a block (128 registers a
     thread); one n8 token block up to 8 rows, two up to 16; batches of four k16 rows (four
-    16-byte loads a lane) for 4-bit codes without zero points and with at most two scale rows a
-    batch, else two rows (8-bit codes, offsets, or nvfp4's scale row per k16 row keep more values
-    live: ptxas spills at 128 with four), halved again for two token blocks."""
+    16-byte loads a lane) for 4-bit codes without zero points (_gemv_light, and nvfp4: its four
+    scale rows a batch fit in 128 registers since the e2m1 decode is a byte-table lookup, except
+    in hybrid plans, hybrid_unroll), else two rows (8-bit codes or offsets keep more values live:
+    ptxas spills at 128 with four), halved again for two token blocks."""
     max_m = 8 if p.m <= 8 else 16
-    return 16, (4 if _gemv_light(p) else 2) // (max_m // 8), max_m
+    return 16, (4 if _gemv_light(p) or _fp4_g16(p) else 2) // (max_m // 8), max_m
+
+
+def _fp4_g16(p: Problem) -> bool:
+    return get_qtype(p.qtype).kind == "float" and get_qtype(p.qtype).bits == 4 and group_blocks(p) == 1
+
+
+def hybrid_unroll(p: Problem, unroll: int) -> int:
+    """The batch of a hybrid plan (GemvSpec.spread == 2): `unroll`, halved for nvfp4, whose four
+    scale rows a batch spill beside the hybrid's state (NVRTC 13, sm_80 / sm_90 / sm_120)."""
+    return unroll // 2 if _fp4_g16(p) and unroll > 2 else unroll
 
 
 def _gemv_light(p: Problem) -> bool:
@@ -138,8 +149,9 @@ def gemv_specs(profile: DeviceProfile, p: Problem) -> list[GemvSpec]:
     for cb in [c for c in GEMV_COL_BLOCKS if c <= 4] if profile.cc >= (9, 0) else ():
         if -(-cols // cb) * 2 <= profile.sms:
             cands.append(GemvSpec(profile.path, p.qtype, p.act, gb, warps, warps // cb, unroll, 2, max_m, pair=True))
-    if max_m == 8 and hybrid_fits(profile, p, warps, unroll) is None:
-        cands.append(GemvSpec(profile.path, p.qtype, p.act, gb, warps, warps, unroll, 1, max_m, spread=2))
+    hu = hybrid_unroll(p, unroll)
+    if max_m == 8 and hybrid_fits(profile, p, warps, hu) is None:
+        cands.append(GemvSpec(profile.path, p.qtype, p.act, gb, warps, warps, hu, 1, max_m, spread=2))
     # More column blocks than SMs (up to two per SM): 8-warp blocks, two resident an SM, one
     # column block each, so that every SM streams (H100, 70B qkv, 160 column blocks: 0.93x the
     # Stream-K kernel's time, where 16-warp blocks of two column blocks fill 80 SMs: 1.07x).
