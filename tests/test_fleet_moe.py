@@ -5,7 +5,7 @@ import json
 import pytest
 
 from jitmarlin.errors import InputError
-from jitmarlin.kernels.moe import MoESpec
+from jitmarlin.kernels.moe import MoESpec, MoEWgmmaSpec
 from jitmarlin.service import fleet, fleet_moe
 from jitmarlin.service.cli import main
 
@@ -72,9 +72,9 @@ def test_plan_fleet_includes_moe_kernels():
     shapes, _ = fleet.expand_shapes(fleet.load_manifest("gpt-oss-20b"), [1])
     report = fleet.FleetReport()
     jobs = fleet.plan_fleet(["h100", "t4"], shapes, [1, 64], ["float16"], ["mxfp4"], [32], report)
-    moe = [s for s, _ in jobs if isinstance(s, MoESpec)]
+    moe = [s for s, _ in jobs if isinstance(s, (MoESpec, MoEWgmmaSpec))]
     assert {s.stage for s in moe} == {"up", "down"} and {s.activation for s in moe} == {"swigluoai", ""}
-    assert {s.path for s in moe} == {"sm80", "sm75"}
+    assert {s.path for s in moe} == {"sm90", "sm75"}     # H100: the wgmma kind at prefill sizes
     assert any(type(s).__name__ == "MoERouteSpec" for s, _ in jobs)
 
 
@@ -88,8 +88,8 @@ def test_cli_prewarm_moe_model(capsys, tmp_path):
     capsys.readouterr()
     assert main(["cache", "ls", "--cache-dir", str(tmp_path)]) == 0
     listed = capsys.readouterr().out
-    assert "jm_moe_up_silu_sm80_uint4b8_f16_g128" in listed and "jm_moe_align_f16" in listed
-    assert "jm_moe_down_sm80_uint4b8_f16_g128" in listed
+    assert "jm_moe_wgmma_up_silu_sm90_uint4b8_f16_g128" in listed and "jm_moe_align_f16" in listed
+    assert "jm_moe_wgmma_down_sm90_uint4b8_f16_g128" in listed
 
 
 def test_cli_inspect_moe(capsys):

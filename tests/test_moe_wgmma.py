@@ -61,19 +61,25 @@ def test_wgmma_plans_fit(prof, act):
             assert plan.up.activation == activation and plan.down.activation == ""
 
 
-def test_wgmma_kind_is_off_by_default():
-    """Until it is timed the planner never takes the wgmma kind by itself (WGMMA_RULE)."""
-    assert moe_wgmma.WGMMA_DEFAULT is None and moe_wgmma.WGMMA_RULE is False
-    h = get_profile("h100")
-    for t in (1, 64, 4096):
-        assert not plan_moe(h, _problem(t, 2, 8, 4096, 14336, "float16", "uint4b8", 128)).wgmma
+def test_wgmma_kind_from_16_rows_an_expert_on_sm90():
+    """The planner's own rule (WGMMA_RULE, from the H100 timings): the wgmma kind from 16 rows an
+    expert on sm_90, the mma.sync kind from 9 to 15, the GEMV kind up to 8; never off sm_90."""
+    assert moe_wgmma.WGMMA_DEFAULT is None and moe_wgmma.WGMMA_RULE is True
+    h, a = get_profile("h100"), get_profile("a100")
+    for t, kind in ((1, "gemv"), (32, "gemv"), (60, "mma"), (64, "wgmma"), (4096, "wgmma")):
+        plan = plan_moe(h, _problem(t, 2, 8, 4096, 14336, "float16", "uint4b8", 128))   # 2t/8 rows an expert
+        assert (("wgmma" if plan.wgmma else "gemv" if plan.gemv else "mma") == kind), (t, plan)
+        assert not plan_moe(a, _problem(t, 2, 8, 4096, 14336, "float16", "uint4b8", 128)).wgmma
 
 
 def test_wgmma_rule_and_forcing(monkeypatch):
     h, a = get_profile("h100"), get_profile("a100")
-    few, many = (_problem(t, 2, 8, 4096, 14336, "float16", "uint4b8", 128) for t in (64, 1024))
+    few, many = (_problem(t, 2, 8, 4096, 14336, "float16", "uint4b8", 128) for t in (48, 1024))
     monkeypatch.setattr(moe_wgmma, "WGMMA_RULE", True)
-    assert plan_moe(h, many).wgmma and not plan_moe(h, few).wgmma  # 256 vs 16 rows an expert
+    assert plan_moe(h, many).wgmma and not plan_moe(h, few).wgmma  # 256 vs 12 rows an expert
+    monkeypatch.setattr(moe_wgmma, "WGMMA_RULE", False)
+    assert not plan_moe(h, many).wgmma
+    monkeypatch.setattr(moe_wgmma, "WGMMA_RULE", True)
     assert not plan_moe(a, many).wgmma  # sm_90 only
     assert not plan_moe(h, many, wgmma=False).wgmma and not plan_moe(h, many, tm=2).wgmma
     monkeypatch.setattr(moe_wgmma, "WGMMA_DEFAULT", True)
@@ -492,5 +498,5 @@ def test_wgmma_bench_moe_kind_flag():
     with benchmoe.moe_kind("mma"):
         assert not plan_moe(h, dec).gemv and not plan_moe(h, dec).wgmma and not plan_moe(h, big).wgmma
     with benchmoe.moe_kind("auto"):
-        assert plan_moe(h, dec).gemv and not plan_moe(h, big).wgmma
+        assert plan_moe(h, dec).gemv and plan_moe(h, big).wgmma
     assert moe_wgmma.WGMMA_DEFAULT is None and moe_plan.GEMV_MAX_ROWS == 8

@@ -32,10 +32,11 @@ from jitmarlin.weights.qtypes import ACT_DTYPES, QTYPES
 # tiles): None follows the rule below; True / False take it always / never on sm_90 GPUs
 # (tools/bench --moe-kind and the GPU tests set it for the whole process).
 WGMMA_DEFAULT: bool | None = None
-# The rule: on sm_90, from WGMMA_MIN_ROWS rows an expert under an even routing. Off until this
-# kind is timed on an H100 against the mma.sync kind and humming (tools/PERF.md).
-WGMMA_RULE = False
-WGMMA_MIN_ROWS = 32
+# The rule: on sm_90, from WGMMA_MIN_ROWS rows an expert under an even routing. Timed on an H100
+# against the mma.sync kind (tools/PERF.md e111): 1.27-1.36x faster at 16 rows an expert, 1.4-2.1x
+# from 64; under 16 rows (9-15 unmeasured) the mma.sync kind, up to 8 the GEMV kind.
+WGMMA_RULE = True
+WGMMA_MIN_ROWS = 16
 
 
 @dataclass(frozen=True)
