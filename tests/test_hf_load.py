@@ -148,6 +148,27 @@ def test_load_structure_and_weights_cpu(tmp_path, monkeypatch, caplog):
     assert rel <= REL_TOL_FP16, rel
 
 
+def test_load_fuse_cpu(tmp_path, monkeypatch):
+    """load(fuse=True): q/k/v and gate/up as one MarlinLinear each, the same logits as unfused; an
+    act-order checkpoint (each projection its own permutation) keeps them apart."""
+    from jitmarlin.torch import FusedLinear, FusedPart
+
+    monkeypatch.setattr(MarlinLinear, "forward", _dequant_forward)
+    d, ref = make_checkpoint(tmp_path / "m", act=False)
+    plain, fused = load(d, device="cpu"), load(d, device="cpu", fuse=True)
+    attn, mlp = fused.model.layers[1].self_attn, fused.model.layers[1].mlp
+    assert isinstance(attn.q_proj, FusedLinear) and isinstance(attn.v_proj, FusedPart)
+    assert isinstance(mlp.gate_proj, FusedLinear) and isinstance(mlp.gate_proj.inner, MarlinLinear)
+    ids = torch.randint(0, 512, (2, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        got, want = fused(ids).logits, plain(ids).logits
+    assert _rel(got, want) <= 1e-3
+    assert _rel(got, ref(ids).logits) <= REL_TOL_FP16
+    d2, _ = make_checkpoint(tmp_path / "a", act=True)
+    kept = load(d2, device="cpu", fuse=True)
+    assert not any(isinstance(m, FusedLinear) for m in kept.modules())
+
+
 def test_load_bias_tied_bf16_cpu(tmp_path, monkeypatch):
     """attention biases on the quantized q/k/v/o projections, tied embeddings (no lm_head.weight in
     the checkpoint), bf16 activations, plain grouping (no act-order)."""

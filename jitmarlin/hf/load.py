@@ -312,7 +312,7 @@ class _Loader:
                      len(self.blocks))
 
 
-def load(path, *, device="cuda", dtype=None):
+def load(path, *, device="cuda", dtype=None, fuse=False):
     """Load the quantized Hugging Face model directory `path` (config.json + *.safetensors,
     optionally model.safetensors.index.json and ModelOpt's hf_quant_config.json; GPTQ v1 / v2
     incl. act-order, AWQ GEMM, compressed-tensors pack-quantized int4 / int8 and NVFP4, ModelOpt
@@ -323,6 +323,8 @@ def load(path, *, device="cuda", dtype=None):
     device: where the unquantized weights and buffers go (the QuantizedWeights stay on the host
     and are uploaded on first use on the device of the activations). dtype: float16 or
     bfloat16 (torch dtype or name); None: config.json's torch_dtype, float16 if it is neither.
+    fuse: give q/k/v and gate/up one GEMM each (jitmarlin.torch.fuse_projections; the logits are
+    the same, state_dict keys of fused layers change).
     InputError for a checkpoint that does not match its config or its architecture.
     """
     torch, transformers = _imports()
@@ -350,4 +352,8 @@ def load(path, *, device="cuda", dtype=None):
         except (ValueError, TypeError) as e:
             log.warning("generation_config.json ignored: %s", str(e)[:200])
     model.jitmarlin_scheme = scheme
+    if fuse:
+        from jitmarlin.torch import fuse_projections
+
+        fuse_projections(model)
     return model.eval()
