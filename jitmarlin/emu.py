@@ -5,6 +5,7 @@ compiler into a shared library and launched through ctypes. Every fragment layou
 trick, pipeline stage, barrier and Stream-K lock runs exactly as written for the GPU; only the
 instruction layer differs. Meant for tests and debugging: it is slow (seconds per small GEMM).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -56,13 +57,18 @@ def _build_dir() -> Path:
         d.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileExistsError):
             os.mkdir(d, 0o700)
-            os.chmod(d, 0o700)     # (mkdir's mode is masked by the umask)
+            os.chmod(d, 0o700)  # (mkdir's mode is masked by the umask)
     st = os.lstat(d)
-    problem = "a symlink" if stat.S_ISLNK(st.st_mode) else (
-        None if stat.S_ISDIR(st.st_mode) else "not a directory") or _private(st)
+    problem = (
+        "a symlink"
+        if stat.S_ISLNK(st.st_mode)
+        else (None if stat.S_ISDIR(st.st_mode) else "not a directory") or _private(st)
+    )
     if problem:
-        raise EmuBuildDirError(f"emulator build dir {d} is {problem}; refusing to load kernels "
-                               "from it (set JITMARLIN_EMU_DIR to a private directory)")
+        raise EmuBuildDirError(
+            f"emulator build dir {d} is {problem}; refusing to load kernels "
+            "from it (set JITMARLIN_EMU_DIR to a private directory)"
+        )
     return d
 
 
@@ -75,7 +81,7 @@ def _load_so(so: Path) -> ctypes.CDLL | None:
         return None
     if not stat.S_ISREG(st.st_mode) or _private(st):
         with contextlib.suppress(OSError):
-            so.unlink()   # (the directory is ours: we may replace what is in it)
+            so.unlink()  # (the directory is ours: we may replace what is in it)
         return None
     return ctypes.CDLL(str(so))
 
@@ -101,7 +107,7 @@ def build(spec: AnySpec) -> ctypes.CDLL:
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode:
             raise RuntimeError(f"emulator build of {spec.name} failed:\n{r.stderr[-4000:]}")
-        os.chmod(tmp, 0o700)    # (the linker's mode follows the umask)
+        os.chmod(tmp, 0o700)  # (the linker's mode follows the umask)
         os.replace(tmp, so)
         lib = _load_so(so)
         if lib is None:
@@ -109,31 +115,62 @@ def build(spec: AnySpec) -> ctypes.CDLL:
     if spec.route == "fused":
         lib.jm_emu_launch.restype = ctypes.c_int
         lib.jm_emu_launch.argtypes = [
-            ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_longlong),
-            ctypes.POINTER(ctypes.c_int), ctypes.c_float, ctypes.c_uint, ctypes.c_char_p, ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.POINTER(ctypes.c_void_p),
+            ctypes.POINTER(ctypes.c_longlong),
+            ctypes.POINTER(ctypes.c_int),
+            ctypes.c_float,
+            ctypes.c_uint,
+            ctypes.c_char_p,
+            ctypes.c_int,
         ]
-    elif spec.route == "moe":   # templates/emu/moe_launcher.cuh
+    elif spec.route == "moe":  # templates/emu/moe_launcher.cuh
         lib.jm_emu_moe.restype = ctypes.c_int
         lib.jm_emu_moe.argtypes = [
-            ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_longlong),
-            ctypes.POINTER(ctypes.c_int), ctypes.c_uint, ctypes.c_char_p, ctypes.c_int]
-        if spec.act_kernel:   # the split up stage's activation kernel
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.POINTER(ctypes.c_void_p),
+            ctypes.POINTER(ctypes.c_longlong),
+            ctypes.POINTER(ctypes.c_int),
+            ctypes.c_uint,
+            ctypes.c_char_p,
+            ctypes.c_int,
+        ]
+        if spec.act_kernel:  # the split up stage's activation kernel
             lib.jm_emu_moe_act.restype = ctypes.c_int
             lib.jm_emu_moe_act.argtypes = [
-                ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_longlong),
-                ctypes.POINTER(ctypes.c_int), ctypes.c_uint, ctypes.c_char_p, ctypes.c_int]
-    elif spec.route == "moe_route":   # templates/emu/moe_route_launcher.cuh
+                ctypes.c_int,
+                ctypes.POINTER(ctypes.c_void_p),
+                ctypes.POINTER(ctypes.c_longlong),
+                ctypes.POINTER(ctypes.c_int),
+                ctypes.c_uint,
+                ctypes.c_char_p,
+                ctypes.c_int,
+            ]
+    elif spec.route == "moe_route":  # templates/emu/moe_route_launcher.cuh
         lib.jm_emu_align.restype = lib.jm_emu_combine.restype = ctypes.c_int
-        common = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_longlong), ctypes.POINTER(ctypes.c_int),
-                  ctypes.c_uint, ctypes.c_char_p, ctypes.c_int]
+        common = [
+            ctypes.POINTER(ctypes.c_void_p),
+            ctypes.POINTER(ctypes.c_longlong),
+            ctypes.POINTER(ctypes.c_int),
+            ctypes.c_uint,
+            ctypes.c_char_p,
+            ctypes.c_int,
+        ]
         lib.jm_emu_align.argtypes = common
         lib.jm_emu_combine.argtypes = [ctypes.c_int] + common
     else:  # the dequantisation module's two entry points (templates/emu/dequant_launcher.cuh)
         for entry in (lib.jm_emu_dequant, lib.jm_emu_bias):
             entry.restype = ctypes.c_int
             entry.argtypes = [
-                ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_longlong),
-                ctypes.POINTER(ctypes.c_int), ctypes.c_uint, ctypes.c_char_p, ctypes.c_int,
+                ctypes.c_int,
+                ctypes.POINTER(ctypes.c_void_p),
+                ctypes.POINTER(ctypes.c_longlong),
+                ctypes.POINTER(ctypes.c_int),
+                ctypes.c_uint,
+                ctypes.c_char_p,
+                ctypes.c_int,
             ]
     _libs[digest] = lib
     return lib
@@ -143,8 +180,15 @@ class EmuError(RuntimeError):
     """The emulator found a deadlock, an out-of-bounds access or a misaligned address."""
 
 
-def run(plan: Plan, x_bits: np.ndarray, qw: QuantizedWeight, bias_bits: np.ndarray | None = None,
-        *, seed: int = 1, poison: int = 0xFFFF) -> np.ndarray:
+def run(
+    plan: Plan,
+    x_bits: np.ndarray,
+    qw: QuantizedWeight,
+    bias_bits: np.ndarray | None = None,
+    *,
+    seed: int = 1,
+    poison: int = 0xFFFF,
+) -> np.ndarray:
     """Launch `plan` on the CPU. x_bits: (M, in_features) uint16 patterns of the plan's
     activation dtype, already in the weight's column order (x[:, qw.perm] for act-order).
 
@@ -165,7 +209,7 @@ def run(plan: Plan, x_bits: np.ndarray, qw: QuantizedWeight, bias_bits: np.ndarr
     guard_rows = 2
     c = np.full((m + guard_rows, n_out), poison, dtype=np.uint16)
     tagged = isinstance(spec, GemvSpec) and spec.tagged_words(plan.grid) > 0
-    if tagged:   # tagged 64-bit slots (hybrid and pair gemv plans), empty (zero) between launches
+    if tagged:  # tagged 64-bit slots (hybrid and pair gemv plans), empty (zero) between launches
         partials = np.zeros(spec.tagged_words(plan.grid), dtype=np.uint64)
     else:
         partials = np.full(plan.grid * spec.tile_m * spec.tile_n, np.nan, dtype=np.float32)
@@ -174,18 +218,17 @@ def run(plan: Plan, x_bits: np.ndarray, qw: QuantizedWeight, bias_bits: np.ndarr
     arrays = [a, b, s, z, bias, c, partials, locks]
     ptrs = (ctypes.c_void_p * 8)(*[None if v is None else v.ctypes.data for v in arrays])
     sizes = (ctypes.c_longlong * 8)(*[0 if v is None else v.nbytes for v in arrays])
-    sizes[5] = m * n_out * 2          # C: the guard rows are not part of the buffer
+    sizes[5] = m * n_out * 2  # C: the guard rows are not part of the buffer
     dims = (ctypes.c_int * 7)(p.m, p.n, p.k, n_out, k_in, k_in, plan.iters)
     err = ctypes.create_string_buffer(512)
-    rc = lib.jm_emu_launch(plan.grid, plan.smem_bytes, ptrs, sizes, dims, qw.global_scale, seed,
-                           err, len(err))
+    rc = lib.jm_emu_launch(plan.grid, plan.smem_bytes, ptrs, sizes, dims, qw.global_scale, seed, err, len(err))
     if rc:
         raise EmuError(f"{spec.name}: {err.value.decode()}")
     if not np.all(c[m:] == poison):
         raise EmuError(f"{spec.name}: the kernel wrote past the end of the output")
     if np.any(locks != 0):
         raise EmuError(f"{spec.name}: workspace locks not reset to zero after the launch")
-    if tagged and np.any(partials):   # hybrid tags, pair plans' swapped-in sums
+    if tagged and np.any(partials):  # hybrid tags, pair plans' swapped-in sums
         raise EmuError(f"{spec.name}: tagged workspace slots left after the launch")
     return c[:m]
 
@@ -203,6 +246,7 @@ def run_values(plan: Plan, x: np.ndarray, qw: QuantizedWeight, bias=None, seed: 
 
 # ---- the large-M route's dequantisation module ---------------------------------------------------
 
+
 def _call(entry, name: str, grid: int, arrays: list, sizes: list[int], dims: list[int], seed: int):
     ptrs = (ctypes.c_void_p * len(arrays))(*[None if v is None else v.ctypes.data for v in arrays])
     nbytes = (ctypes.c_longlong * len(arrays))(*sizes)
@@ -212,8 +256,7 @@ def _call(entry, name: str, grid: int, arrays: list, sizes: list[int], dims: lis
         raise EmuError(f"{name}: {err.value.decode()}")
 
 
-def run_dequant(spec: DequantSpec, qw: QuantizedWeight, *, seed: int = 1,
-                poison: int = 0xFFFF) -> np.ndarray:
+def run_dequant(spec: DequantSpec, qw: QuantizedWeight, *, seed: int = 1, poison: int = 0xFFFF) -> np.ndarray:
     """Expand `qw` with the dequantisation kernel on the CPU. Returns the (n, k) uint16 bit
     patterns of `spec.act` it wrote: the padded weight in the kernel's column order (act-order
     weights are not unpermuted), global scale not applied. The output starts poisoned (NaN) with
@@ -229,27 +272,28 @@ def run_dequant(spec: DequantSpec, qw: QuantizedWeight, *, seed: int = 1,
     arrays = [b, s, z, w]
     sizes = [b.nbytes, s.nbytes, 0 if z is None else z.nbytes, qw.n * qw.k * 2]
     _call(lib.jm_emu_dequant, spec.name, spec.grid(qw.n, qw.k), arrays, sizes, [qw.n, qw.k], seed)
-    if not np.all(w[qw.n:] == poison):
+    if not np.all(w[qw.n :] == poison):
         raise EmuError(f"{spec.name}: the kernel wrote past the end of W")
     return w[: qw.n]
 
 
-def run_bias(spec: DequantSpec, bias_bits: np.ndarray, m: int, grid: int, *, seed: int = 1,
-             poison: int = 0xFFFF) -> np.ndarray:
+def run_bias(
+    spec: DequantSpec, bias_bits: np.ndarray, m: int, grid: int, *, seed: int = 1, poison: int = 0xFFFF
+) -> np.ndarray:
     """Run the module's bias kernel on the CPU: returns the (m, n_out) rows it wrote."""
     lib = build(spec)
     bias = np.ascontiguousarray(bias_bits, dtype=np.uint16)
     n_out = bias.shape[0]
     guard_rows = 2
     c = np.full((m + guard_rows, n_out), poison, dtype=np.uint16)
-    _call(lib.jm_emu_bias, spec.name + "_bias", grid, [bias, c], [bias.nbytes, m * n_out * 2],
-          [m, n_out], seed)
+    _call(lib.jm_emu_bias, spec.name + "_bias", grid, [bias, c], [bias.nbytes, m * n_out * 2], [m, n_out], seed)
     if not np.all(c[m:] == poison):
         raise EmuError(f"{spec.name}_bias: the kernel wrote past the end of C")
     return c[:m]
 
 
 # ---- the MoE family (kernels/moe): routing module and grouped GEMMs -------------------------------
+
 
 def _ptrs(arrays: list):
     ptrs = (ctypes.c_void_p * len(arrays))(*[None if v is None else v.ctypes.data for v in arrays])
@@ -277,8 +321,20 @@ def run_moe_align(plan, topk_ids: np.ndarray, expert_map=None, *, seed: int = 1)
     return sorted_ids, blk, int(n_rows[0])
 
 
-def run_moe_gemm(plan, spec, a_bits: np.ndarray, mw, sorted_ids, blk, n_rows: int, topk_w, *,
-                 topk: int, seed: int = 1, poison: int = 0xFFFF) -> np.ndarray:
+def run_moe_gemm(
+    plan,
+    spec,
+    a_bits: np.ndarray,
+    mw,
+    sorted_ids,
+    blk,
+    n_rows: int,
+    topk_w,
+    *,
+    topk: int,
+    seed: int = 1,
+    poison: int = 0xFFFF,
+) -> np.ndarray:
     """One grouped GEMM (spec = plan.up or plan.down) on the CPU. a_bits: the A rows (x for the
     up stage, read at pair / topk; the intermediate for the down stage, read at pair). Returns
     the (pairs, n_out) output bit patterns; rows the routing did not reach stay `poison`."""
@@ -292,17 +348,32 @@ def run_moe_gemm(plan, spec, a_bits: np.ndarray, mw, sorted_ids, blk, n_rows: in
     z = mw.offsets_for(spec.act)
     z = None if z is None else np.ascontiguousarray(z)
     bias = None if mw.bias is None else np.ascontiguousarray(mw.bias, dtype=np.float32)
-    gs = (np.ones(mw.num_experts, np.float32) if mw.global_scales is None
-          else np.ascontiguousarray(mw.global_scales, dtype=np.float32))
+    gs = (
+        np.ones(mw.num_experts, np.float32)
+        if mw.global_scales is None
+        else np.ascontiguousarray(mw.global_scales, dtype=np.float32)
+    )
     tw = None if topk_w is None else np.ascontiguousarray(topk_w, dtype=np.float32).reshape(-1)
     guard_rows = 2
     c = np.full((pairs + guard_rows, n_out), poison, dtype=np.uint16)
     nr = np.array([n_rows], dtype=np.int32)
     splits = plan.splits if spec.stage == "down" else plan.up_splits
-    cp_cols = n_out if spec.stage == "down" else mw.n       # the up stage keeps every interleaved column
+    cp_cols = n_out if spec.stage == "down" else mw.n  # the up stage keeps every interleaved column
     cp_ = np.full((splits, pairs, cp_cols), np.nan, dtype=np.float32) if splits > 1 else None
-    arrays = [a, b, s, z, bias, gs, tw, np.ascontiguousarray(sorted_ids, dtype=np.int32),
-              np.ascontiguousarray(blk, dtype=np.int32), nr, c, cp_]
+    arrays = [
+        a,
+        b,
+        s,
+        z,
+        bias,
+        gs,
+        tw,
+        np.ascontiguousarray(sorted_ids, dtype=np.int32),
+        np.ascontiguousarray(blk, dtype=np.int32),
+        nr,
+        c,
+        cp_,
+    ]
     ptrs, sizes = _ptrs(arrays)
     sizes[10] = pairs * n_out * 2
     n = mw.n
@@ -331,15 +402,16 @@ def run_moe_gemm(plan, spec, a_bits: np.ndarray, mw, sorted_ids, blk, n_rows: in
     return c[:pairs]
 
 
-def run_moe_combine(plan, y_bits: np.ndarray, topk_ids, expert_map=None, *, seed: int = 1,
-                    poison: int = 0xFFFF) -> np.ndarray:
+def run_moe_combine(
+    plan, y_bits: np.ndarray, topk_ids, expert_map=None, *, seed: int = 1, poison: int = 0xFFFF
+) -> np.ndarray:
     """The combine kernel on the CPU: (T, hidden) bit patterns of each token's rows summed."""
     spec = plan.route
     lib = build(spec)
     p = plan.problem
     ids = np.ascontiguousarray(topk_ids, dtype=np.int32).reshape(-1)
     emap = None if expert_map is None else np.ascontiguousarray(expert_map, dtype=np.int32)
-    split = y_bits.dtype == np.float32     # the down GEMM's fp32 partial sums (splits, pairs, hidden)
+    split = y_bits.dtype == np.float32  # the down GEMM's fp32 partial sums (splits, pairs, hidden)
     y = np.ascontiguousarray(y_bits, dtype=np.float32 if split else np.uint16)
     guard_rows = 2
     out = np.full((p.tokens + guard_rows, p.hidden), poison, dtype=np.uint16)
@@ -350,13 +422,23 @@ def run_moe_combine(plan, y_bits: np.ndarray, topk_ids, expert_map=None, *, seed
     err = ctypes.create_string_buffer(512)
     if lib.jm_emu_combine(plan.combine_grid, ptrs, sizes, dims, seed, err, len(err)):
         raise EmuError(f"{spec.combine_name}: {err.value.decode()}")
-    if not np.all(out[p.tokens:] == poison):
+    if not np.all(out[p.tokens :] == poison):
         raise EmuError(f"{spec.combine_name}: the kernel wrote past the end of the output")
     return out[: p.tokens]
 
 
-def run_moe(plan, x: np.ndarray, w13, w2, topk_weights, topk_ids, *, expert_map=None,
-            apply_router_weight_on_input: bool = False, seed: int = 1) -> np.ndarray:
+def run_moe(
+    plan,
+    x: np.ndarray,
+    w13,
+    w2,
+    topk_weights,
+    topk_ids,
+    *,
+    expert_map=None,
+    apply_router_weight_on_input: bool = False,
+    seed: int = 1,
+) -> np.ndarray:
     """The whole MoE block on the CPU, as jitmarlin.moe runs it on a GPU: float inputs (x
     rounded to the plan's activation dtype), float32 (T, hidden) output."""
     act = plan.up.act
@@ -366,8 +448,19 @@ def run_moe(plan, x: np.ndarray, w13, w2, topk_weights, topk_ids, *, expert_map=
         raise ValueError("hidden must be a multiple of 8")
     sorted_ids, blk, n_rows = run_moe_align(plan, topk_ids, expert_map, seed=seed)
     tw = np.asarray(topk_weights, dtype=np.float32)
-    h = run_moe_gemm(plan, plan.up, xb, w13, sorted_ids, blk, n_rows,
-                     tw if apply_router_weight_on_input else None, topk=p.topk, seed=seed)
-    y = run_moe_gemm(plan, plan.down, h, w2, sorted_ids, blk, n_rows,
-                     None if apply_router_weight_on_input else tw, topk=1, seed=seed)
+    h = run_moe_gemm(
+        plan,
+        plan.up,
+        xb,
+        w13,
+        sorted_ids,
+        blk,
+        n_rows,
+        tw if apply_router_weight_on_input else None,
+        topk=p.topk,
+        seed=seed,
+    )
+    y = run_moe_gemm(
+        plan, plan.down, h, w2, sorted_ids, blk, n_rows, None if apply_router_weight_on_input else tw, topk=1, seed=seed
+    )
     return halves.from_bits(run_moe_combine(plan, y, topk_ids, expert_map, seed=seed), act)

@@ -1,5 +1,6 @@
 """The NumPy oracle: dequantize, then matmul in float64; and the one output checker every
 kernel-output test uses (tests and tools import this module, production code never does)."""
+
 from __future__ import annotations
 
 import math
@@ -29,7 +30,7 @@ _erf = np.vectorize(math.erf, otypes=[np.float64])
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
-    with np.errstate(over="ignore"):            # exp(-z) -> inf for very negative z: sigmoid 0
+    with np.errstate(over="ignore"):  # exp(-z) -> inf for very negative z: sigmoid 0
         return 1.0 / (1.0 + np.exp(-z))
 
 
@@ -37,18 +38,28 @@ def _activate(gate: np.ndarray, up: np.ndarray, activation: str) -> np.ndarray:
     """vLLM's gated activations on the gate and up halves of x @ w13.T, in float64."""
     if activation == "silu":
         return gate * _sigmoid(gate) * up
-    if activation == "gelu":                    # exact (erf) gelu, not the tanh approximation
+    if activation == "gelu":  # exact (erf) gelu, not the tanh approximation
         return 0.5 * gate * (1.0 + _erf(gate / math.sqrt(2.0))) * up
-    if activation == "swigluoai":               # gpt-oss: clamped, alpha 1.702, up shifted by 1
+    if activation == "swigluoai":  # gpt-oss: clamped, alpha 1.702, up shifted by 1
         gate = np.minimum(gate, 7.0)
         up = np.clip(up, -7.0, 7.0)
         return (up + 1.0) * gate * _sigmoid(1.702 * gate)
     raise InputError(f"activation must be one of {MOE_ACTIVATIONS}, got {activation!r}")
 
 
-def moe_reference(x, w13: MoEWeight, w2: MoEWeight, topk_weights, topk_ids, *, activation: str = "silu",
-                  expert_map=None, apply_router_weight_on_input: bool = False, act: str | None = None,
-                  round_intermediate: bool = True) -> np.ndarray:
+def moe_reference(
+    x,
+    w13: MoEWeight,
+    w2: MoEWeight,
+    topk_weights,
+    topk_ids,
+    *,
+    activation: str = "silu",
+    expert_map=None,
+    apply_router_weight_on_input: bool = False,
+    act: str | None = None,
+    round_intermediate: bool = True,
+) -> np.ndarray:
     """vLLM's fused_experts in float64: returns (T, hidden).
 
     x (T, hidden); topk_ids (T, k) global expert ids; topk_weights (T, k). expert_map: optional
@@ -78,8 +89,10 @@ def moe_reference(x, w13: MoEWeight, w2: MoEWeight, topk_weights, topk_ids, *, a
     if (w2.num_experts, w2.out_features, w2.in_features) != (w13.num_experts, hidden, inter):
         raise InputError(f"moe_reference: w2 must be ({w13.num_experts}, {hidden}, {inter}), got {w2.shape}")
     if ids.dtype.kind not in "iu" or ids.ndim != 2 or ids.shape[0] != xh.shape[0] or wts.shape != ids.shape:
-        raise InputError(f"moe_reference: topk_ids (integer) and topk_weights must both be (T={xh.shape[0]}, k), "
-                         f"got {ids.dtype} {ids.shape} and {wts.shape}")
+        raise InputError(
+            f"moe_reference: topk_ids (integer) and topk_weights must both be (T={xh.shape[0]}, k), "
+            f"got {ids.dtype} {ids.shape} and {wts.shape}"
+        )
     # jitmarlin.moe's contract: a pair whose id lies outside the map (or, without one, outside the
     # experts), or whose map entry is -1 or out of range, adds nothing
     ids = ids.astype(np.int64)
@@ -92,7 +105,7 @@ def moe_reference(x, w13: MoEWeight, w2: MoEWeight, topk_weights, topk_ids, *, a
     W2 = dequantize_moe(w2, act).astype(np.float64)
     b13, b2 = logical_bias(w13), logical_bias(w2)
     out = np.zeros((xh.shape[0], hidden))
-    for e in range(w13.num_experts):          # every (token, slot) pair routed to expert e at once
+    for e in range(w13.num_experts):  # every (token, slot) pair routed to expert e at once
         t, j = np.nonzero(ids == e)
         if not t.size:
             continue
@@ -129,7 +142,7 @@ def rel_error(out, ref) -> float:
 # sum. Non-finite outputs (buffers start NaN) fail as unwritten. The whole-matrix figure
 # (||out - ref|| / ||ref|| <= 2e-3 fp16, 1e-2 bf16) is kept beside it.
 
-UNIT_ROUNDOFF = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8, "float32": 2.0 ** -24}
+UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-24}
 REL_TOL = {"float16": 2e-3, "bfloat16": 1e-2, "float32": 1e-5}
 ATOL_U = 6.0
 RTOL_U = 1.5
@@ -146,8 +159,8 @@ MARGINS: dict[tuple[str, str], dict] = {}
 
 @dataclass(frozen=True)
 class CheckResult:
-    rel: float          # ||out - ref|| / ||ref||
-    ratio: float        # max over elements of |out - ref| / bound (<= 1 passes)
+    rel: float  # ||out - ref|| / ||ref||
+    ratio: float  # max over elements of |out - ref| / bound (<= 1 passes)
     row: int
     col: int
     expected: float
@@ -181,8 +194,7 @@ def _host64(a) -> np.ndarray:
     return np.asarray(to_host(a), dtype=np.float64)
 
 
-def element_bounds(ref: np.ndarray, act: str, *, atol_u: float = ATOL_U,
-                   rtol_u: float = RTOL_U) -> np.ndarray:
+def element_bounds(ref: np.ndarray, act: str, *, atol_u: float = ATOL_U, rtol_u: float = RTOL_U) -> np.ndarray:
     """The per-element bound for `ref` (float64, (..., N)) in activation dtype `act`."""
     u = UNIT_ROUNDOFF[act]
     r2 = ref.reshape(-1, ref.shape[-1]) if ref.ndim else ref.reshape(1, 1)
@@ -193,9 +205,20 @@ def element_bounds(ref: np.ndarray, act: str, *, atol_u: float = ATOL_U,
     return bound.reshape(ref.shape)
 
 
-def check_output(out, ref, act: str, *, what: str = "", seed=None, family: str | None = None,
-                 spec=None, rel_tol: float | None = None, atol_u: float = ATOL_U,
-                 rtol_u: float = RTOL_U, record: bool = True) -> CheckResult:
+def check_output(
+    out,
+    ref,
+    act: str,
+    *,
+    what: str = "",
+    seed=None,
+    family: str | None = None,
+    spec=None,
+    rel_tol: float | None = None,
+    atol_u: float = ATOL_U,
+    rtol_u: float = RTOL_U,
+    record: bool = True,
+) -> CheckResult:
     """Assert that kernel output `out` (any array type, (..., N)) matches the float64 oracle `ref`:
     every element finite and within the element-wise bound, and the whole-matrix relative error
     within REL_TOL[act]. Raises AssertionError naming the worst element (row, column, expected,
@@ -208,21 +231,35 @@ def check_output(out, ref, act: str, *, what: str = "", seed=None, family: str |
         raise AssertionError(f"{tag}: output shape {o.shape}, expected {r.shape}")
     o2 = o.reshape(-1, o.shape[-1]) if o.ndim else o.reshape(1, 1)
     r2 = r.reshape(o2.shape)
-    margin = (MARGINS.setdefault((family or (family_of(spec) if spec is not None else "unlabelled"), act),
-                                 {"ratio": 0.0, "rel": 0.0, "checks": 0}) if record else {})
+    margin = (
+        MARGINS.setdefault(
+            (family or (family_of(spec) if spec is not None else "unlabelled"), act),
+            {"ratio": 0.0, "rel": 0.0, "checks": 0},
+        )
+        if record
+        else {}
+    )
     bad = ~np.isfinite(o2) & np.isfinite(r2)
     if bad.any():
         margin["ratio"] = float("inf")
         i, j = (int(v) for v in np.argwhere(bad)[0])
-        raise AssertionError(f"{tag}: {int(bad.sum())} non-finite (unwritten?) output elements, "
-                             f"first at row {i}, column {j}: expected {r2[i, j]:.6g}, got {o2[i, j]}")
+        raise AssertionError(
+            f"{tag}: {int(bad.sum())} non-finite (unwritten?) output elements, "
+            f"first at row {i}, column {j}: expected {r2[i, j]:.6g}, got {o2[i, j]}"
+        )
     bound = element_bounds(r2, act, atol_u=atol_u, rtol_u=rtol_u)
     err = np.abs(o2 - r2)
     ratios = err / bound
     i, j = (int(v) for v in np.unravel_index(int(np.argmax(ratios)), ratios.shape))
-    res = CheckResult(rel=float(np.linalg.norm(o2 - r2) / max(np.linalg.norm(r2), 1e-30)),
-                      ratio=float(ratios[i, j]), row=i, col=j, expected=float(r2[i, j]),
-                      got=float(o2[i, j]), bound=float(bound[i, j]))
+    res = CheckResult(
+        rel=float(np.linalg.norm(o2 - r2) / max(np.linalg.norm(r2), 1e-30)),
+        ratio=float(ratios[i, j]),
+        row=i,
+        col=j,
+        expected=float(r2[i, j]),
+        got=float(o2[i, j]),
+        bound=float(bound[i, j]),
+    )
     if record:
         margin["ratio"], margin["rel"] = max(margin["ratio"], res.ratio), max(margin["rel"], res.rel)
         margin["checks"] += 1
@@ -231,5 +268,6 @@ def check_output(out, ref, act: str, *, what: str = "", seed=None, family: str |
         raise AssertionError(
             f"{tag}: worst element row {i}, column {j}: expected {res.expected:.6g}, got {res.got:.6g} "
             f"(|diff| {abs(res.got - res.expected):.3g}, bound {res.bound:.3g}, "
-            f"{res.ratio:.2f}x the bound); relative error {res.rel:.3e} (limit {limit:.0e})")
+            f"{res.ratio:.2f}x the bound); relative error {res.rel:.3e} (limit {limit:.0e})"
+        )
     return res

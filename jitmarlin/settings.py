@@ -1,4 +1,5 @@
 """Settings read from the environment, shared by the stages that need them."""
+
 from __future__ import annotations
 
 import os
@@ -24,7 +25,7 @@ def autotune_enabled() -> bool:
 def pdl_default() -> bool:
     """JITMARLIN_PDL=1 (or true/yes/on): linear() launches the fused kernels with programmatic
     dependent launch on sm_90+ unless a call says otherwise (enable_pdl=False)."""
-    v = os.environ.get("JITMARLIN_PDL")   # read on every linear() call: the unset case stays cheap
+    v = os.environ.get("JITMARLIN_PDL")  # read on every linear() call: the unset case stays cheap
     return v is not None and v.strip().lower() in ("1", "true", "yes", "on")
 
 

@@ -11,6 +11,7 @@ caches), so the call is wrapped as an opaque operator with a fake implementation
 the output's shape, dtype and device. Operators take tensors and scalars, not Python objects, so
 the QuantizedWeight travels as an int handle into a module-level registry (see `register`).
 """
+
 import copy
 import fnmatch
 import itertools
@@ -28,8 +29,20 @@ from jitmarlin.ops import moe as moe_api
 from jitmarlin.weights.moe import MoEWeight
 from jitmarlin.weights.quant import QuantizedWeight, quantize
 
-__all__ = ["MarlinLinear", "MarlinMoE", "MoEBlock", "quantize_model", "select_linears", "Selection", "register",
-           "unregister", "register_moe", "fuse_projections", "FusedLinear", "FusedPart"]
+__all__ = [
+    "MarlinLinear",
+    "MarlinMoE",
+    "MoEBlock",
+    "quantize_model",
+    "select_linears",
+    "Selection",
+    "register",
+    "unregister",
+    "register_moe",
+    "fuse_projections",
+    "FusedLinear",
+    "FusedPart",
+]
 
 log = logging.getLogger("jitmarlin.torch")
 
@@ -64,12 +77,15 @@ def unregister(handle: int) -> None:
 def _lookup(handle: int) -> QuantizedWeight:
     qw = _weights.get(handle)
     if qw is None:
-        raise InputError(f"no QuantizedWeight is registered under handle {handle} "
-                         "(was its MarlinLinear garbage collected, or unregister()ed?)")
+        raise InputError(
+            f"no QuantizedWeight is registered under handle {handle} "
+            "(was its MarlinLinear garbage collected, or unregister()ed?)"
+        )
     return qw
 
 
 # ---- the custom op -------------------------------------------------------------------------------
+
 
 def _kernel_ready(x: torch.Tensor, k: int) -> bool:
     """Whether jitmarlin can read x's rows in place (compiled graphs may hand us any strides)."""
@@ -107,6 +123,7 @@ def _linear_fake(x: torch.Tensor, handle: int, n: int, bias: Optional[torch.Tens
 
 # ---- the module ----------------------------------------------------------------------------------
 
+
 class MarlinLinear(nn.Module):
     """A drop-in for nn.Linear with a jitmarlin-quantized weight: y = x @ W.T (+ bias).
 
@@ -129,8 +146,9 @@ class MarlinLinear(nn.Module):
         self._handle = register(qweight, owner=self)
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, qtype: str = "uint4b8", group_size: int = 128,
-                    scale_dtype: Optional[str] = None) -> "MarlinLinear":
+    def from_linear(
+        cls, linear: nn.Linear, qtype: str = "uint4b8", group_size: int = 128, scale_dtype: Optional[str] = None
+    ) -> "MarlinLinear":
         """Quantize `linear.weight` (round to nearest, jitmarlin.quantize) into a MarlinLinear.
 
         scale_dtype: "float16" or "bfloat16"; default: the linear's dtype if it is one of those,
@@ -155,8 +173,10 @@ class MarlinLinear(nn.Module):
 
     def extra_repr(self) -> str:
         qw = self.qweight
-        return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"qtype={qw.qtype}, group_size={qw.group_size}, bias={self.bias is not None}")
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"qtype={qw.qtype}, group_size={qw.group_size}, bias={self.bias is not None}"
+        )
 
     def __setstate__(self, state):
         # deepcopy/unpickle make a new module whose handle would still be the original's, and
@@ -193,15 +213,30 @@ def register_moe(w13: MoEWeight, w2: MoEWeight, owner: object = None) -> int:
 
 
 @torch.library.custom_op("jitmarlin::moe", mutates_args=())
-def _moe_op(x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor, handle: int,
-            activation: str, expert_map: Optional[torch.Tensor], apply_router_weight_on_input: bool) -> torch.Tensor:
+def _moe_op(
+    x: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    handle: int,
+    activation: str,
+    expert_map: Optional[torch.Tensor],
+    apply_router_weight_on_input: bool,
+) -> torch.Tensor:
     """x (T, hidden) fp16/bf16 CUDA -> (T, hidden): the routed experts under `handle`
     (jitmarlin.moe)."""
     pair = _moe_weights.get(handle)
     if pair is None:
         raise InputError(f"no MoE weights are registered under handle {handle}")
-    return moe_api.moe(x.contiguous(), pair[0], pair[1], topk_weights, topk_ids, activation=activation,
-                       expert_map=expert_map, apply_router_weight_on_input=apply_router_weight_on_input)
+    return moe_api.moe(
+        x.contiguous(),
+        pair[0],
+        pair[1],
+        topk_weights,
+        topk_ids,
+        activation=activation,
+        expert_map=expert_map,
+        apply_router_weight_on_input=apply_router_weight_on_input,
+    )
 
 
 @_moe_op.register_fake
@@ -216,8 +251,14 @@ class MarlinMoE(nn.Module):
     graphs whose routing changes between replays (jitmarlin.moe). expert_map: optional (global
     experts,) int tensor for expert parallelism (a buffer: `.to(device)` moves it)."""
 
-    def __init__(self, w13: MoEWeight, w2: MoEWeight, activation: str = "silu",
-                 expert_map: Optional[torch.Tensor] = None, apply_router_weight_on_input: bool = False):
+    def __init__(
+        self,
+        w13: MoEWeight,
+        w2: MoEWeight,
+        activation: str = "silu",
+        expert_map: Optional[torch.Tensor] = None,
+        apply_router_weight_on_input: bool = False,
+    ):
         super().__init__()
         moe_api._check_weights(w13, w2, activation)
         self.w13, self.w2 = w13, w2
@@ -228,13 +269,22 @@ class MarlinMoE(nn.Module):
 
     def forward(self, x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
         shape = x.shape
-        y = torch.ops.jitmarlin.moe(x.reshape(-1, shape[-1]), topk_weights, topk_ids, self._handle,
-                                    self.activation, self.expert_map, self.apply_router_weight_on_input)
+        y = torch.ops.jitmarlin.moe(
+            x.reshape(-1, shape[-1]),
+            topk_weights,
+            topk_ids,
+            self._handle,
+            self.activation,
+            self.expert_map,
+            self.apply_router_weight_on_input,
+        )
         return y.reshape(shape)
 
     def extra_repr(self) -> str:
-        return (f"experts={self.w13.num_experts}, hidden={self.w13.in_features}, "
-                f"intermediate={self.w13.intermediate}, qtype={self.w13.qtype}, activation={self.activation}")
+        return (
+            f"experts={self.w13.num_experts}, hidden={self.w13.in_features}, "
+            f"intermediate={self.w13.intermediate}, qtype={self.w13.qtype}, activation={self.activation}"
+        )
 
     def __setstate__(self, state):
         super().__setstate__(state)
@@ -261,8 +311,15 @@ class MoEBlock(nn.Module):
     "logits" (4.x blocks: (hidden, router logits)) or "scores" (gpt-oss: (hidden, top-k weights)).
     """
 
-    def __init__(self, router: nn.Module, experts, top_k: int, norm_topk_prob: bool = True,
-                 returns: Optional[str] = None, router_name: str = "gate"):
+    def __init__(
+        self,
+        router: nn.Module,
+        experts,
+        top_k: int,
+        norm_topk_prob: bool = True,
+        returns: Optional[str] = None,
+        router_name: str = "gate",
+    ):
         super().__init__()
         if returns not in (None, "logits", "scores"):
             raise InputError(f"returns must be None, 'logits' or 'scores', got {returns!r}")
@@ -277,7 +334,7 @@ class MoEBlock(nn.Module):
         shape = hidden_states.shape
         x = hidden_states.reshape(-1, shape[-1])
         routed = getattr(self, self.router_name)(x)
-        if isinstance(routed, tuple):   # transformers 5: (logits, top-k weights, top-k ids)
+        if isinstance(routed, tuple):  # transformers 5: (logits, top-k weights, top-k ids)
             logits, weights, ids = routed
         else:
             logits = routed
@@ -292,6 +349,7 @@ class MoEBlock(nn.Module):
 
 # ---- whole models --------------------------------------------------------------------------------
 
+
 @dataclass
 class Selection:
     """Which nn.Linear layers of a model quantize_model converts (qualified names), and which it
@@ -304,15 +362,14 @@ class Selection:
 def _unsupported(linear: nn.Linear, group_size: int) -> Optional[str]:
     """Why the kernel cannot take this layer's shape, or None if it can."""
     n, k = linear.out_features, linear.in_features
-    if n % 8 or k % 8:   # other sizes are padded to the kernel's tiles
+    if n % 8 or k % 8:  # other sizes are padded to the kernel's tiles
         return f"shape (out={n}, in={k}): both must be multiples of 8"
     if group_size != -1 and k % group_size:
         return f"in_features={k} is not a multiple of group_size={group_size}"
     return None
 
 
-def select_linears(model: nn.Module, group_size: int = 128,
-                   skip: Sequence[str] = ("lm_head",)) -> Selection:
+def select_linears(model: nn.Module, group_size: int = 128, skip: Sequence[str] = ("lm_head",)) -> Selection:
     """Decide, without changing anything, which layers quantize_model would convert.
 
     Only modules of type exactly nn.Linear are considered: subclasses may use their weight
@@ -341,8 +398,13 @@ def _set_submodule(model: nn.Module, name: str, new: nn.Module) -> None:
     setattr(model.get_submodule(parent) if parent else model, leaf, new)
 
 
-def quantize_model(model: nn.Module, qtype: str = "uint4b8", group_size: int = 128,
-                   skip: Sequence[str] = ("lm_head",), scale_dtype: Optional[str] = None) -> nn.Module:
+def quantize_model(
+    model: nn.Module,
+    qtype: str = "uint4b8",
+    group_size: int = 128,
+    skip: Sequence[str] = ("lm_head",),
+    scale_dtype: Optional[str] = None,
+) -> nn.Module:
     """Replace, in place, every supported nn.Linear of `model` by a MarlinLinear; return `model`.
 
     A layer is left as it is when its qualified name matches a `skip` pattern (fnmatch) or the
@@ -351,7 +413,7 @@ def quantize_model(model: nn.Module, qtype: str = "uint4b8", group_size: int = 1
     "jitmarlin.torch": one line per skipped layer, a summary at INFO level).
     """
     sel = select_linears(model, group_size, skip)
-    done: Dict[int, MarlinLinear] = {}   # id(nn.Linear) -> its replacement: shared layers stay shared
+    done: Dict[int, MarlinLinear] = {}  # id(nn.Linear) -> its replacement: shared layers stay shared
     for name in sel.convert:
         linear = model.get_submodule(name)
         new = done.get(id(linear))
@@ -360,8 +422,7 @@ def quantize_model(model: nn.Module, qtype: str = "uint4b8", group_size: int = 1
         _set_submodule(model, name, new)
     for name, reason in sel.skipped.items():
         log.info("quantize_model: kept %s as nn.Linear (%s)", name, reason)
-    log.info("quantize_model: converted %d linear layers to MarlinLinear, kept %d",
-             len(sel.convert), len(sel.skipped))
+    log.info("quantize_model: converted %d linear layers to MarlinLinear, kept %d", len(sel.convert), len(sel.skipped))
     return model
 
 
@@ -396,12 +457,12 @@ class FusedLinear(nn.Module):
 
     def part(self, index: int, x: torch.Tensor) -> torch.Tensor:
         last = self._last
-        if last.x is x:                      # the same input the head just saw: its slice
+        if last.x is x:  # the same input the head just saw: its slice
             out = last.parts[index]
             if index == len(self.sizes) - 1:
-                last.x = last.parts = None   # do not hold activations past the group
+                last.x = last.parts = None  # do not hold activations past the group
             return out
-        return self.inner(x).split(self.sizes, dim=-1)[index]   # called out of order: compute
+        return self.inner(x).split(self.sizes, dim=-1)[index]  # called out of order: compute
 
     def extra_repr(self) -> str:
         return f"sizes={self.sizes}"
@@ -412,7 +473,7 @@ class FusedPart(nn.Module):
 
     def __init__(self, head: FusedLinear, index: int):
         super().__init__()
-        self._head = (head,)                 # a tuple: not a submodule (no second copy in state_dict)
+        self._head = (head,)  # a tuple: not a submodule (no second copy in state_dict)
         self.index = index
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -435,11 +496,14 @@ def _fused(mods: List[nn.Module]) -> Optional[nn.Module]:
             log.info("fuse_projections: kept apart (%s)", e)
             return None
         return MarlinLinear(qw, bias)
-    if all(type(m) is nn.Linear for m in mods) and len({(m.in_features, m.weight.dtype, m.weight.device)
-                                                         for m in mods}) == 1:
+    if (
+        all(type(m) is nn.Linear for m in mods)
+        and len({(m.in_features, m.weight.dtype, m.weight.device) for m in mods}) == 1
+    ):
         w = mods[0].weight
-        new = nn.Linear(w.shape[1], sum(m.out_features for m in mods), bias=bias is not None,
-                        device=w.device, dtype=w.dtype)
+        new = nn.Linear(
+            w.shape[1], sum(m.out_features for m in mods), bias=bias is not None, device=w.device, dtype=w.dtype
+        )
         with torch.no_grad():
             new.weight.copy_(torch.cat([m.weight.detach() for m in mods]))
             if bias is not None:

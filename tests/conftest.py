@@ -22,14 +22,20 @@ def _gpu_state() -> tuple[int, str | None]:
     GPU tests fail with the reason instead of skipping."""
     try:
         import cupy
-    except Exception as e:   # noqa: BLE001 - any import failure is reported, not swallowed
-        return 0, (f"a GPU is visible (/dev/nvidia*) but CuPy failed to import: {type(e).__name__}: {e}"
-                   if _visible_gpu_nodes() else None)
+    except Exception as e:  # noqa: BLE001 - any import failure is reported, not swallowed
+        return 0, (
+            f"a GPU is visible (/dev/nvidia*) but CuPy failed to import: {type(e).__name__}: {e}"
+            if _visible_gpu_nodes()
+            else None
+        )
     try:
         return cupy.cuda.runtime.getDeviceCount(), None
-    except Exception as e:   # noqa: BLE001
-        return 0, (f"a GPU is visible (/dev/nvidia*) but CuPy cannot reach it: {type(e).__name__}: {e}"
-                   if _visible_gpu_nodes() else None)
+    except Exception as e:  # noqa: BLE001
+        return 0, (
+            f"a GPU is visible (/dev/nvidia*) but CuPy cannot reach it: {type(e).__name__}: {e}"
+            if _visible_gpu_nodes()
+            else None
+        )
 
 
 GPU_COUNT, GPU_BROKEN = _gpu_state()
@@ -77,9 +83,11 @@ def _poisoned_gpu_allocations(request):
         torch = None
     det = None
     if torch is not None:
-        det = (torch.are_deterministic_algorithms_enabled(),
-               torch.is_deterministic_algorithms_warn_only_enabled(),
-               torch.utils.deterministic.fill_uninitialized_memory)
+        det = (
+            torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled(),
+            torch.utils.deterministic.fill_uninitialized_memory,
+        )
         torch.use_deterministic_algorithms(True, warn_only=True)
         torch.utils.deterministic.fill_uninitialized_memory = True
     try:
@@ -93,13 +101,14 @@ def _poisoned_gpu_allocations(request):
 
 # ---- seeds: every random input comes from a seed that a failure prints -------------------------
 
+
 def test_seed() -> int:
     """A fresh seed, or JITMARLIN_TEST_SEED to reproduce a failure."""
     env = os.environ.get("JITMARLIN_TEST_SEED", "").strip()
     return int(env) if env else int.from_bytes(os.urandom(4), "little")
 
 
-test_seed.__test__ = False   # a helper, not a test
+test_seed.__test__ = False  # a helper, not a test
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -113,6 +122,7 @@ def pytest_runtest_makereport(item, call):
 
 # ---- margins of the element-wise checker ---------------------------------------------------------
 
+
 def pytest_terminal_summary(terminalreporter):
     from jitmarlin.reference import MARGINS
 
@@ -122,8 +132,9 @@ def pytest_terminal_summary(terminalreporter):
     tr = terminalreporter
     tr.section("element-wise margins (largest |out - ref| / bound per kernel family and dtype)")
     for (fam, act), m in rows:
-        tr.write_line(f"{fam:<22} {act:<9} worst {m['ratio']:.3f} of the bound, "
-                      f"rel {m['rel']:.2e}, {m['checks']} checks")
+        tr.write_line(
+            f"{fam:<22} {act:<9} worst {m['ratio']:.3f} of the bound, rel {m['rel']:.2e}, {m['checks']} checks"
+        )
     path = os.environ.get("JITMARLIN_MARGINS_JSON")
     if path:
         with open(path, "w") as f:
@@ -169,6 +180,7 @@ def plant(monkeypatch):
     (a planted bug it must catch); `old` must occur in every source it renders."""
     from jitmarlin import emu
     from jitmarlin.kernels import render as render_mod
+
     real = render_mod.render
 
     def _plant(old: str, new: str) -> None:
@@ -189,6 +201,7 @@ def rewrite_bundle():
     import tarfile
 
     from jitmarlin.jit import bundle as bundle_mod
+
     def _rewrite(src, dst, edit):
         with tarfile.open(src) as tar:
             files = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
@@ -219,5 +232,5 @@ def seeded_cache(tmp_path_factory):
     d = tmp_path_factory.mktemp("seeded") / "c"
     c = KernelCache(d, ro_dir="")
     keys = [c.get(KernelSpec("sm80", "uint4b8", "float16", 8, 1, 8, 8, st), "sm_90")[1] for st in (4, 3)]
-    c._open().close()          # flush SQLite's WAL so a plain copy holds everything
+    c._open().close()  # flush SQLite's WAL so a plain copy holds everything
     return SeededCache(d, keys)

@@ -4,6 +4,7 @@ Every M, N, K of the foundation issue appears with every (N, K) pair; group size
 dtype, input kind (CuPy / torch), a poisoned preallocated output and a bias rotate through the
 cases so that each value of each axis meets many shapes.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,15 +23,17 @@ class Case:
     k: int
     group: int
     act: str
-    kind: str        # "cupy" or "torch"
+    kind: str  # "cupy" or "torch"
     poison_out: bool
     bias: bool
 
     @property
     def id(self) -> str:
         g = "gc" if self.group < 0 else f"g{self.group}"
-        return (f"m{self.m}-n{self.n}-k{self.k}-{g}-{self.act}-{self.kind}"
-                f"{'-out' if self.poison_out else ''}{'-bias' if self.bias else ''}")
+        return (
+            f"m{self.m}-n{self.n}-k{self.k}-{g}-{self.act}-{self.kind}"
+            f"{'-out' if self.poison_out else ''}{'-bias' if self.bias else ''}"
+        )
 
 
 def cases() -> list[Case]:
@@ -67,15 +70,16 @@ def run_forced(qw, m, act, spec, rng, bias=True, lda=None, pad=0.0, x_mean=0.0):
     xs = torch.full((m, lda), pad, dtype=dt, device="cuda")
     xs[:, :k] = torch.from_numpy(x).to("cuda", dt)
     bt = None if b is None else torch.from_numpy(b).to("cuda", dt)
-    out = torch.full((m, qw.out_features), float("nan"), dtype=dt, device="cuda")   # poisoned
+    out = torch.full((m, qw.out_features), float("nan"), dtype=dt, device="cuda")  # poisoned
     lz = _prepare(qw, 0, act, m, _torch_stream(torch, 0), spec=spec)
     assert lz.plan.spec == spec
     lz(xs.data_ptr(), lda, out.data_ptr(), 0 if bt is None else bt.data_ptr())
     torch.cuda.synchronize()
     y = out.double().cpu().numpy()
     bad = np.argwhere(np.isnan(y))
-    assert not len(bad), (f"{spec.name} M={m}: {len(bad)} unwritten (NaN) output elements, first at "
-                          f"row {bad[0][0]}, column {bad[0][1]}")
+    assert not len(bad), (
+        f"{spec.name} M={m}: {len(bad)} unwritten (NaN) output elements, first at row {bad[0][0]}, column {bad[0][1]}"
+    )
     check_workspace_clean(lz)
     return y, ref
 
@@ -94,8 +98,11 @@ def check_forced(qw, m, act, spec, rng, *, what="", seed=None, **kw):
 def launched_spec(qw, act, m, device=0):
     """The kernel spec of the launcher linear() last prepared for (device, act, M rows) on `qw`
     (any stream, with or without PDL), or None where it prepared none."""
-    specs = [lz.plan.spec for key, lz in getattr(qw, "_launchers", {}).items()
-             if tuple(key[:3]) == (device, act, m) and hasattr(lz, "plan")]
+    specs = [
+        lz.plan.spec
+        for key, lz in getattr(qw, "_launchers", {}).items()
+        if tuple(key[:3]) == (device, act, m) and hasattr(lz, "plan")
+    ]
     return specs[-1] if specs else None
 
 
@@ -110,8 +117,9 @@ def check_linear(y, ref, act, qw, m, *, what="", seed=None, device=0):
 
     ref = np.asarray(to_host(ref), dtype=np.float64)
     spec = launched_spec(qw, act, m, device)
-    return check_output(y, ref, act, what=what or f"M={m}", seed=seed, spec=spec,
-                        family=None if spec is not None else "linear")
+    return check_output(
+        y, ref, act, what=what or f"M={m}", seed=seed, spec=spec, family=None if spec is not None else "linear"
+    )
 
 
 def check_workspace_clean(lz) -> None:
@@ -121,10 +129,11 @@ def check_workspace_clean(lz) -> None:
     import numpy as np
 
     from jitmarlin.kernels import launch as family_launch
+
     ws = getattr(lz, "keep", None)
     if isinstance(ws, family_launch.Workspace):
         assert not bool(ws.locks.any()), f"{lz.plan.spec.name}: workspace counters left non-zero"
-        tags = ws.tagged.view(np.uint32)[1::2]   # the high words of the 64-bit slots
+        tags = ws.tagged.view(np.uint32)[1::2]  # the high words of the 64-bit slots
         assert not bool(tags.any()), f"{lz.plan.spec.name}: tagged workspace slots left"
 
 

@@ -1,5 +1,6 @@
 """jitmarlin.linear: argument checking (CPU) and correctness on the GPU against a float64
 reference computed from the quantized values themselves (not from the package's unpacker)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -12,20 +13,24 @@ from jitmarlin.ops.linear import _rows
 
 # ---- CPU: argument checks that need no GPU ---------------------------------------------------
 
+
 def test_rows_flattens_leading_dims():
     assert _rows((3, 5, 128), (640, 128, 1), 128) == (15, 128)
     assert _rows((128,), (1,), 128) == (1, 128)
-    assert _rows((4, 128), (256, 1), 128) == (4, 256)      # row stride wider than K
-    assert _rows((2, 1, 128), (12480, 4160, 1), 128) == (2, 12480)   # size-1 dims ignored
+    assert _rows((4, 128), (256, 1), 128) == (4, 256)  # row stride wider than K
+    assert _rows((2, 1, 128), (12480, 4160, 1), 128) == (2, 12480)  # size-1 dims ignored
     assert _rows((1, 1, 128), (7, 7, 1), 128) == (1, 128)
 
 
-@pytest.mark.parametrize("shape,strides,msg", [
-    ((4, 64), (64, 1), "in_features = 128"),
-    ((4, 128), (1, 4), "contiguous along its last"),
-    ((4, 128), (132, 1), "multiple of 8"),
-    ((2, 3, 128), (1024, 128, 1), "cannot be flattened"),
-])
+@pytest.mark.parametrize(
+    "shape,strides,msg",
+    [
+        ((4, 64), (64, 1), "in_features = 128"),
+        ((4, 128), (1, 4), "contiguous along its last"),
+        ((4, 128), (132, 1), "multiple of 8"),
+        ((2, 3, 128), (1024, 128, 1), "cannot be flattened"),
+    ],
+)
 def test_rows_rejects(shape, strides, msg):
     with pytest.raises(InputError, match=msg):
         _rows(shape, strides, 128)
@@ -60,13 +65,14 @@ def test_act_order_gather_buffer_grows_by_doubling_and_keeps_old_buffers(rng):
     assert b3.shape == (3, 128) and b2.shape == (2, 128) and len(made) == 1
     assert b2.base is made[0] or b2.base is made[0].base
     b5, _ = _gather_buffer(qw, 0, 7, 5, "float16", "cupy", alloc, index)
-    assert b5.shape == (5, 128) and len(made) == 2 and made[1].shape[0] == 6   # doubled
-    assert qw._gather[(0, 7, "float16", "cupy")][2] == (made[0],)               # kept alive
-    _gather_buffer(qw, 0, 8, 5, "float16", "cupy", alloc, index)                # another stream
+    assert b5.shape == (5, 128) and len(made) == 2 and made[1].shape[0] == 6  # doubled
+    assert qw._gather[(0, 7, "float16", "cupy")][2] == (made[0],)  # kept alive
+    _gather_buffer(qw, 0, 8, 5, "float16", "cupy", alloc, index)  # another stream
     assert len(made) == 3 and len(index_calls) == 2
 
 
 # ---- GPU ---------------------------------------------------------------------------------------
+
 
 def _cp():
     import cupy
@@ -87,14 +93,16 @@ def make_weight(n: int, k: int, group: int, act: str, seed: int):
     _weights.clear()  # keep GPU memory small: one weight at a time
     cp = _cp()
     from jitmarlin.weights import halves, packing
+
     # one stream per (seed, shape): two weights of one test share no codes
-    rs = cp.random.RandomState(int(np.random.SeedSequence([seed, n, k, group + 1, ACTS.index(act)])
-                                   .generate_state(1)[0]))
+    rs = cp.random.RandomState(
+        int(np.random.SeedSequence([seed, n, k, group + 1, ACTS.index(act)]).generate_state(1)[0])
+    )
     q = rs.randint(0, 16, size=(n, k), dtype=cp.uint8)
     groups = 1 if group == -1 else k // group
-    s32 = (rs.random_sample((groups, n), dtype=cp.float32) * 0.02 + 0.002)
-    s_host = halves.to_bits(cp.asnumpy(s32), act)                 # round scales to act dtype
-    s_exact = cp.asarray(halves.from_bits(s_host, act), dtype=cp.float64)   # (G, n)
+    s32 = rs.random_sample((groups, n), dtype=cp.float32) * 0.02 + 0.002
+    s_host = halves.to_bits(cp.asnumpy(s32), act)  # round scales to act dtype
+    s_exact = cp.asarray(halves.from_bits(s_host, act), dtype=cp.float64)  # (G, n)
     sbits = cp.asarray(s_host)
     scales = packing.permute_scales(sbits) if group != -1 else sbits.reshape(n)
     qw = QuantizedWeight("uint4b8", group, n, k, packing.pack_int4(q), scales, scale_dtype=act)
@@ -173,7 +181,7 @@ def test_linear_matches_float64_reference(case, seed, rng):
     ref = x64 @ w.T
     if b64 is not None:
         ref += b64
-    check_linear(y, ref, case.act, qw, case.m, what=case.id, seed=seed)   # (NaN: an unwritten element)
+    check_linear(y, ref, case.act, qw, case.m, what=case.id, seed=seed)  # (NaN: an unwritten element)
 
 
 @pytest.mark.gpu
@@ -207,7 +215,7 @@ def test_max_elementwise_error_bar(group, seed, rng):
     x = cp.asarray(rng.standard_normal((33, 4096)), dtype=cp.float16)
     y = jitmarlin.linear(x, qw).astype(cp.float64)
     check_linear(y, x.astype(cp.float64) @ w.T, "float16", qw, 33, seed=seed)
-    ref = (x.astype(cp.float64) @ w.T).astype(cp.float16).astype(cp.float64)   # fp16 reference
+    ref = (x.astype(cp.float64) @ w.T).astype(cp.float16).astype(cp.float64)  # fp16 reference
     denom = cp.maximum(cp.abs(ref), 0.01 * cp.abs(ref).max())
     assert float((cp.abs(y - ref) / denom).max()) < 0.04
 
@@ -217,7 +225,7 @@ def test_batched_leading_dims_and_strided_rows(seed, rng):
     cp = _cp()
     qw, w = make_weight(256, 4096, 128, "float16", seed)
     big = cp.asarray(rng.standard_normal((2, 3, 4096 + 64)), dtype=cp.float16)
-    x = big[:, 1:2, :4096]                       # (2, 1, 4096), row stride 3*(4096+64)
+    x = big[:, 1:2, :4096]  # (2, 1, 4096), row stride 3*(4096+64)
     y = jitmarlin.linear(x, qw)
     assert y.shape == (2, 1, 256)
     ref = x.reshape(2, 4096).astype(cp.float64) @ w.T
@@ -236,9 +244,9 @@ def test_torch_current_stream_is_used(seed, rng):
     torch.cuda.synchronize()
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
-        torch.cuda._sleep(200_000_000)          # keeps `s` busy for tens of milliseconds
+        torch.cuda._sleep(200_000_000)  # keeps `s` busy for tens of milliseconds
         jitmarlin.linear(x, qw, out=out)
-    snap = out.clone()                          # on the default stream: must not see results yet
+    snap = out.clone()  # on the default stream: must not see results yet
     torch.cuda.default_stream().synchronize()
     assert bool(torch.isnan(snap).all()), "linear() did not run on torch's current stream"
     s.synchronize()
@@ -255,12 +263,12 @@ def test_cuda_graph_replay(seed, rng):
     qw, w = make_weight(4096, 4096, 128, act, seed)
     gen = torch.Generator(device="cuda").manual_seed(seed)
     x = torch.randn(7, 4096, device="cuda", dtype=dt, generator=gen)
-    y = jitmarlin.linear(x, qw)           # warm-up: compile, upload, workspace
+    y = jitmarlin.linear(x, qw)  # warm-up: compile, upload, workspace
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         y = jitmarlin.linear(x, qw)
-    for i in range(3):                    # new inputs each replay, same buffers
+    for i in range(3):  # new inputs each replay, same buffers
         x.copy_(torch.randn(7, 4096, device="cuda", dtype=dt, generator=gen))
         y.fill_(float("nan"))
         g.replay()
@@ -273,8 +281,9 @@ def test_cuda_graph_replay(seed, rng):
 def test_capture_without_warmup_is_a_clear_error(seed, rng):
     torch = pytest.importorskip("torch")
     qw, _ = make_weight(256, 128, 64, "float16", seed)
-    x = torch.randn(3, 128, device="cuda", dtype=torch.float16,
-                    generator=torch.Generator(device="cuda").manual_seed(seed))
+    x = torch.randn(
+        3, 128, device="cuda", dtype=torch.float16, generator=torch.Generator(device="cuda").manual_seed(seed)
+    )
     g = torch.cuda.CUDAGraph()
     with pytest.raises(jitmarlin.CaptureError, match="warm"):
         with torch.cuda.graph(g):
@@ -282,13 +291,16 @@ def test_capture_without_warmup_is_a_clear_error(seed, rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("bad,msg", [
-    ("dtype", "float16 or bfloat16"),
-    ("k", "in_features"),
-    ("bias_shape", "bias must have shape"),
-    ("out_dtype", "out has dtype"),
-    ("misaligned", "16-byte aligned"),
-])
+@pytest.mark.parametrize(
+    "bad,msg",
+    [
+        ("dtype", "float16 or bfloat16"),
+        ("k", "in_features"),
+        ("bias_shape", "bias must have shape"),
+        ("out_dtype", "out has dtype"),
+        ("misaligned", "16-byte aligned"),
+    ],
+)
 def test_bad_inputs_raise_before_launch(bad, msg, seed):
     cp = _cp()
     qw, _ = make_weight(256, 128, 64, "float16", seed)
@@ -322,9 +334,15 @@ def test_unsupported_shape_is_clear():
 
 TYPE_CASES = [
     (qt, g, act)
-    for qt, groups in [("uint4b8", (128, -1)), ("uint4", (128, 32, -1)), ("uint8b128", (64, -1)),
-                       ("uint8", (128, -1)), ("float8_e4m3fn", (128, -1)), ("nvfp4", (16,)),
-                       ("mxfp4", (32,))]
+    for qt, groups in [
+        ("uint4b8", (128, -1)),
+        ("uint4", (128, 32, -1)),
+        ("uint8b128", (64, -1)),
+        ("uint8", (128, -1)),
+        ("float8_e4m3fn", (128, -1)),
+        ("nvfp4", (16,)),
+        ("mxfp4", (32,)),
+    ]
     for g in groups
     for act in ("float16", "bfloat16")
 ]
@@ -354,7 +372,7 @@ def _host_case(qw, m, act, rng, kind, bias=True):
 @pytest.mark.gpu
 @pytest.mark.parametrize("qt,g,act", TYPE_CASES, ids=lambda v: str(v))
 def test_every_quant_type(qt, g, act, seed, rng):
-    kind = "torch" if act == "bfloat16" else "cupy"      # CuPy has no bfloat16 arrays
+    kind = "torch" if act == "bfloat16" else "cupy"  # CuPy has no bfloat16 arrays
     if kind == "torch":
         pytest.importorskip("torch")
     w = rng.standard_normal((1088, 1536)) * 0.05
@@ -377,9 +395,16 @@ def test_padded_shapes_with_bias(kind, seed, rng):
     if kind == "torch":
         pytest.importorskip("torch")
     # out 200 / in 136: neither a multiple of 64; float (HQQ-style) zero points on another
-    qws = [from_codes("uint4b8", rng.integers(0, 16, (200, 136)), rng.random((1, 200)) * 0.01 + 0.001, -1),
-           from_codes("uint4", rng.integers(0, 16, (72, 200)), rng.random((7, 72)) * 0.01 + 0.001, 32,
-                      zeros=rng.random((7, 72)) * 15)]
+    qws = [
+        from_codes("uint4b8", rng.integers(0, 16, (200, 136)), rng.random((1, 200)) * 0.01 + 0.001, -1),
+        from_codes(
+            "uint4",
+            rng.integers(0, 16, (72, 200)),
+            rng.random((7, 72)) * 0.01 + 0.001,
+            32,
+            zeros=rng.random((7, 72)) * 15,
+        ),
+    ]
     for qw in qws:
         assert (qw.n, qw.k) != qw.shape
         for m in (3, 70):
@@ -397,12 +422,11 @@ def test_act_order(kind, seed, rng):
     if kind == "torch":
         pytest.importorskip("torch")
     g_idx = rng.permutation(np.repeat(np.arange(8), 128))
-    qw = from_codes("uint4b8", rng.integers(0, 16, (512, 1024)), rng.random((8, 512)) * 0.01 + 0.001, 128,
-                    g_idx=g_idx)
+    qw = from_codes("uint4b8", rng.integers(0, 16, (512, 1024)), rng.random((8, 512)) * 0.01 + 0.001, 128, g_idx=g_idx)
     assert qw.perm is not None
     for m in (1, 40):
         x, b, ref = _host_case(qw, m, "float16", rng, kind)
-        for i in range(2):                              # the gather buffer is reused
+        for i in range(2):  # the gather buffer is reused
             y = jitmarlin.linear(x, qw, bias=b)
             check_linear(y, ref, "float16", qw, m, what=f"M={m} call {i + 1}", seed=seed)
 
@@ -467,6 +491,7 @@ def test_cluster_decode_matches_reference(case, seed, rng, monkeypatch):
 
 # ---- programmatic dependent launch ------------------------------------------------------------
 
+
 def _pdl_gpu():
     from jitmarlin.jit import launch
     from jitmarlin.jit.profiles import live_profile
@@ -507,13 +532,13 @@ def test_pdl_kernels_wait_for_the_kernel_before_them(m, seed, rng):
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
-            for q in (qa, qb):   # warm-up: compile and upload outside the capture
+            for q in (qa, qb):  # warm-up: compile and upload outside the capture
                 jitmarlin.linear(x, q, enable_pdl=True)
             g = torch.cuda.CUDAGraph() if graph else None
             if g is not None:
                 g.capture_begin()
             for i, out in enumerate(outs):
-                torch.mul(base, 1.0 + i, out=x)                     # the kernel ahead writes x
+                torch.mul(base, 1.0 + i, out=x)  # the kernel ahead writes x
                 jitmarlin.linear(x, qa, out=out, enable_pdl=True)
             y1 = jitmarlin.linear(x, qa, enable_pdl=True)
             jitmarlin.linear(y1, qb, out=y2, enable_pdl=True)
@@ -526,8 +551,9 @@ def test_pdl_kernels_wait_for_the_kernel_before_them(m, seed, rng):
             ref = f64(torch.mul(base, 1.0 + i)) @ wa.T
             check_linear(out, ref, act, qa, m, what=f"graph={graph} output {i}", seed=seed)
         check_linear(y1, f64(x) @ wa.T, act, qa, m, what=f"graph={graph} first GEMM of two", seed=seed)
-        check_linear(y2, f64(y1) @ wb.T, act, qb, m, what=f"graph={graph} second GEMM, on the first's output",
-                     seed=seed)
+        check_linear(
+            y2, f64(y1) @ wb.T, act, qb, m, what=f"graph={graph} second GEMM, on the first's output", seed=seed
+        )
 
 
 # ---- late publish (KernelSpec.late): forced on Stream-K decode plans against the reference -----
@@ -567,8 +593,12 @@ def test_late_publish_matches_reference(case, seed, rng, monkeypatch):
 # ---- raw codes (KernelSpec.raw_codes: bf16, 256-wide tiles, groups of 128) ---------------------
 # (m, n, k, (tn, tk, stages, whole)): Llama-3-8B down at M = 16 (each tile over ~8 blocks), an N
 # tail with tiles over 2-3 blocks at odd M, one row, a plan of whole tiles (8B gate_up's at M = 9).
-RAW_CASES = [(16, 4096, 14336, (16, 16, 3, False)), (11, 4160, 4096, (16, 16, 3, False)),
-             (1, 1984, 8192, (16, 16, 3, False)), (9, 28672, 4096, (16, 16, 3, True))]
+RAW_CASES = [
+    (16, 4096, 14336, (16, 16, 3, False)),
+    (11, 4160, 4096, (16, 16, 3, False)),
+    (1, 1984, 8192, (16, 16, 3, False)),
+    (9, 28672, 4096, (16, 16, 3, True)),
+]
 
 
 @pytest.mark.gpu
@@ -598,19 +628,37 @@ def test_raw_codes_cancel_offsets_for_x_far_from_zero_mean(seed, rng):
     from jitmarlin.jit.profiles import planning_profile
     from jitmarlin.kernels import planner
     from jitmarlin.kernels.spec import KernelSpec
+
     prof = planning_profile(0)
     raw = KernelSpec("sm80", "uint4b8", "bfloat16", 8, 1, 16, 16, 3)
     plain = KernelSpec("sm80", "uint4b8", "bfloat16", 8, 1, 8, 16, 4)
-    if (prof.path != "sm80" or "bfloat16" not in planner.PATH_ACTS[prof.path] or not planner._fits(prof, raw)
-            or not planner._fits(prof, plain)):
+    if (
+        prof.path != "sm80"
+        or "bfloat16" not in planner.PATH_ACTS[prof.path]
+        or not planner._fits(prof, raw)
+        or not planner._fits(prof, plain)
+    ):
         pytest.skip(f"{prof.name}: not the sm80 path, or the kernels do not fit it")
     assert raw.raw_codes and not plain.raw_codes
     qw = jitmarlin.quantize(rng.standard_normal((4096, 14336)) * 0.02, "uint4b8", 128, scale_dtype="bfloat16")
     for x_mean in (0.0, 3.0):
-        x_seed = int(rng.integers(1, 1 << 30))      # the same x for both kernels
-        e_raw, e_plain = (rel(*check_forced(qw, 16, "bfloat16", s, np.random.default_rng(x_seed), bias=False,
-                                            x_mean=x_mean, what=f"x mean {x_mean}", seed=seed))
-                          for s in (raw, plain))
+        x_seed = int(rng.integers(1, 1 << 30))  # the same x for both kernels
+        e_raw, e_plain = (
+            rel(
+                *check_forced(
+                    qw,
+                    16,
+                    "bfloat16",
+                    s,
+                    np.random.default_rng(x_seed),
+                    bias=False,
+                    x_mean=x_mean,
+                    what=f"x mean {x_mean}",
+                    seed=seed,
+                )
+            )
+            for s in (raw, plain)
+        )
         assert e_raw <= 1.5 * e_plain + 1e-4, (x_mean, e_raw, e_plain)
 
 
@@ -618,9 +666,13 @@ def test_raw_codes_cancel_offsets_for_x_far_from_zero_mean(seed, rng):
 # (m, n, k, group, (tn, tk, stages, whole)): Stream-K plans whose tiles split over 2-4 blocks
 # (Llama-3-8B down, 70B qkv), an N tail (1088 = 8.5 tiles of 128), groups of 64 and 32,
 # per-channel scales on whole tiles.
-K512_CASES = [(16, 4096, 14336, 128, (8, 32, 3, False)), (11, 10240, 8192, 128, (16, 32, 2, False)),
-              (16, 1088, 3072, 64, (8, 32, 4, False)), (7, 1536, 2048, 32, (8, 32, 4, False)),
-              (13, 2048, 4096, -1, (16, 32, 2, True))]
+K512_CASES = [
+    (16, 4096, 14336, 128, (8, 32, 3, False)),
+    (11, 10240, 8192, 128, (16, 32, 2, False)),
+    (16, 1088, 3072, 64, (8, 32, 4, False)),
+    (7, 1536, 2048, 32, (8, 32, 4, False)),
+    (13, 2048, 4096, -1, (16, 32, 2, True)),
+]
 
 
 @pytest.mark.gpu
@@ -642,10 +694,17 @@ def test_k512_tiles_match_reference(case, act, seed, rng, monkeypatch):
 
 # ---- whole tiles at decode (planner._whole_decode, sm_90): the planner's own plans -------------
 @pytest.mark.gpu
-@pytest.mark.parametrize("case", [(16, 28672, 2048, 128, "bfloat16"), (9, 28672, 4096, 64, "float16"),
-                                  (13, 28416, 4096, -1, "bfloat16"), (11, 6144, 4096, 32, "bfloat16"),
-                                  (16, 6144, 4096, 128, "float16")],
-                         ids=lambda c: f"m{c[0]}-n{c[1]}-k{c[2]}-g{c[3]}-{c[4]}")
+@pytest.mark.parametrize(
+    "case",
+    [
+        (16, 28672, 2048, 128, "bfloat16"),
+        (9, 28672, 4096, 64, "float16"),
+        (13, 28416, 4096, -1, "bfloat16"),
+        (11, 6144, 4096, 32, "bfloat16"),
+        (16, 6144, 4096, 128, "float16"),
+    ],
+    ids=lambda c: f"m{c[0]}-n{c[1]}-k{c[2]}-g{c[3]}-{c[4]}",
+)
 def test_whole_decode_plans_match_reference(case, seed, rng):
     from jitmarlin.jit.profiles import planning_profile
     from jitmarlin.kernels import planner
@@ -653,14 +712,14 @@ def test_whole_decode_plans_match_reference(case, seed, rng):
 
     m, n, k, group, act = case
     prof = planning_profile(0)
-    if act == "bfloat16" and _path() in ("sm70", "sm75"):   # (an emulated V100 or T4)
+    if act == "bfloat16" and _path() in ("sm70", "sm75"):  # (an emulated V100 or T4)
         with pytest.raises(jitmarlin.UnsupportedError, match="bfloat16 activations are not supported"):
             planner.plan(prof, Problem(m, n, k, act, "uint4b8", group))
         return
     pl = planner.plan(prof, Problem(m, n, k, act, "uint4b8", group))
     if not getattr(pl.spec, "whole", False):
         pytest.skip(f"{prof.name}: the planner takes no whole-tile decode plan here ({pl.spec.name})")
-    assert pl.iters == k // pl.spec.tile_k                     # one whole tile a block
+    assert pl.iters == k // pl.spec.tile_k  # one whole tile a block
     _check_decode_plan(case, pl.spec.name, rng, seed)
 
 
@@ -668,14 +727,19 @@ def test_whole_decode_plans_match_reference(case, seed, rng):
 # (m, n, k, qtype, group, (tn, tk, stages, whole)): the planner's 256-wide and 128 x 512 Stream-K
 # tiles, a whole plan, M and N not multiples of the tile (the last column tile mostly past N: the
 # box's zero fill), groups of 64 and 32, per-channel scales, zero points, 8-bit codes.
-BULK_CASES = [(16, 7168, 8192, "uint4b8", 128, (16, 16, 3, False)), (13, 4096, 14336, "uint4b8", 128, (8, 32, 3, False)),
-              (11, 1088, 3072, "uint4b8", 64, (16, 16, 4, False)), (9, 1536, 2048, "uint4b8", 32, (8, 16, 4, False)),
-              (16, 2048, 4096, "uint4b8", -1, (16, 32, 2, True)), (5, 2112, 1024, "uint4", 128, (16, 16, 3, False)),
-              (16, 1536, 2048, "uint8b128", 128, (8, 16, 3, False))]
+BULK_CASES = [
+    (16, 7168, 8192, "uint4b8", 128, (16, 16, 3, False)),
+    (13, 4096, 14336, "uint4b8", 128, (8, 32, 3, False)),
+    (11, 1088, 3072, "uint4b8", 64, (16, 16, 4, False)),
+    (9, 1536, 2048, "uint4b8", 32, (8, 16, 4, False)),
+    (16, 2048, 4096, "uint4b8", -1, (16, 32, 2, True)),
+    (5, 2112, 1024, "uint4", 128, (16, 16, 3, False)),
+    (16, 1536, 2048, "uint8b128", 128, (8, 16, 3, False)),
+]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("xbox", [False, True], ids=["w", "wx"])   # x by TMA boxes too (KernelSpec.xbox)
+@pytest.mark.parametrize("xbox", [False, True], ids=["w", "wx"])  # x by TMA boxes too (KernelSpec.xbox)
 @pytest.mark.parametrize("act", ["float16", "bfloat16"])
 @pytest.mark.parametrize("case", BULK_CASES, ids=lambda c: f"m{c[0]}-n{c[1]}-k{c[2]}-{c[3]}-g{c[4]}")
 def test_bulk_weight_boxes_match_reference(case, act, xbox, seed, rng):
@@ -684,7 +748,7 @@ def test_bulk_weight_boxes_match_reference(case, act, xbox, seed, rng):
     from jitmarlin.weights.qtypes import QTYPES
 
     m, n, k, qtype, group, (tn, tk, st, whole) = case
-    if planning_profile(0).cc != (9, 0):   # (an emulated GPU: other limits, and not measured)
+    if planning_profile(0).cc != (9, 0):  # (an emulated GPU: other limits, and not measured)
         pytest.skip("TMA weight boxes are planned on sm_90")
     gb = (0 if QTYPES[qtype].zero_points else -1) if group < 0 else group // 16
     spec = KernelSpec("sm80", qtype, act, gb, 1, tn, tk, st, whole=whole, bulk=True, xbox=xbox)
@@ -725,12 +789,12 @@ def _gpu_count() -> int:
 
 # (n, k, m, act): one of each route the planner takes on sm_90 (H100 / H200 plans)
 TWO_GPU_CASES = [
-    (4160, 4096, 1, "float16"),     # gemv, pairs in clusters
-    (4160, 4096, 16, "float16"),    # Stream-K
+    (4160, 4096, 1, "float16"),  # gemv, pairs in clusters
+    (4160, 4096, 16, "float16"),  # Stream-K
     (4096, 14336, 16, "bfloat16"),  # Stream-K with TMA boxes for the weights and x (torch only)
-    (4160, 4096, 64, "float16"),    # wgmma
-    (4160, 4096, 300, "float16"),   # wgmma, half tiles in clusters
-    (256, 128, 4096, "float16"),    # dequantise, then cuBLAS
+    (4160, 4096, 64, "float16"),  # wgmma
+    (4160, 4096, 300, "float16"),  # wgmma, half tiles in clusters
+    (256, 128, 4096, "float16"),  # dequantise, then cuBLAS
 ]
 
 
@@ -755,6 +819,7 @@ def _device_of(a) -> int:
 @pytest.mark.parametrize("case", TWO_GPU_CASES, ids=lambda c: f"n{c[0]}-k{c[1]}-m{c[2]}-{c[3]}")
 def test_x_on_the_gpu_that_is_not_current(case, kind, seed, rng):
     from jitmarlin.weights import halves
+
     n, k, m, act = case
     if kind == "cupy" and act != "float16":
         pytest.skip("bf16 CuPy arrays need ml_dtypes; the torch case covers this route")
@@ -762,13 +827,13 @@ def test_x_on_the_gpu_that_is_not_current(case, kind, seed, rng):
         torch = pytest.importorskip("torch")
     cp = _cp()
     assert cp.cuda.runtime.getDevice() == 0
-    qw, w = make_weight(n, k, 128, act, seed)        # on GPU 0
-    for dev in (1, 0):                               # GPU 1 first: nothing of this weight there yet
+    qw, w = make_weight(n, k, 128, act, seed)  # on GPU 0
+    for dev in (1, 0):  # GPU 1 first: nothing of this weight there yet
         xh = halves.round_to(rng.standard_normal((m, k)), act)
         bh = halves.round_to(rng.standard_normal(n), act)
         x, b = _on_device(xh, dev, act, kind), _on_device(bh, dev, act, kind)
-        out = _on_device(np.full((m, n), np.nan), dev, act, kind)   # poisoned
-        y = jitmarlin.linear(x, qw, bias=b, out=out, enable_pdl=m == 16)   # (PDL: its own launch call)
+        out = _on_device(np.full((m, n), np.nan), dev, act, kind)  # poisoned
+        y = jitmarlin.linear(x, qw, bias=b, out=out, enable_pdl=m == 16)  # (PDL: its own launch call)
         assert y is out and _device_of(y) == dev
         assert cp.cuda.runtime.getDevice() == 0, "linear() left another device current"
         if kind == "torch":
@@ -791,8 +856,7 @@ def test_act_order_and_graph_capture_on_the_second_gpu(seed, rng):
     from jitmarlin.weights.quant import from_codes
 
     g_idx = rng.permutation(np.repeat(np.arange(8), 128))
-    qw = from_codes("uint4b8", rng.integers(0, 16, (512, 1024)), rng.random((8, 512)) * 0.01 + 0.001, 128,
-                    g_idx=g_idx)
+    qw = from_codes("uint4b8", rng.integers(0, 16, (512, 1024)), rng.random((8, 512)) * 0.01 + 0.001, 128, g_idx=g_idx)
     for m in (1, 40):
         x, b, ref = _host_case(qw, m, "float16", rng, "torch")
         y = jitmarlin.linear(x.to("cuda:1"), qw, bias=b.to("cuda:1"))
@@ -802,7 +866,7 @@ def test_act_order_and_graph_capture_on_the_second_gpu(seed, rng):
     with torch.cuda.device(1):
         gen = torch.Generator(device="cuda:1").manual_seed(seed)
         x = torch.randn(7, 4096, device="cuda:1", dtype=torch.bfloat16, generator=gen)
-        y = jitmarlin.linear(x, qw)                  # warm-up on GPU 1: compile, upload, workspace
+        y = jitmarlin.linear(x, qw)  # warm-up on GPU 1: compile, upload, workspace
         torch.cuda.synchronize()
         g = torch.cuda.CUDAGraph()
         # a capture stream on GPU 1: torch.cuda.graph's default one is made once a process, on

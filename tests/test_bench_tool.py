@@ -1,5 +1,6 @@
 """tools/bench and tools/benchlib.py without a GPU: ratios, best peer, the markdown table, issue 6's
 targets (pass, fail, worst row) on synthetic rows, --report, and gemlite's one-line refusal."""
+
 from __future__ import annotations
 
 import importlib.machinery
@@ -21,8 +22,17 @@ BIG = ("L3-70B gate_up", 8192, 57344)
 
 def row(shape=BIG, m=1, act="float16", jm=100.0, floor=90.0, cublas=300.0, peers=None, **extra):
     name, k, n = shape
-    r = {"shape": name, "K": k, "N": n, "M": m, "act": act, "floor_us": floor, "jitmarlin_us": jm,
-         "cublas_fp16_us": cublas, "peers": dict(peers or {})}
+    r = {
+        "shape": name,
+        "K": k,
+        "N": n,
+        "M": m,
+        "act": act,
+        "floor_us": floor,
+        "jitmarlin_us": jm,
+        "cublas_fp16_us": cublas,
+        "peers": dict(peers or {}),
+    }
     r.update(extra)
     return r
 
@@ -36,6 +46,7 @@ def bench_module():
 
 
 # --- ratios and best peer ---------------------------------------------------------------------
+
 
 def test_best_peer_is_the_fastest_of_the_named_peers_only():
     r = row(peers={"tinygemm": 50.0, "gemlite": 40.0, "ist_marlin_benchmd": 45.0, "other": 1.0})
@@ -56,14 +67,17 @@ def test_row_ratios():
 
 # --- targets ----------------------------------------------------------------------------------
 
+
 def test_target_a_judges_only_big_layers_at_m_1_and_16():
-    rows = [row(BIG, 1, jm=100.0, floor=90.0),                  # 1.11: meets 1.15
-            row(BIG, 16, jm=110.0, floor=100.0),                # 1.10
-            row(SMALL, 1, jm=30.0, floor=3.0),                  # small layer: not judged by (a)
-            row(BIG, 64, jm=300.0, floor=100.0)]                # M=64: not judged by (a)
+    rows = [
+        row(BIG, 1, jm=100.0, floor=90.0),  # 1.11: meets 1.15
+        row(BIG, 16, jm=110.0, floor=100.0),  # 1.10
+        row(SMALL, 1, jm=30.0, floor=3.0),  # small layer: not judged by (a)
+        row(BIG, 64, jm=300.0, floor=100.0),
+    ]  # M=64: not judged by (a)
     t = bl.evaluate_targets(rows)["a"]
     assert t["pass"] is True and t["evaluated"] == 2 and t["failing"] == 0
-    rows.append(row(("L3-8B down", 14336, 4096), 16, jm=13.0, floor=10.0))   # 1.30: fails
+    rows.append(row(("L3-8B down", 14336, 4096), 16, jm=13.0, floor=10.0))  # 1.30: fails
     t = bl.evaluate_targets(rows)["a"]
     assert t["pass"] is False and t["failing"] == 1
     assert t["worst"]["shape"] == "L3-8B down" and t["worst"]["M"] == 16
@@ -76,9 +90,11 @@ def test_target_a_layers_are_the_issue_list():
 
 
 def test_targets_b_and_c_against_the_best_peer():
-    rows = [row(SMALL, 1, jm=8.0, peers={"tinygemm": 10.0, "gemlite": 12.0}),     # 0.80 ok
-            row(BIG, 16, jm=80.0, peers={"gemlite": 100.0, "tinygemm": 400.0}),   # 0.80 ok
-            row(BIG, 64, jm=90.0, peers={"gemlite": 100.0})]                      # 0.90 > 0.85
+    rows = [
+        row(SMALL, 1, jm=8.0, peers={"tinygemm": 10.0, "gemlite": 12.0}),  # 0.80 ok
+        row(BIG, 16, jm=80.0, peers={"gemlite": 100.0, "tinygemm": 400.0}),  # 0.80 ok
+        row(BIG, 64, jm=90.0, peers={"gemlite": 100.0}),
+    ]  # 0.90 > 0.85
     t = bl.evaluate_targets(rows)
     assert t["b"]["pass"] is True and t["b"]["evaluated"] == 2
     assert t["c"]["pass"] is False and t["c"]["worst"]["value"] == pytest.approx(0.9)
@@ -95,26 +111,32 @@ def test_rows_without_a_peer_are_missing_not_passed():
 
 
 def test_targets_d_and_e_against_cublas():
-    rows = [row(BIG, 256, jm=300.0, cublas=350.0),      # 0.86 ok for (d)
-            row(BIG, 1024, jm=1200.0, cublas=1250.0),   # 0.96 ok
-            row(BIG, 4096, jm=5500.0, cublas=5000.0)]   # 1.10: fails (d), 0.909 meets (e)
+    rows = [
+        row(BIG, 256, jm=300.0, cublas=350.0),  # 0.86 ok for (d)
+        row(BIG, 1024, jm=1200.0, cublas=1250.0),  # 0.96 ok
+        row(BIG, 4096, jm=5500.0, cublas=5000.0),
+    ]  # 1.10: fails (d), 0.909 meets (e)
     t = bl.evaluate_targets(rows)
     assert t["d"]["pass"] is False and t["d"]["failing"] == 1 and t["d"]["worst"]["M"] == 4096
     assert t["e"]["pass"] is True and t["e"]["worst"]["value"] == pytest.approx(5000 / 5500, abs=1e-3)
-    rows.append(row(SMALL, 4096, jm=300.0, cublas=180.0))   # cuBLAS/jm = 0.6 < 0.8
+    rows.append(row(SMALL, 4096, jm=300.0, cublas=180.0))  # cuBLAS/jm = 0.6 < 0.8
     t = bl.evaluate_targets(rows)["e"]
     assert t["pass"] is False and t["worst"]["shape"] == "L3-8B o" and t["worst"]["value"] == pytest.approx(0.6)
     assert bl.evaluate_targets([row(BIG, 256, cublas=None)])["d"]["pass"] is None
 
 
 def test_target_f_pairs_bf16_with_fp16():
-    rows = [row(BIG, 1, "float16", jm=100.0), row(BIG, 1, "bfloat16", jm=104.0),
-            row(SMALL, 16, "float16", jm=10.0), row(SMALL, 16, "bfloat16", jm=9.7)]
+    rows = [
+        row(BIG, 1, "float16", jm=100.0),
+        row(BIG, 1, "bfloat16", jm=104.0),
+        row(SMALL, 16, "float16", jm=10.0),
+        row(SMALL, 16, "bfloat16", jm=9.7),
+    ]
     t = bl.evaluate_targets(rows)["f"]
     assert t["pass"] is True and t["evaluated"] == 2
     rows.append(row(BIG, 64, "float16", jm=100.0))
     rows.append(row(BIG, 64, "bfloat16", jm=108.0))
-    rows.append(row(SMALL, 1, "float16", jm=10.0))       # no bf16 partner: missing
+    rows.append(row(SMALL, 1, "float16", jm=10.0))  # no bf16 partner: missing
     t = bl.evaluate_targets(rows)["f"]
     assert t["pass"] is False and t["failing"] == 1 and t["missing"] == 1
     assert t["worst"]["M"] == 64 and t["worst"]["value"] == pytest.approx(1.08)
@@ -131,10 +153,21 @@ def test_format_targets_reads_pass_fail_and_na():
 
 # --- table, merge, kernel name ----------------------------------------------------------------
 
+
 def test_markdown_one_line_per_row_with_marks():
-    rows = [row(SMALL, 1, jm=10.0, floor=5.0, cublas=20.0, kernel="jm_x",
-                peers={"tinygemm": 12.5, "gemlite": 11.0}, peers_method={"gemlite": "eager"}),
-            row(BIG, 4096, jm=9000.0, cublas=5000.0, peers={}, peers_skipped={"tinygemm": "one call 126 ms"})]
+    rows = [
+        row(
+            SMALL,
+            1,
+            jm=10.0,
+            floor=5.0,
+            cublas=20.0,
+            kernel="jm_x",
+            peers={"tinygemm": 12.5, "gemlite": 11.0},
+            peers_method={"gemlite": "eager"},
+        ),
+        row(BIG, 4096, jm=9000.0, cublas=5000.0, peers={}, peers_skipped={"tinygemm": "one call 126 ms"}),
+    ]
     lines = bl.markdown(rows).splitlines()
     assert len(lines) == 2 + len(rows)
     assert "| jm_x |" in lines[2] and "| 2.00 |" in lines[2] and "gemlite 11.0" in lines[2]
@@ -146,16 +179,25 @@ def test_merge_rows_later_run_replaces():
     a = [row(BIG, 1, jm=1.0), row(BIG, 16, jm=2.0)]
     b = [row(BIG, 16, jm=3.0), row(BIG, 16, "bfloat16", jm=4.0)]
     m = bl.merge_rows(a, b)
-    assert [(r["M"], r["act"], r["jitmarlin_us"]) for r in m] == [(1, "float16", 1.0), (16, "float16", 3.0),
-                                                                   (16, "bfloat16", 4.0)]
+    assert [(r["M"], r["act"], r["jitmarlin_us"]) for r in m] == [
+        (1, "float16", 1.0),
+        (16, "float16", 3.0),
+        (16, "bfloat16", 4.0),
+    ]
 
 
 def test_kernel_name_from_launchers():
     def lz(name):
         return types.SimpleNamespace(plan=types.SimpleNamespace(spec=types.SimpleNamespace(name=name)))
 
-    qw = types.SimpleNamespace(_launchers={(0, "float16", 16, 0): lz("jm_a"), (0, "float16", 16, 77): lz("jm_a"),
-                                           (0, "float16", 64, 0): lz("jm_b"), (0, "bfloat16", 16, 0): lz("jm_c")})
+    qw = types.SimpleNamespace(
+        _launchers={
+            (0, "float16", 16, 0): lz("jm_a"),
+            (0, "float16", 16, 77): lz("jm_a"),
+            (0, "float16", 64, 0): lz("jm_b"),
+            (0, "bfloat16", 16, 0): lz("jm_c"),
+        }
+    )
     assert bl.kernel_name(qw, "float16", 16) == "jm_a"
     assert bl.kernel_name(qw, "bfloat16", 16) == "jm_c"
     assert bl.kernel_name(qw, "float16", 1) is None
@@ -165,11 +207,20 @@ def test_kernel_name_from_launchers():
 
 # --- the tool ---------------------------------------------------------------------------------
 
+
 def test_report_merges_runs_and_writes_targets(tmp_path, capsys):
-    fp16 = {"gpu": "X", "date": "d", "copy_tbps": 3.0,
-            "rows": [row(BIG, 1, "float16", jm=95.0, floor=90.0, peers={"gemlite": 140.0})]}
-    bf16 = {"gpu": "X", "date": "d", "copy_tbps": 3.0,
-            "rows": [row(BIG, 1, "bfloat16", jm=120.0, floor=90.0, peers={"gemlite": 150.0})]}
+    fp16 = {
+        "gpu": "X",
+        "date": "d",
+        "copy_tbps": 3.0,
+        "rows": [row(BIG, 1, "float16", jm=95.0, floor=90.0, peers={"gemlite": 140.0})],
+    }
+    bf16 = {
+        "gpu": "X",
+        "date": "d",
+        "copy_tbps": 3.0,
+        "rows": [row(BIG, 1, "bfloat16", jm=120.0, floor=90.0, peers={"gemlite": 150.0})],
+    }
     paths = []
     for name, run in (("a.json", fp16), ("b.json", bf16)):
         p = tmp_path / name
@@ -179,11 +230,11 @@ def test_report_merges_runs_and_writes_targets(tmp_path, capsys):
     assert bench_module().main(["--report", *paths, "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert text.count("| L3-70B gate_up (8192×57344) |") == 2
-    assert "(f) FAIL" in text                          # 120 / 95 = 1.26
+    assert "(f) FAIL" in text  # 120 / 95 = 1.26
     merged = json.loads(out.read_text())
     assert merged["gpu"] == "X" and len(merged["rows"]) == 2
     assert merged["targets"]["f"]["worst"]["value"] == pytest.approx(120 / 95, abs=1e-3)
-    assert merged["targets"]["a"]["pass"] is False     # bf16 row: 1.33x the floor
+    assert merged["targets"]["a"]["pass"] is False  # bf16 row: 1.33x the floor
 
 
 def test_quick_and_default_limits():
@@ -207,7 +258,7 @@ def test_gemlite_unavailable_is_one_line(monkeypatch):
 
 
 def test_gemlite_without_triton_is_one_line(monkeypatch):
-    monkeypatch.setitem(sys.modules, "triton", None)       # import triton raises ImportError
+    monkeypatch.setitem(sys.modules, "triton", None)  # import triton raises ImportError
     with pytest.raises(RuntimeError) as e:
         bl.load_gemlite("short", [])
     assert str(e.value).startswith("triton is not importable") and "\n" not in str(e.value)
@@ -220,6 +271,7 @@ def test_version_tuple():
 
 
 # --- the measuring loop, with a fake GPU ------------------------------------------------------
+
 
 class _T:
     """A stand-in tensor: only its shape matters to the fakes."""
@@ -245,25 +297,32 @@ def _fake_gpu(monkeypatch, gemlite_error=None, gpu_name="Fake NVIDIA H100 80GB H
     calls cannot be captured in a graph; tinygemm's single call is 'slow' from M=1024."""
     import jitmarlin
 
-    profiles = importlib.import_module("jitmarlin.jit.profiles")    # jitmarlin.profiles is also a name in jitmarlin
-    cuda = types.SimpleNamespace(current_device=lambda: 0, get_device_name=lambda d: gpu_name,
-                                 empty_cache=lambda: None, synchronize=lambda: None)
+    profiles = importlib.import_module("jitmarlin.jit.profiles")  # jitmarlin.profiles is also a name in jitmarlin
+    cuda = types.SimpleNamespace(
+        current_device=lambda: 0, get_device_name=lambda d: gpu_name, empty_cache=lambda: None, synchronize=lambda: None
+    )
     torch = types.SimpleNamespace(
-        float16="f16", bfloat16="bf16", cuda=cuda, manual_seed=lambda s: None,
+        float16="f16",
+        bfloat16="bf16",
+        cuda=cuda,
+        manual_seed=lambda s: None,
         randn=lambda *shape, device=None, dtype=None: _T(shape),
         empty=lambda *shape, device=None, dtype=None: _T(shape),
         matmul=lambda x, w, out=None: ("cublas", x.shape[0]),
-        _weight_int4pack_mm=lambda x, w, g, sz: ("tinygemm", x.shape[0]))
+        _weight_int4pack_mm=lambda x, w, g, sz: ("tinygemm", x.shape[0]),
+    )
     pool = types.SimpleNamespace(free_all_blocks=lambda: None)
     monkeypatch.setitem(sys.modules, "torch", torch)
     monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(get_default_memory_pool=lambda: pool))
+
     def fake_linear(x, q, out=None, enable_pdl=None):
-        assert enable_pdl is False     # the per-call figure must not overlap the previous call
+        assert enable_pdl is False  # the per-call figure must not overlap the previous call
         return ("jitmarlin", x.shape[0])
 
     monkeypatch.setattr(jitmarlin, "linear", fake_linear)
-    monkeypatch.setattr(profiles, "live_profile",
-                        lambda d: types.SimpleNamespace(l2_bytes=50 << 20, arch="sm_90", sms=132))
+    monkeypatch.setattr(
+        profiles, "live_profile", lambda d: types.SimpleNamespace(l2_bytes=50 << 20, arch="sm_90", sms=132)
+    )
     b = bench_module()
     price = {"jitmarlin": 1.0, "cublas": 2.0, "tinygemm": 3.0, "gemlite": 1.5, "humming": 1.25}
     probes = []
@@ -304,16 +363,24 @@ def _fake_gpu(monkeypatch, gemlite_error=None, gpu_name="Fake NVIDIA H100 80GB H
     def load_gemlite(autotune, files):
         if gemlite_error:
             raise RuntimeError(gemlite_error)
-        return None, {"autotune": autotune, "triton": "3.6.0", "version": "0.6.0.post2",
-                      "config_shipped": "h100.json", "config_files": []}
+        return None, {
+            "autotune": autotune,
+            "triton": "3.6.0",
+            "version": "0.6.0.post2",
+            "config_shipped": "h100.json",
+            "config_files": [],
+        }
 
     monkeypatch.setattr(b, "Timer", Timer)
     monkeypatch.setattr(b, "copy_bandwidth", lambda torch: 3.0)
     monkeypatch.setattr(b, "random_weights", lambda n, k, g, act, c, **kw: [object()] * c)
     monkeypatch.setattr(b, "kernel_name", lambda qw, act, m: f"jm_fake_m{m}")
     # the planner agrees with the kernel that ran, except at M = 1024 (a tuned choice)
-    monkeypatch.setattr(b, "planner_kernel",
-                        lambda dev, m, n, k, act, g, qtype="uint4b8": "jm_planned_m1024" if m == 1024 else f"jm_fake_m{m}")
+    monkeypatch.setattr(
+        b,
+        "planner_kernel",
+        lambda dev, m, n, k, act, g, qtype="uint4b8": "jm_planned_m1024" if m == 1024 else f"jm_fake_m{m}",
+    )
     monkeypatch.setattr(b, "make_tinygemm", lambda torch, n, k, g, c: [(None, None)] * c)
     monkeypatch.setattr(b, "load_gemlite", load_gemlite)
     monkeypatch.setattr(b, "make_gemlite", lambda torch, n, k, g, c, **kw: [Layer() for _ in range(c)])
@@ -335,15 +402,19 @@ def test_main_loop_records_peers_methods_and_skips(tmp_path, monkeypatch, capsys
     assert [r["M"] for r in rows] == [1, 1024, 4096]
     r1, r1024, r4096 = rows
     assert r1["jitmarlin_us"] == 11.0 and r1["cublas_fp16_us"] == 22.0 and r1["kernel"] == "jm_fake_m1"
-    assert r1["peers"] == {"tinygemm": 33.0, "gemlite": 16.5, "humming": 13.75,
-                           "ist_marlin_benchmd": bl.IST_MARLIN["L3-8B o"][1]}
+    assert r1["peers"] == {
+        "tinygemm": 33.0,
+        "gemlite": 16.5,
+        "humming": 13.75,
+        "ist_marlin_benchmd": bl.IST_MARLIN["L3-8B o"][1],
+    }
     assert r1["qtype"] == "uint4b8" and r1["group_size"] == 128 and r1["humming_rel_err"] == 2e-3
     assert r1["peers_method"]["gemlite"] == "eager" and r1["peers_method"]["tinygemm"] == "graph"
     assert res["peers_method"]["gemlite"] == "eager"
-    assert text.count("CUDA-graph capture failed") == 1          # said once, eager from then on
+    assert text.count("CUDA-graph capture failed") == 1  # said once, eager from then on
     assert "tinygemm" not in r1024["peers"] and "--peer-max-ms" in r1024["peers_skipped"]["tinygemm"]
     assert r4096["peers_skipped"]["tinygemm"] == r1024["peers_skipped"]["tinygemm"]
-    assert ("tinygemm", 4096) not in probes                        # not called once the gate tripped
+    assert ("tinygemm", 4096) not in probes  # not called once the gate tripped
     assert r4096["peers"]["gemlite"] == 1.5 * 4106
     assert res["targets"]["b"]["evaluated"] == 1 and res["targets"]["e"]["evaluated"] == 1
     assert "## Targets (issue 6)" in text and text.count("| L3-8B o (4096×4096) |") == 3
@@ -370,8 +441,12 @@ def test_report_drops_anchors_from_runs_on_other_gpus(tmp_path, capsys):
     anchor = bl.IST_MARLIN["L3-70B gate_up"][1]
     runs = {}
     for gpu in ("NVIDIA H200", "NVIDIA H100 80GB HBM3"):
-        runs[gpu] = {"gpu": gpu, "date": "d", "copy_tbps": 3.0,
-                     "rows": [row(BIG, 1, jm=95.0, floor=90.0, peers={"gemlite": 140.0, "ist_marlin_benchmd": anchor})]}
+        runs[gpu] = {
+            "gpu": gpu,
+            "date": "d",
+            "copy_tbps": 3.0,
+            "rows": [row(BIG, 1, jm=95.0, floor=90.0, peers={"gemlite": 140.0, "ist_marlin_benchmd": anchor})],
+        }
     for gpu, run in runs.items():
         p = tmp_path / "run.json"
         p.write_text(json.dumps(run))
@@ -394,7 +469,7 @@ def test_main_loop_without_gemlite_goes_on(tmp_path, monkeypatch, capsys):
     res = json.loads(out.read_text())
     assert "error" in res["gemlite"]
     r = res["rows"][0]
-    assert set(r["peers"]) == {"tinygemm", "humming"} and r["act"] == "bfloat16"   # no IST anchor for bf16
+    assert set(r["peers"]) == {"tinygemm", "humming"} and r["act"] == "bfloat16"  # no IST anchor for bf16
 
 
 def test_deadline_stops_measuring_but_still_reports(tmp_path, monkeypatch, capsys):
@@ -424,20 +499,41 @@ def _recording_gpu(monkeypatch):
 
     torch.randn = randn
     torch.manual_seed = lambda s: log.append(("seed", s))
-    monkeypatch.setattr(b, "random_weights",
-                        lambda n, k, g, act, c, shared_values=False, qtype="uint4b8":
-                        log.append(("weights", act, shared_values)) or [object()] * c)
+    monkeypatch.setattr(
+        b,
+        "random_weights",
+        lambda n, k, g, act, c, shared_values=False, qtype="uint4b8": (
+            log.append(("weights", act, shared_values)) or [object()] * c
+        ),
+    )
     return b, log
 
 
 def test_shared_data_gives_fp16_and_bf16_rows_the_same_bf16_exact_x(tmp_path, monkeypatch):
     b, log = _recording_gpu(monkeypatch)
     out = tmp_path / "run.json"
-    assert b.main(["--shapes", "L3-8B o", "--m", "1,16", "--act", "float16,bfloat16",
-                   "--peers", "cublas", "--data", "shared", "--json", str(out)]) == 0
+    assert (
+        b.main(
+            [
+                "--shapes",
+                "L3-8B o",
+                "--m",
+                "1,16",
+                "--act",
+                "float16,bfloat16",
+                "--peers",
+                "cublas",
+                "--data",
+                "shared",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     res = json.loads(out.read_text())
     assert res["data"].startswith("shared")
-    seeds = [e[1] for e in log if e[0] == "seed"][1:]          # the first is the run's own seed
+    seeds = [e[1] for e in log if e[0] == "seed"][1:]  # the first is the run's own seed
     # per shape and M, the same for both dtypes (measured side by side: M = 1's rows, then M = 16's)
     assert len(seeds) == 4 and seeds[0] == seeds[1] and seeds[2] == seeds[3] and seeds[0] != seeds[2]
     assert ("weights", "float16", True) in log and ("weights", "bfloat16", True) in log
@@ -449,8 +545,25 @@ def test_shared_data_gives_fp16_and_bf16_rows_the_same_bf16_exact_x(tmp_path, mo
 def test_own_data_draws_in_each_dtype(tmp_path, monkeypatch):
     b, log = _recording_gpu(monkeypatch)
     out = tmp_path / "run.json"
-    assert b.main(["--shapes", "L3-8B o", "--m", "1", "--act", "float16", "--peers", "cublas",
-                   "--data", "own", "--json", str(out)]) == 0
+    assert (
+        b.main(
+            [
+                "--shapes",
+                "L3-8B o",
+                "--m",
+                "1",
+                "--act",
+                "float16",
+                "--peers",
+                "cublas",
+                "--data",
+                "own",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert json.loads(out.read_text())["data"].startswith("own")
     assert ("weights", "float16", False) in log and ("to", "bf16") not in log
     assert len([e for e in log if e[0] == "seed"]) == 1
@@ -459,8 +572,25 @@ def test_own_data_draws_in_each_dtype(tmp_path, monkeypatch):
 def test_full_data_gives_cublas_its_own_fp16_x_in_bf16_rows(tmp_path, monkeypatch):
     b, log = _recording_gpu(monkeypatch)
     out = tmp_path / "run.json"
-    assert b.main(["--shapes", "L3-8B o", "--m", "16", "--act", "float16,bfloat16", "--peers", "cublas",
-                   "--data", "full", "--json", str(out)]) == 0
+    assert (
+        b.main(
+            [
+                "--shapes",
+                "L3-8B o",
+                "--m",
+                "16",
+                "--act",
+                "float16,bfloat16",
+                "--peers",
+                "cublas",
+                "--data",
+                "full",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert json.loads(out.read_text())["data"].startswith("full")
     assert ("weights", "bfloat16", False) in log
     x_draws = [i for i, e in enumerate(log) if e[0] == "randn" and e[1] == (16, 4096)]
@@ -474,9 +604,9 @@ def test_bf16_rounded_values_are_exact_in_fp16(rng):
     import numpy as np
 
     from jitmarlin.weights import halves
-    for v in (rng.standard_normal(1 << 16), 0.02 * rng.standard_normal(1 << 16),
-              rng.random(1 << 16) * 0.01 + 0.001):
-        v = v[np.abs(v) > 2.0 ** -14]              # fp16's normal range (smaller ones: subnormal)
+
+    for v in (rng.standard_normal(1 << 16), 0.02 * rng.standard_normal(1 << 16), rng.random(1 << 16) * 0.01 + 0.001):
+        v = v[np.abs(v) > 2.0**-14]  # fp16's normal range (smaller ones: subnormal)
         r = halves.round_to(v, "bfloat16")
         assert np.array_equal(halves.round_to(r, "float16"), r)
         assert not np.array_equal(halves.round_to(v, "float16"), halves.round_to(v, "bfloat16"))
@@ -504,12 +634,13 @@ def test_repeats_alternate_jitmarlin_and_cublas_and_keep_medians(tmp_path, monke
     order = []
     _sequence_timer(monkeypatch, b, order, [30.0, 10.0, 20.0, 31.0, 9.0, 40.0, 33.0, 11.0, 12.0, 50.0])
     out = tmp_path / "run.json"
-    assert b.main(["--shapes", "L3-8B o", "--m", "16", "--peers", "cublas", "--repeats", "5",
-                   "--json", str(out)]) == 0
+    assert b.main(["--shapes", "L3-8B o", "--m", "16", "--peers", "cublas", "--repeats", "5", "--json", str(out)]) == 0
     assert order == ["jitmarlin", "cublas"] * 5
     r = json.loads(out.read_text())["rows"][0]
-    assert r["samples_us"] == {"jitmarlin": [30.0, 20.0, 9.0, 33.0, 12.0],
-                               "cublas_fp16": [10.0, 31.0, 40.0, 11.0, 50.0]}
+    assert r["samples_us"] == {
+        "jitmarlin": [30.0, 20.0, 9.0, 33.0, 12.0],
+        "cublas_fp16": [10.0, 31.0, 40.0, 11.0, 50.0],
+    }
     assert r["jitmarlin_us"] == 20.0 and r["cublas_fp16_us"] == 31.0
     with pytest.raises(SystemExit):
         b.parse_args(["--repeats", "0"])
@@ -522,9 +653,28 @@ def test_both_dtypes_and_cublas_are_timed_in_turn_at_each_m(tmp_path, monkeypatc
     order = []
     _sequence_timer(monkeypatch, b, order, range(100, 10_000))
     out = tmp_path / "run.json"
-    assert b.main(["--shapes", "L3-8B o", "--m", "1,64", "--act", "float16,bfloat16", "--peers", "cublas",
-                   "--repeats", "3", "--data", "shared", "--json", str(out)]) == 0
-    assert order == ["jitmarlin", "cublas", "jitmarlin"] * 6      # 3 turns at M = 1, then 3 at M = 64
+    assert (
+        b.main(
+            [
+                "--shapes",
+                "L3-8B o",
+                "--m",
+                "1,64",
+                "--act",
+                "float16,bfloat16",
+                "--peers",
+                "cublas",
+                "--repeats",
+                "3",
+                "--data",
+                "shared",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    assert order == ["jitmarlin", "cublas", "jitmarlin"] * 6  # 3 turns at M = 1, then 3 at M = 64
     rows = json.loads(out.read_text())["rows"]
     assert [(r["M"], r["act"]) for r in rows] == [(1, "float16"), (1, "bfloat16"), (64, "float16"), (64, "bfloat16")]
     f16, bf16 = rows[0], rows[1]
@@ -539,8 +689,27 @@ def test_own_data_times_each_rows_cublas_in_the_turn(tmp_path, monkeypatch):
     order = []
     _sequence_timer(monkeypatch, b, order, range(100, 10_000))
     out = tmp_path / "run.json"
-    assert b.main(["--shapes", "L3-8B o", "--m", "16", "--act", "float16,bfloat16", "--peers", "cublas",
-                   "--repeats", "2", "--data", "own", "--json", str(out)]) == 0
+    assert (
+        b.main(
+            [
+                "--shapes",
+                "L3-8B o",
+                "--m",
+                "16",
+                "--act",
+                "float16,bfloat16",
+                "--peers",
+                "cublas",
+                "--repeats",
+                "2",
+                "--data",
+                "own",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert order == ["jitmarlin", "cublas"] * 4
     f16, bf16 = json.loads(out.read_text())["rows"]
     assert f16["samples_us"] == {"jitmarlin": [100.0, 104.0], "cublas_fp16": [101.0, 105.0]}
@@ -582,17 +751,19 @@ def test_gpu_state_parses_temperatures_and_slowdown_counters():
     st = bl.parse_gpu_state(NVSMI_HOT)
     assert st["gpu_temp_c"] == 69 and st["mem_temp_c"] == 70
     # the counters, not the "Active / Not Active" flags of the same names above them
-    assert st["slowdown_us"] == {"SW Power Capping": 83760803, "Sync Boost": 0,
-                                 "SW Thermal Slowdown": 114363905, "HW Thermal Slowdown": 5307310,
-                                 "HW Power Braking": 0}
-    assert bl.parse_gpu_state("nvidia-smi: no devices") == {"gpu_temp_c": None, "mem_temp_c": None,
-                                                            "slowdown_us": {}}
+    assert st["slowdown_us"] == {
+        "SW Power Capping": 83760803,
+        "Sync Boost": 0,
+        "SW Thermal Slowdown": 114363905,
+        "HW Thermal Slowdown": 5307310,
+        "HW Power Braking": 0,
+    }
+    assert bl.parse_gpu_state("nvidia-smi: no devices") == {"gpu_temp_c": None, "mem_temp_c": None, "slowdown_us": {}}
 
 
 def test_thermal_slowdown_counts_heat_not_the_power_cap():
     before = bl.parse_gpu_state(NVSMI_HOT)
-    after = bl.parse_gpu_state(NVSMI_HOT.replace("114363905", "116363905")
-                               .replace("83760803", "93760803"))
+    after = bl.parse_gpu_state(NVSMI_HOT.replace("114363905", "116363905").replace("83760803", "93760803"))
     assert bl.thermal_slowdown(before, after) == {"SW Thermal Slowdown": 2000000}
     assert bl.thermal_slowdown(before, before) == {}
     assert bl.thermal_slowdown(None, after) == {}
@@ -621,6 +792,7 @@ def test_shapes_given_as_k_by_n_keep_their_layer_name():
 
 
 # --- weight types (--quant) -------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("qtype", bl.BENCH_QTYPES)
 @pytest.mark.parametrize("act", ["float16", "bfloat16"])
@@ -651,15 +823,15 @@ def test_random_weights_of_every_type_are_valid(qtype, act):
             else:
                 s = halves.from_bits(packing.unpermute_scales(w.scales), act)
             assert np.all(s > 0)
-            if shared:   # bf16-exact scales: fp16 holds them too
+            if shared:  # bf16-exact scales: fp16 holds them too
                 assert np.array_equal(halves.round_to(s, "bfloat16"), s)
             if qtype == "float8_e4m3fn":
                 assert not np.any((codes & 0x7F) == 0x7F)
             if qtype == "nvfp4":
-                assert np.all(np.isin(s, E4M3[np.isfinite(E4M3)])) and w.global_scale == 2.0 ** -8
+                assert np.all(np.isin(s, E4M3[np.isfinite(E4M3)])) and w.global_scale == 2.0**-8
             if qtype == "mxfp4":
                 assert np.array_equal(np.exp2(np.round(np.log2(s))), s)
-            if qtype == "uint4":   # offsets are (8 - z) * s for integer zero points z in 0..15
+            if qtype == "uint4":  # offsets are (8 - z) * s for integer zero points z in 0..15
                 assert w.offsets is not None
                 m = halves.from_bits(packing.unpermute_scales(w.offsets.reshape(-1, n)), act)
                 z = 8 - m / s
@@ -667,7 +839,7 @@ def test_random_weights_of_every_type_are_valid(qtype, act):
                 # the same weight through from_codes' zero points dequantizes the same
                 zi = np.clip(np.round(z), 0, 15)
                 ref = from_codes("uint4", codes, s, w.group_size, zeros=zi, scale_dtype=act)
-                assert np.allclose(jitmarlin.dequantize(ref), d, rtol=1e-2, atol=2e-3)   # m rounded to act
+                assert np.allclose(jitmarlin.dequantize(ref), d, rtol=1e-2, atol=2e-3)  # m rounded to act
             else:
                 assert w.offsets is None
 
@@ -681,17 +853,18 @@ def test_random_weights_default_is_uint4b8():
 
 def test_floor_bytes_per_type():
     n, k = 4096, 8192
-    assert bl.weight_bytes(n, k, 128) == n * k / 2 + n * k / 128 * 2           # BENCH.md's formula
-    assert bl.weight_bytes(n, k, 128, "uint4") == n * k / 2 + n * k / 128 * 2.5   # + 4-bit zero points
+    assert bl.weight_bytes(n, k, 128) == n * k / 2 + n * k / 128 * 2  # BENCH.md's formula
+    assert bl.weight_bytes(n, k, 128, "uint4") == n * k / 2 + n * k / 128 * 2.5  # + 4-bit zero points
     assert bl.weight_bytes(n, k, 128, "uint8b128") == n * k + n * k / 128 * 2
-    assert bl.weight_bytes(n, k, -1, "float8_e4m3fn") == n * k + n * 2           # per-channel scales
-    assert bl.weight_bytes(n, k, 16, "nvfp4") == n * k / 2 + n * k / 16 + 4      # e4m3 scales + global
-    assert bl.weight_bytes(n, k, 32, "mxfp4") == n * k / 2 + n * k / 32          # e8m0 scales
+    assert bl.weight_bytes(n, k, -1, "float8_e4m3fn") == n * k + n * 2  # per-channel scales
+    assert bl.weight_bytes(n, k, 16, "nvfp4") == n * k / 2 + n * k / 16 + 4  # e4m3 scales + global
+    assert bl.weight_bytes(n, k, 32, "mxfp4") == n * k / 2 + n * k / 32  # e8m0 scales
     assert [bl.qtype_group(q, 128) for q in bl.BENCH_QTYPES] == [128, 128, 128, 128, 16, 32]
     # the old signature is uint4b8
     assert bl.floor_us(16, n, k, 128, 3.0) == bl.floor_us(16, n, k, 128, 3.0, "uint4b8")
     assert bl.floor_us(16, n, k, 128, 3.0) == pytest.approx(
-        (n * k / 2 + n * k / 128 * 2 + 16 * k * 2 + 16 * n * 2) / 3e12 * 1e6)
+        (n * k / 2 + n * k / 128 * 2 + 16 * k * 2 + 16 * n * 2) / 3e12 * 1e6
+    )
     assert bl.floor_us(1, n, k, 128, 3.0, "uint8b128") > 1.9 * bl.floor_us(1, n, k, 128, 3.0)
     assert bl.floor_us(1, n, k, 16, 3.0, "nvfp4") > bl.floor_us(1, n, k, 32, 3.0, "mxfp4")
 
@@ -700,8 +873,11 @@ def test_markdown_adds_a_qtype_column_for_several_types():
     one = [row(SMALL, 1, qtype="uint4b8"), row(SMALL, 16)]
     lines = bl.markdown(one).splitlines()
     assert "qtype" not in lines[0] and lines[0].count("|") == lines[1].count("|") == lines[2].count("|")
-    rows = [row(SMALL, 1, qtype="uint4b8"), row(SMALL, 1, qtype="nvfp4", peers={"humming": 12.0}),
-            row(SMALL, 1)]     # a row from before --quant: uint4b8
+    rows = [
+        row(SMALL, 1, qtype="uint4b8"),
+        row(SMALL, 1, qtype="nvfp4", peers={"humming": 12.0}),
+        row(SMALL, 1),
+    ]  # a row from before --quant: uint4b8
     lines = bl.markdown(rows).splitlines()
     assert "| qtype | act |" in lines[0] and "humming µs" in lines[0]
     assert all(line.count("|") == lines[0].count("|") for line in lines)
@@ -713,8 +889,12 @@ def test_rows_of_different_types_stay_apart():
     a = [row(BIG, 1, jm=1.0, qtype="uint4b8"), row(BIG, 1, jm=2.0, qtype="mxfp4")]
     assert len(bl.merge_rows(a, [row(BIG, 1, jm=3.0, qtype="mxfp4")])) == 2
     # target f pairs fp16 with bf16 of the same type only
-    rows = [row(BIG, 1, "float16", jm=100.0, qtype="uint4b8"), row(BIG, 1, "bfloat16", jm=101.0, qtype="uint4b8"),
-            row(BIG, 1, "float16", jm=50.0, qtype="nvfp4"), row(BIG, 1, "bfloat16", jm=60.0, qtype="nvfp4")]
+    rows = [
+        row(BIG, 1, "float16", jm=100.0, qtype="uint4b8"),
+        row(BIG, 1, "bfloat16", jm=101.0, qtype="uint4b8"),
+        row(BIG, 1, "float16", jm=50.0, qtype="nvfp4"),
+        row(BIG, 1, "bfloat16", jm=60.0, qtype="nvfp4"),
+    ]
     t = bl.evaluate_targets(rows)["f"]
     assert t["evaluated"] == 2 and t["failing"] == 1 and t["worst"]["qtype"] == "nvfp4"
     assert "M=1 bfloat16/float16 nvfp4" in bl.format_targets(bl.evaluate_targets(rows))
@@ -740,8 +920,12 @@ def test_quant_argument_refuses_unknown_types(bad, capsys):
 def test_main_loop_over_types_skips_int4_only_peers(tmp_path, monkeypatch):
     b, _ = _fake_gpu(monkeypatch)
     out = tmp_path / "run.json"
-    assert b.main(["--shapes", "L3-8B o", "--m", "1,16", "--quant", "uint4b8,nvfp4,uint4,float8_e4m3fn",
-                   "--json", str(out)]) == 0
+    assert (
+        b.main(
+            ["--shapes", "L3-8B o", "--m", "1,16", "--quant", "uint4b8,nvfp4,uint4,float8_e4m3fn", "--json", str(out)]
+        )
+        == 0
+    )
     res = json.loads(out.read_text())
     assert res["quant"] == ["uint4b8", "nvfp4", "uint4", "float8_e4m3fn"]
     rows = res["rows"]
@@ -768,8 +952,23 @@ def test_humming_unavailable_is_one_line_and_the_run_goes_on(tmp_path, monkeypat
 
     monkeypatch.setattr(b, "make_humming", no_humming)
     out = tmp_path / "run.json"
-    assert b.main(["--shapes", "L3-8B o", "--m", "1", "--quant", "uint4b8,mxfp4", "--act", "float16,bfloat16",
-                   "--json", str(out)]) == 0
+    assert (
+        b.main(
+            [
+                "--shapes",
+                "L3-8B o",
+                "--m",
+                "1",
+                "--quant",
+                "uint4b8,mxfp4",
+                "--act",
+                "float16,bfloat16",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert text.count("humming unavailable") == 1
     res = json.loads(out.read_text())
@@ -783,7 +982,7 @@ def test_humming_weight_configs_follow_the_moe_adapter():
 
     assert set(bh.HUMMING_QTYPES) == set(bl.BENCH_QTYPES) | {"uint8b128"}
     assert bh.humming_weight_config("uint4b8", 128) == {"dtype": "uint4", "group_size": 128}
-    assert bh.humming_weight_config("uint4b8", -1) == {"dtype": "uint4"}          # per channel
+    assert bh.humming_weight_config("uint4b8", -1) == {"dtype": "uint4"}  # per channel
     assert bh.humming_weight_config("uint4", 64) == {"dtype": "uint4", "has_zero_point": True, "group_size": 64}
     assert bh.humming_weight_config("nvfp4", 128)["group_size"] == 16
     assert bh.humming_weight_config("mxfp4", 128) == {**bmh._QTYPES["mxfp4"][0], "group_size": 32}
@@ -810,10 +1009,21 @@ def _plot_rows():
     rows = []
     for shape, base in (("L3-8B o", 5.0), ("L3-8B down", 12.0)):
         for m in (1, 16, 64, 256):
-            rows.append({"shape": shape, "K": 4096, "N": 4096, "M": m, "act": "float16", "qtype": "uint4b8",
-                         "jitmarlin_us": base * (1 + m / 64), "floor_us": base / 2, "cublas_fp16_us": 4 * base + m,
-                         "peers": {"humming": base * (1.3 + m / 64)}})
-    rows.append(dict(rows[0], qtype="nvfp4", jitmarlin_us=999.0))    # another type: not drawn
+            rows.append(
+                {
+                    "shape": shape,
+                    "K": 4096,
+                    "N": 4096,
+                    "M": m,
+                    "act": "float16",
+                    "qtype": "uint4b8",
+                    "jitmarlin_us": base * (1 + m / 64),
+                    "floor_us": base / 2,
+                    "cublas_fp16_us": 4 * base + m,
+                    "peers": {"humming": base * (1.3 + m / 64)},
+                }
+            )
+    rows.append(dict(rows[0], qtype="nvfp4", jitmarlin_us=999.0))  # another type: not drawn
     return rows
 
 
@@ -841,9 +1051,9 @@ def test_plot_draws_one_line_a_series_and_shape_inside_its_panel():
             assert all(y_lo - 0.1 <= y <= y_hi + 0.1 for y in ys)
         series = {ln.get("data-series"): ln for ln in group}
         jm = [float(p.split(",")[1]) for p in series["jitmarlin"].get("points").split()]
-        assert jm == sorted(jm, reverse=True)          # times grow with M: the line climbs
+        assert jm == sorted(jm, reverse=True)  # times grow with M: the line climbs
         hum = [float(p.split(",")[1]) for p in series["humming"].get("points").split()]
-        assert all(h < j for h, j in zip(hum, jm))    # humming slower: drawn above jitmarlin
+        assert all(h < j for h, j in zip(hum, jm))  # humming slower: drawn above jitmarlin
     with pytest.raises(ValueError, match="no rows"):
         bp.plot_svg(rows, "mxfp4", "float16")
 

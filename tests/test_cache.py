@@ -13,15 +13,17 @@ from jitmarlin.kernels.spec import KernelSpec
 
 SPEC = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 8, 8, 4)
 ROOT = Path(__file__).resolve().parents[1]
-SNIPPET = ("import jitmarlin; r = jitmarlin.prewarm(['sm_90'], [(4096, 4096)], [1]); "
-           "print(r[0].status)")
+SNIPPET = "import jitmarlin; r = jitmarlin.prewarm(['sm_90'], [(4096, 4096)], [1]); print(r[0].status)"
 
 
 def _run(cache_dir):
-    env = dict(os.environ, JITMARLIN_CACHE_DIR=str(cache_dir), JITMARLIN_LOG="info",
-               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-c", SNIPPET], env=env, capture_output=True, text=True,
-                          timeout=300)
+    env = dict(
+        os.environ,
+        JITMARLIN_CACHE_DIR=str(cache_dir),
+        JITMARLIN_LOG="info",
+        PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
+    return subprocess.run([sys.executable, "-c", SNIPPET], env=env, capture_output=True, text=True, timeout=300)
 
 
 def test_second_process_loads_from_disk_without_nvrtc(tmp_path):
@@ -71,7 +73,7 @@ def test_corrupted_entry_is_dropped_and_recompiled(tmp_path, caplog):
     import zlib
 
     raw = bytearray(zlib.decompress(e["cubin"]))
-    raw[len(raw) // 2] ^= 0xFF                        # one flipped byte inside the cubin
+    raw[len(raw) // 2] ^= 0xFF  # one flipped byte inside the cubin
     e["cubin"] = zlib.compress(bytes(raw))
     disk.set(key, e)
     fresh = KernelCache(tmp_path)
@@ -83,7 +85,7 @@ def test_corrupted_entry_is_dropped_and_recompiled(tmp_path, caplog):
 
 def test_unwritable_cache_dir_compiles_in_memory(tmp_path):
     if os.geteuid() == 0:
-        target = Path("/proc/jitmarlin-cannot-exist")       # root can write anywhere else
+        target = Path("/proc/jitmarlin-cannot-exist")  # root can write anywhere else
     else:
         target = tmp_path / "ro"
         target.mkdir()
@@ -139,27 +141,27 @@ def test_usage_rows_track_size_and_last_used(tmp_path, seeded_cache, monkeypatch
     monkeypatch.setattr(cache_mod, "TOUCH_RESOLUTION_S", 0.0)
     before = rows[seeded_cache.keys[0]]["last_used"]
     time.sleep(0.01)
-    _, key, status = KernelCache(d).get(SPEC, "sm_90")        # disk hit: last_used moves
+    _, key, status = KernelCache(d).get(SPEC, "sm_90")  # disk hit: last_used moves
     assert status == "disk" and KernelCache(d).usage()[key]["last_used"] > before
-    c = KernelCache(d)                                         # usage rows stay out of sight
+    c = KernelCache(d)  # usage rows stay out of sight
     assert sorted(c.keys()) == sorted(seeded_cache.keys)
     assert all(isinstance(e, dict) and e["format"] == 2 for _, e in c.entries())
 
 
 def test_lru_eviction_under_small_cap(tmp_path, monkeypatch):
     monkeypatch.setattr(cache_mod, "TOUCH_RESOLUTION_S", 0.0)
-    c = KernelCache(tmp_path, max_mb=0, ro_dir="")             # no cap while filling
+    c = KernelCache(tmp_path, max_mb=0, ro_dir="")  # no cap while filling
     ka = c.get(SPEC, "sm_90")[1]
     kb = c.get(SPEC3, "sm_90")[1]
     time.sleep(0.01)
-    assert KernelCache(tmp_path).get(SPEC, "sm_90")[2] == "disk"   # A used after B: B is LRU
+    assert KernelCache(tmp_path).get(SPEC, "sm_90")[2] == "disk"  # A used after B: B is LRU
     sizes = KernelCache(tmp_path).usage()
     cap = sizes[ka]["size"] + sizes[kb]["size"] + min(s["size"] for s in sizes.values()) // 2
     d = KernelCache(tmp_path)
-    d.max_bytes = cap                                          # room for ~2.5 kernels
+    d.max_bytes = cap  # room for ~2.5 kernels
     _, kc, status = d.get(SPEC2, "sm_90")
     assert status == "compiled"
-    assert set(d.keys()) == {ka, kc}                           # B, least recently used, went
+    assert set(d.keys()) == {ka, kc}  # B, least recently used, went
     assert KernelCache(tmp_path).get(SPEC3, "sm_90", compile_missing=False)[2] == "missing"
     total = sum(r["size"] for r in d.usage().values())
     assert total <= cap
@@ -196,8 +198,8 @@ def test_verify_finds_entry_under_the_wrong_key(tmp_path, seeded_cache):
     d = seeded_cache.copy(tmp_path / "c")
     c = KernelCache(d)
     disk = c._open()
-    disk.set("0" * 64, disk.get(seeded_cache.keys[0]))                  # sound entry, foreign key
-    (key, name, problem), = c.verify()
+    disk.set("0" * 64, disk.get(seeded_cache.keys[0]))  # sound entry, foreign key
+    ((key, name, problem),) = c.verify()
     assert key == "0" * 64 and "key does not match" in problem
 
 
@@ -208,7 +210,7 @@ def test_export_import_into_empty_dir_needs_no_nvrtc(tmp_path, seeded_cache, mon
     assert r["exported"] == 2 and r["skipped"] == []
     again = tmp_path / "again.tar"
     export_bundle(src, again)
-    assert bundle.read_bytes() == again.read_bytes()          # deterministic
+    assert bundle.read_bytes() == again.read_bytes()  # deterministic
     with tarfile.open(bundle) as tar:
         names = tar.getnames()
         manifest = json.loads(tar.extractfile("manifest.json").read())
@@ -228,7 +230,7 @@ def test_export_import_into_empty_dir_needs_no_nvrtc(tmp_path, seeded_cache, mon
     for spec, key in zip((SPEC, SPEC3), seeded_cache.keys):
         art, k, status = fresh.get(spec, "sm_90", compile_missing=False)
         assert status == "disk" and k == key and art.cubin[:4] == b"\x7fELF"
-    rep = import_bundle(KernelCache(empty), bundle)                   # merge: existing keys kept
+    rep = import_bundle(KernelCache(empty), bundle)  # merge: existing keys kept
     assert (rep.imported, rep.present) == (0, 2)
 
 
@@ -255,6 +257,7 @@ def test_tampered_bundle_entry_is_rejected_with_a_reason(tmp_path, seeded_cache,
             raw[100] ^= 0x01
             e["cubin"] = zlib.compress(bytes(raw))
             set_member(files, e, fix_manifest)
+
         return edit
 
     def old_format(files):
@@ -262,19 +265,23 @@ def test_tampered_bundle_entry_is_rejected_with_a_reason(tmp_path, seeded_cache,
         e["format"] = 1
         set_member(files, e, True)
 
-    def other_spec(files):                 # consistent entry that claims another spec
+    def other_spec(files):  # consistent entry that claims another spec
         e = bundle_mod.entry_from_json(files[victim])
         e["spec"] = e["key_inputs"]["spec"] = SPEC2.canonical()
         set_member(files, e, True)
 
-    cases = [(flip_cubin(False), "altered"), (flip_cubin(True), "checksum mismatch"),
-             (old_format, "entry format 1"), (other_spec, "manifest and entry disagree on spec")]
+    cases = [
+        (flip_cubin(False), "altered"),
+        (flip_cubin(True), "checksum mismatch"),
+        (old_format, "entry format 1"),
+        (other_spec, "manifest and entry disagree on spec"),
+    ]
     for i, (edit, reason) in enumerate(cases):
         bad = tmp_path / f"bad{i}.tar"
         rewrite_bundle(bundle, bad, edit)
         rep = import_bundle(KernelCache(tmp_path / f"dst{i}"), bad)
-        assert rep.imported == 1, reason                       # the other kernel still imports
-        (key, why), = rep.rejected
+        assert rep.imported == 1, reason  # the other kernel still imports
+        ((key, why),) = rep.rejected
         assert key == seeded_cache.keys[0] and reason in why, why
         assert KernelCache(tmp_path / f"dst{i}").keys() == [seeded_cache.keys[1]]
 
@@ -289,13 +296,14 @@ def test_not_a_bundle_is_an_input_error(tmp_path):
 
 
 def test_read_only_tier_serves_a_hit(tmp_path, seeded_cache, monkeypatch):
-    ro = seeded_cache.copy(tmp_path / "ro")                          # a cache dir ...
-    unpacked = tmp_path / "unpacked"                           # ... and an unpacked bundle
+    ro = seeded_cache.copy(tmp_path / "ro")  # a cache dir ...
+    unpacked = tmp_path / "unpacked"  # ... and an unpacked bundle
     export_bundle(KernelCache(seeded_cache.copy(tmp_path / "src")), tmp_path / "b.tar")
     with tarfile.open(tmp_path / "b.tar") as tar:
         tar.extractall(unpacked)
     _no_compiles(monkeypatch)
-    def contents(tier):   # (SQLite may add its -shm/-wal index files beside a WAL database)
+
+    def contents(tier):  # (SQLite may add its -shm/-wal index files beside a WAL database)
         return {p: p.read_bytes() for p in tier.rglob("*") if p.is_file()}
 
     for tier in (ro, unpacked):
@@ -304,9 +312,9 @@ def test_read_only_tier_serves_a_hit(tmp_path, seeded_cache, monkeypatch):
         w = KernelCache(tmp_path / f"w-{tier.name}")
         art, key, status = w.get(SPEC, "sm_90")
         assert status == "disk" and key == seeded_cache.keys[0] and art.cubin
-        assert w.keys() == []                                 # served, not copied
+        assert w.keys() == []  # served, not copied
         after = contents(tier)
-        assert {p: after[p] for p in before} == before            # nothing written
+        assert {p: after[p] for p in before} == before  # nothing written
 
 
 def test_read_only_tier_bad_entry_is_ignored(tmp_path, seeded_cache, monkeypatch):
@@ -372,18 +380,23 @@ def test_cli_cache_subcommands(tmp_path, seeded_cache, capsys):
 
 
 def _child_env(cache_dir):
-    return dict(os.environ, JITMARLIN_CACHE_DIR=str(cache_dir), JITMARLIN_LOG="info",
-                PYTHONPATH=str(ROOT))
+    return dict(os.environ, JITMARLIN_CACHE_DIR=str(cache_dir), JITMARLIN_LOG="info", PYTHONPATH=str(ROOT))
 
 
-GET_SNIPPET = ("from jitmarlin.jit.cache import KernelCache; from jitmarlin.kernels.spec import KernelSpec; "
-               f"print(KernelCache().get({SPEC_TEXT}, 'sm_90')[2])")
+GET_SNIPPET = (
+    "from jitmarlin.jit.cache import KernelCache; from jitmarlin.kernels.spec import KernelSpec; "
+    f"print(KernelCache().get({SPEC_TEXT}, 'sm_90')[2])"
+)
 
 
 def test_eight_cold_processes_compile_once(tmp_path):
     env = _child_env(tmp_path)
-    procs = [subprocess.Popen([sys.executable, "-c", GET_SNIPPET], env=env, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(8)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", GET_SNIPPET], env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        for _ in range(8)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), [err for _, err in outs]
     lines = [line for _, err in outs for line in err.splitlines()]
@@ -411,21 +424,23 @@ def test_killed_compile_does_not_stall_the_next_process(tmp_path):
     import fcntl
 
     env = _child_env(tmp_path)
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER_SNIPPET], env=env, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER_SNIPPET], env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     try:
         ready, _, _ = select.select([holder.stdout], [], [], 120)
         assert ready and holder.stdout.readline().strip() == "holding", holder.stderr.read()
         lock = tmp_path / "locks" / f"{cache_key(SPEC, render(SPEC), 'sm_90')[:32]}.lock"
         fd = os.open(lock, os.O_RDWR)
-        try:                                                   # the holder really has the lock
+        try:  # the holder really has the lock
             with pytest.raises(BlockingIOError):
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         finally:
             os.close(fd)
-        waiter = subprocess.Popen([sys.executable, "-c", GET_SNIPPET], env=env, text=True,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        time.sleep(1.0)                                        # let it queue on the lock
+        waiter = subprocess.Popen(
+            [sys.executable, "-c", GET_SNIPPET], env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        time.sleep(1.0)  # let it queue on the lock
         t0 = time.monotonic()
         os.kill(holder.pid, signal.SIGKILL)
         out, err = waiter.communicate(timeout=60)
@@ -455,6 +470,7 @@ def test_a_warm_hit_renders_nothing_and_a_stale_digest_memo_is_replaced(tmp_path
     process's warm hit does not parse the templates. A memo that is wrong (stale or planted)
     misses, and the compile path renders, finds the true key and replaces the memo."""
     from jitmarlin.jit import cache as cache_mod
+
     _, key, status = KernelCache(tmp_path).get(SPEC, "sm_90")
     assert status == "compiled" and key == cache_key(SPEC, render(SPEC), "sm_90")
 
@@ -463,12 +479,12 @@ def test_a_warm_hit_renders_nothing_and_a_stale_digest_memo_is_replaced(tmp_path
 
     with monkeypatch.context() as m:
         m.setattr(cache_mod, "render", no_render)
-        _, key2, status = KernelCache(tmp_path).get(SPEC, "sm_90")   # a new process's view
+        _, key2, status = KernelCache(tmp_path).get(SPEC, "sm_90")  # a new process's view
         assert (key2, status) == (key, "disk")
     c = KernelCache(tmp_path)
-    c._open().set(c._memo_key(SPEC), "0" * 64)                       # a wrong memo
+    c._open().set(c._memo_key(SPEC), "0" * 64)  # a wrong memo
     _, key3, status = KernelCache(tmp_path).get(SPEC, "sm_90")
-    assert key3 == key and status == "disk"                           # found again, not recompiled
+    assert key3 == key and status == "disk"  # found again, not recompiled
     assert "stale source digest memo" in caplog.text
     assert KernelCache(tmp_path)._memo(SPEC) == cache_mod.source_digest(render(SPEC))
-    assert KernelCache(tmp_path).keys() == [key]                      # memo rows are not entries
+    assert KernelCache(tmp_path).keys() == [key]  # memo rows are not entries

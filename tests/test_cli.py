@@ -37,8 +37,7 @@ def test_inspect_the_pdl_variant(capsys):
 
 
 def test_prewarm_then_cached(capsys, tmp_path):
-    args = ["prewarm", "--arch", "sm_80,sm_90", "--shapes", "4096x4096", "--m", "1,16",
-            "--cache-dir", str(tmp_path)]
+    args = ["prewarm", "--arch", "sm_80,sm_90", "--shapes", "4096x4096", "--m", "1,16", "--cache-dir", str(tmp_path)]
     assert main(args) == 0
     out = capsys.readouterr().out
     # sm_80: one Stream-K kernel for M = 1 and 16; sm_90: the gemv kernel for M = 1 and Stream-K
@@ -48,14 +47,26 @@ def test_prewarm_then_cached(capsys, tmp_path):
 
 
 def test_prewarm_pdl_adds_the_sm90_pdl_builds(capsys, tmp_path):
-    args = ["prewarm", "--arch", "sm_80,sm_90", "--shapes", "4096x4096", "--m", "1,16",
-            "--cache-dir", str(tmp_path), "--pdl"]
+    args = [
+        "prewarm",
+        "--arch",
+        "sm_80,sm_90",
+        "--shapes",
+        "4096x4096",
+        "--m",
+        "1,16",
+        "--cache-dir",
+        str(tmp_path),
+        "--pdl",
+    ]
     assert main(args) == 0
-    assert "5 compiled" in capsys.readouterr().out   # the 3 of test_prewarm_then_cached, 2 of them again for PDL
+    assert "5 compiled" in capsys.readouterr().out  # the 3 of test_prewarm_then_cached, 2 of them again for PDL
     from jitmarlin.jit.cache import KernelCache
 
     built = sorted((e["arch"], e["name"]) for _, e in KernelCache(tmp_path).entries())
-    assert [b for b in built if b[1].endswith("p")] == [(a, n + "p") for a, n in built if a == "sm_90" and not n.endswith("p")]
+    assert [b for b in built if b[1].endswith("p")] == [
+        (a, n + "p") for a, n in built if a == "sm_90" and not n.endswith("p")
+    ]
 
 
 def test_bad_arguments_are_clear(capsys):
@@ -68,9 +79,10 @@ def test_bad_arguments_are_clear(capsys):
 
 def test_inspect_sass_or_clear_hint(capsys, monkeypatch):
     from jitmarlin.jit import nvrtc
+
     if nvrtc.find_disassembler() is not None:
         assert main(["inspect", "--arch", "sm_90", "--m", "1", "--sass"]) == 0
-        assert "HMMA" in capsys.readouterr().out          # the tensor-core instructions are there
+        assert "HMMA" in capsys.readouterr().out  # the tensor-core instructions are there
     monkeypatch.setattr(nvrtc, "find_disassembler", lambda: None)
     assert main(["inspect", "--arch", "sm_90", "--m", "1", "--sass"]) == 2
     assert "nvidia-cuda-nvdisasm" in capsys.readouterr().err
@@ -104,44 +116,49 @@ def _run(args, tmp_path, env=None, **kw):
     e.pop("JITMARLIN_LOG", None)
     e.update(env or {})
     e = {k: v for k, v in e.items() if v is not None}
-    return subprocess.run([sys.executable, "-m", "jitmarlin", *args], capture_output=True, text=True,
-                          env=e, timeout=300, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "jitmarlin", *args], capture_output=True, text=True, env=e, timeout=300, **kw
+    )
 
 
 def test_prewarm_fails_when_nothing_can_be_saved(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     args = ["prewarm", "--arch", "sm_90", "--shapes", "4096x4096", "--m", "1"]
-    r = _run(args + ["--cache-dir", str(blocker / "cache")], tmp_path)      # below a file
+    r = _run(args + ["--cache-dir", str(blocker / "cache")], tmp_path)  # below a file
     assert r.returncode == 1 and "cannot save any kernel" in r.stderr and "Traceback" not in r.stderr
-    r = _run(args, tmp_path, env={"JITMARLIN_CACHE_DIR": None, "XDG_CACHE_HOME": None,
-                                   "HOME": str(blocker / "home")})            # an unusable HOME
+    r = _run(
+        args, tmp_path, env={"JITMARLIN_CACHE_DIR": None, "XDG_CACHE_HOME": None, "HOME": str(blocker / "home")}
+    )  # an unusable HOME
     assert r.returncode == 1 and "cannot save any kernel" in r.stderr
 
 
 def test_prewarm_fails_when_every_problem_is_skipped_or_unsupported(tmp_path):
     r = _run(["prewarm", "--arch", "sm_90", "--shapes", "100x4096", "--m", "1"], tmp_path)
     assert r.returncode == 1 and "compiled nothing" in r.stderr and "multiples of 8" in r.stdout
-    r = _run(["prewarm", "--arch", "sm_70", "--shapes", "4096x4096", "--m", "1", "--act", "bfloat16"],
-             tmp_path)
+    r = _run(["prewarm", "--arch", "sm_70", "--shapes", "4096x4096", "--m", "1", "--act", "bfloat16"], tmp_path)
     assert r.returncode == 1 and "compiled nothing" in r.stderr and "bfloat16" in r.stdout
 
 
-@pytest.mark.parametrize("args,msg", [
-    (["prewarm", "--arch", "sm_90", "--shapes", "0x0"], "positive integers"),
-    (["prewarm", "--arch", "sm_90", "--shapes", "4096x-64"], "positive integers"),
-    (["prewarm", "--arch", "sm_90", "--shapes", "4096x4096", "--jobs", "-1"], "--jobs: must be an integer >= 1"),
-    (["prewarm", "--arch", "sm_90", "--shapes", "4096x4096", "--jobs", "two"], "--jobs: must be an integer"),
-    (["prewarm", "--arch", "sm_90", "--shapes", "4096x4096", "--m", "0"], "M buckets must be integers >= 1"),
-    (["prewarm", "--arch", "sm_99", "--shapes", "4096x4096"], "unknown device profile 'sm_99'"),
-    (["inspect", "--n", "0"], "--n: must be a positive integer, got 0"),
-    (["inspect", "--n", "-64"], "--n: must be a positive integer, got -64"),
-    (["inspect", "--k", "4096.5"], "--k: must be a positive integer"),
-    (["inspect", "--m", "0"], "--m: must be a positive integer"),
-    (["inspect", "--group", "0"], "--group: must be -1"),
-    (["inspect", "--profile", "v100", "--arch", "sm_90"], "--profile v100 is sm_70, not --arch sm_90"),
-    (["inspect", "--arch", "sm_101"], "unknown device profile 'sm_101'"),
-], ids=lambda a: " ".join(a) if isinstance(a, list) else None)
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["prewarm", "--arch", "sm_90", "--shapes", "0x0"], "positive integers"),
+        (["prewarm", "--arch", "sm_90", "--shapes", "4096x-64"], "positive integers"),
+        (["prewarm", "--arch", "sm_90", "--shapes", "4096x4096", "--jobs", "-1"], "--jobs: must be an integer >= 1"),
+        (["prewarm", "--arch", "sm_90", "--shapes", "4096x4096", "--jobs", "two"], "--jobs: must be an integer"),
+        (["prewarm", "--arch", "sm_90", "--shapes", "4096x4096", "--m", "0"], "M buckets must be integers >= 1"),
+        (["prewarm", "--arch", "sm_99", "--shapes", "4096x4096"], "unknown device profile 'sm_99'"),
+        (["inspect", "--n", "0"], "--n: must be a positive integer, got 0"),
+        (["inspect", "--n", "-64"], "--n: must be a positive integer, got -64"),
+        (["inspect", "--k", "4096.5"], "--k: must be a positive integer"),
+        (["inspect", "--m", "0"], "--m: must be a positive integer"),
+        (["inspect", "--group", "0"], "--group: must be -1"),
+        (["inspect", "--profile", "v100", "--arch", "sm_90"], "--profile v100 is sm_70, not --arch sm_90"),
+        (["inspect", "--arch", "sm_101"], "unknown device profile 'sm_101'"),
+    ],
+    ids=lambda a: " ".join(a) if isinstance(a, list) else None,
+)
 def test_bad_values_exit_2_with_the_reason(args, msg, tmp_path):
     r = _run(args, tmp_path)
     assert r.returncode == 2 and msg in r.stderr, r.stderr
@@ -167,7 +184,7 @@ def test_every_option_has_help():
         for a in parser._actions:
             if isinstance(a, argparse._SubParsersAction):
                 for name, sub in a.choices.items():
-                    if name != "cache":          # the cache subcommand documents itself
+                    if name != "cache":  # the cache subcommand documents itself
                         yield from walk(sub, path + [name])
             elif a.option_strings and not a.help:
                 yield " ".join(path + [a.option_strings[-1]])
@@ -179,8 +196,9 @@ def test_every_option_has_help():
 def test_a_closed_stdout_is_no_traceback(args, tmp_path):
     """`jitmarlin cache ls | head`: the reader goes away before the output is written."""
     e = dict(os.environ, JITMARLIN_CACHE_DIR=str(tmp_path / "cache"))
-    p = subprocess.Popen([sys.executable, "-m", "jitmarlin", *args], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, env=e)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "jitmarlin", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=e
+    )
     p.stdout.close()
     err = p.stderr.read().decode()
     rc = p.wait(timeout=120)
@@ -190,6 +208,7 @@ def test_a_closed_stdout_is_no_traceback(args, tmp_path):
 
 def test_an_unexpected_error_is_one_line(monkeypatch, capsys):
     from jitmarlin.service import cli
+
     def boom(args):
         raise RuntimeError("something broke")
 
@@ -212,9 +231,9 @@ def test_info_explains_every_arch_it_lists(capsys):
         note = info["arch_profiles"][arch]
         if "compile only" not in note:
             assert get_profile(arch).arch == arch and get_profile(note).arch == arch
-    for arch in ("sm_100", "sm_103"):        # Blackwell datacenter parts plan as sm_80-class GPUs
+    for arch in ("sm_100", "sm_103"):  # Blackwell datacenter parts plan as sm_80-class GPUs
         assert main(["inspect", "--arch", arch, "--m", "64", "--source"]) == 0
-        assert capsys.readouterr().out.startswith("// jm_sm80_")     # mma.sync, not wgmma
+        assert capsys.readouterr().out.startswith("// jm_sm80_")  # mma.sync, not wgmma
 
 
 def test_prewarm_logs_progress_lines_and_counts_repeats(tmp_path):
@@ -249,16 +268,31 @@ def _alive(pid: int) -> bool:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_killing_prewarm_kills_its_workers(tmp_path):
     e = dict(os.environ, JITMARLIN_CACHE_DIR=str(tmp_path / "cache"))
-    p = subprocess.Popen([sys.executable, "-m", "jitmarlin", "prewarm", "--model", "llama-3-8b,qwen2.5-7b",
-                          "--arch", "sm_75,sm_80,sm_86,sm_89,sm_90", "--m", "1,16,64", "--jobs", "2"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=e)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "jitmarlin",
+            "prewarm",
+            "--model",
+            "llama-3-8b,qwen2.5-7b",
+            "--arch",
+            "sm_75,sm_80,sm_86,sm_89,sm_90",
+            "--m",
+            "1,16,64",
+            "--jobs",
+            "2",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=e,
+    )
     workers: set[int] = set()
     deadline = time.time() + 120
     try:
         while time.time() < deadline and p.poll() is None:
             # spawn workers run `python -c from multiprocessing.spawn import spawn_main ...`
-            workers = {c for c in _children(p.pid)
-                       if b"spawn_main" in open(f"/proc/{c}/cmdline", "rb").read()}
+            workers = {c for c in _children(p.pid) if b"spawn_main" in open(f"/proc/{c}/cmdline", "rb").read()}
             if len(workers) >= 2:
                 break
             time.sleep(0.2)
@@ -271,6 +305,6 @@ def test_killing_prewarm_kills_its_workers(tmp_path):
     while time.time() < deadline and any(_alive(w) for w in workers):
         time.sleep(0.2)
     left = [w for w in workers if _alive(w)]
-    for w in left:                       # never leave them behind, even when the test fails
+    for w in left:  # never leave them behind, even when the test fails
         os.kill(w, signal.SIGKILL)
     assert not left, f"workers {left} outlived the killed prewarm"

@@ -2,6 +2,7 @@
 against the float64 oracle on the CPU warp emulator for every quant type, group size (per
 channel, grouped, zero points) and activation dtype; NVRTC builds for every architecture; its
 identity in the kernel cache."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,18 +32,18 @@ def exact_bits(x: np.ndarray, act: str) -> np.ndarray:
     (halves.to_bits goes through float32: two roundings for bf16.)"""
     x = np.asarray(x, dtype=np.float64)
     if act == "float16":
-        return x.astype(np.float16).view(np.uint16)          # NumPy rounds double -> half once
-    m, e = np.frexp(x)                                          # x = m 2^e, 0.5 <= |m| < 1
-    r = np.ldexp(np.rint(np.ldexp(m, 8)), e - 8)               # 8 significant bits, half-even
+        return x.astype(np.float16).view(np.uint16)  # NumPy rounds double -> half once
+    m, e = np.frexp(x)  # x = m 2^e, 0.5 <= |m| < 1
+    r = np.ldexp(np.rint(np.ldexp(m, 8)), e - 8)  # 8 significant bits, half-even
     return (r.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
 
 
 def test_exact_bits_rounds_once():
     # 1024.5 + 2^-19 rounds to 1025 in fp16; through float32 it would first become 1024.5
-    assert exact_bits(np.array([1024.5 + 2.0 ** -19]), "float16")[0] == np.float16(1025).view(np.uint16)
+    assert exact_bits(np.array([1024.5 + 2.0**-19]), "float16")[0] == np.float16(1025).view(np.uint16)
     # bf16: 1 + 2^-8 + 2^-30 is above the midpoint 1 + 2^-8 between 1 and 1 + 2^-7
-    assert exact_bits(np.array([1 + 2.0 ** -8 + 2.0 ** -30]), "bfloat16")[0] == 0x3F81
-    assert exact_bits(np.array([1 + 2.0 ** -8]), "bfloat16")[0] == 0x3F80      # tie: even
+    assert exact_bits(np.array([1 + 2.0**-8 + 2.0**-30]), "bfloat16")[0] == 0x3F81
+    assert exact_bits(np.array([1 + 2.0**-8]), "bfloat16")[0] == 0x3F80  # tie: even
     assert exact_bits(np.array([-0.0]), "bfloat16")[0] == 0x8000
     v = np.random.default_rng(0).standard_normal(1000)
     assert np.array_equal(exact_bits(v, "bfloat16"), halves.to_bits(v.astype(np.float32), "bfloat16"))
@@ -75,31 +76,43 @@ def check_dense(w_bits: np.ndarray, qw, act: str) -> None:
     qw1 = dataclasses.replace(qw, global_scale=1.0)
     exact = dequantize(qw1, act, dtype=np.float64)
     f32 = dequantize(qw1, act)
-    if qw.perm is not None:                      # the kernel keeps the weight's column order
+    if qw.perm is not None:  # the kernel keeps the weight's column order
         exact, f32 = exact[:, qw.perm], f32[:, qw.perm]
     n0, k0 = qw.shape
     got = w_bits[:n0, :k0]
     want = exact_bits(exact, act)
     bad = np.argwhere(got != want)
-    assert bad.size == 0, (f"{len(bad)} weights differ, first at {tuple(bad[0])}: "
-                           f"got {got[tuple(bad[0])]:#06x}, want {want[tuple(bad[0])]:#06x}")
+    assert bad.size == 0, (
+        f"{len(bad)} weights differ, first at {tuple(bad[0])}: "
+        f"got {got[tuple(bad[0])]:#06x}, want {want[tuple(bad[0])]:#06x}"
+    )
     ulps = np.abs(got.astype(np.int64) - halves.to_bits(f32, act).astype(np.int64))
     assert ulps.max() <= 1
     # padded rows have zero scales (and offsets); padded columns (codes 0, not zero weights for
     # every type) are never read: the GEMM takes W[:n_out, :k_in]
     assert np.all(halves.from_bits(w_bits[n0:], act) == 0)
-    assert not np.any(w_bits[:, k0:] == 0xFFFF)      # but written (no poison left)
+    assert not np.any(w_bits[:, k0:] == 0xFFFF)  # but written (no poison left)
 
 
 # ---- emulator: every quant type, group size and activation dtype ----------------------------------
 
-GROUPS = {"uint4b8": (-1, 32, 128), "uint4": (-1, 32, 128), "uint8b128": (-1, 32, 128),
-          "uint8": (-1, 32, 128), "float8_e4m3fn": (-1, 32, 128), "nvfp4": (16,), "mxfp4": (32,)}
-EMU_CASES = [(qt, g, act, "h100") for qt, gs in GROUPS.items() for g in gs
-             for act in ("float16", "bfloat16")]
+GROUPS = {
+    "uint4b8": (-1, 32, 128),
+    "uint4": (-1, 32, 128),
+    "uint8b128": (-1, 32, 128),
+    "uint8": (-1, 32, 128),
+    "float8_e4m3fn": (-1, 32, 128),
+    "nvfp4": (16,),
+    "mxfp4": (32,),
+}
+EMU_CASES = [(qt, g, act, "h100") for qt, gs in GROUPS.items() for g in gs for act in ("float16", "bfloat16")]
 # the register-staged generations' fp16 arithmetic partial (act/float16_sm70.cuh)
-EMU_CASES += [("uint4", 32, "float16", "v100"), ("uint8b128", -1, "float16", "t4"),
-              ("nvfp4", 16, "float16", "v100"), ("float8_e4m3fn", 128, "float16", "t4")]
+EMU_CASES += [
+    ("uint4", 32, "float16", "v100"),
+    ("uint8b128", -1, "float16", "t4"),
+    ("nvfp4", 16, "float16", "v100"),
+    ("float8_e4m3fn", 128, "float16", "t4"),
+]
 
 
 def _spec(prof, qw, act):
@@ -120,8 +133,8 @@ def test_dense_weight_is_the_oracle_on_emulator(qt, group, act, prof, rng):
 # byte-table lookup that gives the exact value, so 6 s may be as large as fp16 holds and v s may be
 # subnormal (a decode that left the exponent bias, 2^14, for the scale would overflow here).
 FP4_EDGE_SCALES = {
-    "float16": [10912.0, -10912.0, 448.0, -1.0, 2.0 ** -14, -(2.0 ** -20), 2.0 ** -24],
-    "bfloat16": [2.0 ** 125, -(2.0 ** 120), 448.0, -1.0, 2.0 ** -120, -(2.0 ** -125)],   # v s normal
+    "float16": [10912.0, -10912.0, 448.0, -1.0, 2.0**-14, -(2.0**-20), 2.0**-24],
+    "bfloat16": [2.0**125, -(2.0**120), 448.0, -1.0, 2.0**-120, -(2.0**-125)],  # v s normal
 }
 
 
@@ -131,10 +144,10 @@ FP4_EDGE_SCALES = {
 @pytest.mark.parametrize("act", ["float16", "bfloat16"])
 def test_fp4_scales_at_the_range_edges_on_emulator(qt, group, act, rng):
     n, k = 128, 256
-    codes = (np.arange(n)[:, None] + np.arange(k)[None, :]) % 16      # every code in every nibble slot
+    codes = (np.arange(n)[:, None] + np.arange(k)[None, :]) % 16  # every code in every nibble slot
     codes[::2] = rng.integers(0, 16, (n // 2, k))
     edges = np.array(FP4_EDGE_SCALES[act])
-    if qt == "mxfp4":                                                 # powers of two (e8m0)
+    if qt == "mxfp4":  # powers of two (e8m0)
         edges = np.sign(edges) * 2.0 ** np.floor(np.log2(np.abs(edges)))
         edges[np.abs(edges) * 6 > {"float16": 65504, "bfloat16": 3.3e38}[act]] /= 2
     scales = rng.choice(edges, (k // group, n))
@@ -160,7 +173,7 @@ def test_padded_act_order_and_float_zero_points_on_emulator(act, rng):
 def test_bias_rows_on_emulator(rng):
     spec = DequantSpec("sm80", "uint4b8", "bfloat16", 8)
     bias = rng.integers(0, 1 << 16, 72).astype(np.uint16)
-    for m, grid in [(1, 1), (37, 2), (300, 5)]:     # fewer blocks than rows: the grid strides
+    for m, grid in [(1, 1), (37, 2), (300, 5)]:  # fewer blocks than rows: the grid strides
         rows = emu.run_bias(spec, bias, m, grid)
         assert rows.shape == (m, 72) and np.all(rows == bias)
 
@@ -176,10 +189,30 @@ def test_emulator_catches_a_wrong_transpose(plant, rng):
 
 # ---- NVRTC: every architecture, every quant type --------------------------------------------------
 
-ARCHS = ["sm_70", "sm_72", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_100", "sm_101",
-         "sm_103", "sm_120", "sm_121"]
-QT_GROUP = [("uint4b8", 128), ("uint4", -1), ("uint8b128", 32), ("uint8", 128), ("float8_e4m3fn", -1),
-            ("nvfp4", 16), ("mxfp4", 32)]
+ARCHS = [
+    "sm_70",
+    "sm_72",
+    "sm_75",
+    "sm_80",
+    "sm_86",
+    "sm_87",
+    "sm_89",
+    "sm_90",
+    "sm_100",
+    "sm_101",
+    "sm_103",
+    "sm_120",
+    "sm_121",
+]
+QT_GROUP = [
+    ("uint4b8", 128),
+    ("uint4", -1),
+    ("uint8b128", 32),
+    ("uint8", 128),
+    ("float8_e4m3fn", -1),
+    ("nvfp4", 16),
+    ("mxfp4", 32),
+]
 
 
 @pytest.mark.slow
@@ -201,7 +234,7 @@ def test_dequant_kernel_compiles_for_every_arch_and_type(arch):
             ptx = art.ptx
             assert f".entry {spec.name}(" in ptx and f".entry {spec.name}_bias(" in ptx
             assert "shfl.sync.bfly.b32" in ptx
-            assert "st.global.v4.u32" in ptx or "st.global.v4.b32" in ptx   # 16-byte stores
+            assert "st.global.v4.u32" in ptx or "st.global.v4.b32" in ptx  # 16-byte stores
             assert "ld.global" in ptx and ".shared" not in ptx
             r = art.resources
             assert r["registers"] is not None and r["registers"] <= 128, (spec.name, r)
@@ -210,8 +243,11 @@ def test_dequant_kernel_compiles_for_every_arch_and_type(arch):
 
 def test_partials_and_source():
     s = DequantSpec("sm75", "float8_e4m3fn", "float16", -1)
-    assert dequant_partials(s) == {"ptx": "ptx/cuda.cuh", "act": "act/float16_sm70.cuh",
-                                   "dequant": "dequant/fp8_float16.cuh"}
+    assert dequant_partials(s) == {
+        "ptx": "ptx/cuda.cuh",
+        "act": "act/float16_sm70.cuh",
+        "dequant": "dequant/fp8_float16.cuh",
+    }
     b = DequantSpec("sm80", "mxfp4", "bfloat16", 2)
     assert dequant_partials(b, "emu")["dequant"] == "dequant/fp4_bfloat16.cuh"
     src = render(b)
@@ -223,6 +259,7 @@ def test_partials_and_source():
 
 
 # ---- identity in the kernel cache ----------------------------------------------------------------
+
 
 def test_cache_keys_differ_from_the_fused_kernels(tmp_path):
     cache = KernelCache(tmp_path)
@@ -239,7 +276,7 @@ def test_cache_keys_differ_from_the_fused_kernels(tmp_path):
     assert cache.verify() == []
     e = dict(cache.raw(key))
     assert spec_from_canonical(e["spec"]) == dq
-    e.pop("key_inputs")                  # an entry that must be re-rendered to check its key
+    e.pop("key_inputs")  # an entry that must be re-rendered to check its key
     assert key_of(entry_key_inputs(e)) == key
 
 
@@ -256,7 +293,7 @@ def test_prewarm_plans_the_dequant_kernel_for_large_m(tmp_path):
     if "sm_70" in nvrtc.supported_archs():
         want.add("jm_dq_sm70_uint4b8_f16_g128")
     assert want <= set(dq) and all(names[n].status in ("compiled", "cached") for n in want)
-    assert any(n.startswith("jm_sm80_") for n in names)          # M=1 is still the fused kernel
+    assert any(n.startswith("jm_sm80_") for n in names)  # M=1 is still the fused kernel
 
 
 def test_every_named_profile_has_a_dequant_kernel():
@@ -273,8 +310,27 @@ def test_inspect_shows_the_large_m_route(capsys):
     from jitmarlin.service.cli import main
 
     # N = 896: no whole-tile or hybrid wgmma plan at 4096 rows (112 tiles), so the route
-    assert main(["inspect", "--arch", "sm_90", "--m", "4096", "--n", "896", "--quant", "uint4", "--group",
-                 "-1", "--act", "bfloat16", "--json"]) == 0
+    assert (
+        main(
+            [
+                "inspect",
+                "--arch",
+                "sm_90",
+                "--m",
+                "4096",
+                "--n",
+                "896",
+                "--quant",
+                "uint4",
+                "--group",
+                "-1",
+                "--act",
+                "bfloat16",
+                "--json",
+            ]
+        )
+        == 0
+    )
     r = json.loads(capsys.readouterr().out)
     assert r["route"] == "dequant" and r["kernel"] == "jm_dq_sm80_uint4_bf16_gk"
     assert r["spill_stores"] == 0 and r["shared_bytes"] == 0 and r["grid"] == 896 * 4096 // (16 * 64 * 8)

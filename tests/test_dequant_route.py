@@ -7,6 +7,7 @@ recorded. GPU (marked): linear() against the float64 reference at M = 1000, 1024
 quant type and both dtypes, the dense weight bit for bit, act-order, bias, padding, strided x,
 the caller's stream, CUDA-graph capture and replay.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -87,8 +88,11 @@ def fake_lib(tmp_path_factory):
     d = tmp_path_factory.mktemp("fake_cublas")
     (d / "fake.cpp").write_text(FAKE_CUBLAS)
     so = d / "libfakecublas.so"
-    r = subprocess.run([cxx, "-std=c++17", "-O1", "-fPIC", "-shared", "-o", str(so), str(d / "fake.cpp")],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [cxx, "-std=c++17", "-O1", "-fPIC", "-shared", "-o", str(so), str(d / "fake.cpp")],
+        capture_output=True,
+        text=True,
+    )
     if r.returncode:
         pytest.skip(f"cannot build the fake cuBLAS (needs _Float16): {r.stderr[-300:]}")
     lib = cublas.declare(ctypes.CDLL(str(so)))
@@ -99,32 +103,31 @@ def fake_lib(tmp_path_factory):
 def _state(lib, blas):
     stream, ws = ctypes.c_void_p(), ctypes.c_void_p()
     gemms, sets = ctypes.c_int(), ctypes.c_int()
-    lib.fake_state(blas.handle, ctypes.byref(stream), ctypes.byref(ws), ctypes.byref(gemms),
-                   ctypes.byref(sets))
+    lib.fake_state(blas.handle, ctypes.byref(stream), ctypes.byref(ws), ctypes.byref(gemms), ctypes.byref(sets))
     return stream.value, ws.value, gemms.value, sets.value
 
 
 @pytest.mark.parametrize("act", ["float16", "bfloat16"])
 def test_blas_linear_is_row_major_x_at_w_transposed(fake_lib, act, seed, rng):
-    m, n, k = 5, 24, 40                    # x (m, k) with row stride 48; w (n, k) inside (32, 64)
+    m, n, k = 5, 24, 40  # x (m, k) with row stride 48; w (n, k) inside (32, 64)
     x = halves.to_bits(rng.standard_normal((m, 48)), act)
     w = halves.to_bits(rng.standard_normal((32, 64)), act)
     bias = halves.to_bits(rng.standard_normal(n), act)
     out = np.tile(bias, (m, 1))
     ws = np.zeros(256, np.uint8)
     blas = cublas.Blas(ws.ctypes.data, ws.nbytes, lib=fake_lib)
-    blas.linear(1234, act, m, n, k, x.ctypes.data, 48, w.ctypes.data, 64, out.ctypes.data, n,
-                alpha=0.5, beta=1.0)
+    blas.linear(1234, act, m, n, k, x.ctypes.data, 48, w.ctypes.data, 64, out.ctypes.data, n, alpha=0.5, beta=1.0)
     xf, wf, bf = (halves.from_bits(a, act).astype(np.float64) for a in (x, w, bias))
     ref = 0.5 * xf[:, :k] @ wf[:n, :k].T + bf
     check_output(halves.from_bits(out, act), ref, act, what="alpha 0.5, beta 1", seed=seed, family="fake cuBLAS")
     assert _state(fake_lib, blas) == (1234, ws.ctypes.data, 1, 1)
     blas.linear(1234, act, m, n, k, x.ctypes.data, 48, w.ctypes.data, 64, out.ctypes.data, n)
-    assert _state(fake_lib, blas)[2:] == (2, 1)                   # same stream: not re-bound
+    assert _state(fake_lib, blas)[2:] == (2, 1)  # same stream: not re-bound
     blas.linear(0, act, m, n, k, x.ctypes.data, 48, w.ctypes.data, 64, out.ctypes.data, n)
     assert _state(fake_lib, blas) == (None, ws.ctypes.data, 3, 2)  # workspace set again
-    check_output(halves.from_bits(out, act), (ref - bf) / 0.5, act, what="alpha 1, beta 0", seed=seed,
-                 family="fake cuBLAS")
+    check_output(
+        halves.from_bits(out, act), (ref - bf) / 0.5, act, what="alpha 1, beta 0", seed=seed, family="fake cuBLAS"
+    )
     blas.close()
 
 
@@ -148,6 +151,7 @@ def test_missing_cublas_is_a_clear_error(monkeypatch):
 
 
 # ---- CPU: workspace bookkeeping and the launcher's call sequence ----------------------------------
+
 
 class FakeWorkspace:
     made: list = []
@@ -176,12 +180,12 @@ def test_workspace_per_stream_graph_workspace_and_capture(monkeypatch):
     ws8 = dequant_gemm.workspace(0, 8, 200, (9, 0))
     assert ws8 not in (ws7, graph) and graph.grown == [100, 300]
     capturing.update({9, 7})
-    assert dequant_gemm.workspace(0, 9, 250, (9, 0)) is graph     # a new capture stream
-    assert dequant_gemm.workspace(0, 7, 300, (9, 0)) is ws7       # captured on a warmed stream
+    assert dequant_gemm.workspace(0, 9, 250, (9, 0)) is graph  # a new capture stream
+    assert dequant_gemm.workspace(0, 7, 300, (9, 0)) is ws7  # captured on a warmed stream
     with pytest.raises(CaptureError, match="warm-up"):
         dequant_gemm.workspace(0, 9, 301, (9, 0))
     with pytest.raises(CaptureError, match="warm-up"):
-        dequant_gemm.workspace(1, 9, 1, (9, 0))                   # nothing made on device 1
+        dequant_gemm.workspace(1, 9, 1, (9, 0))  # nothing made on device 1
 
 
 def test_launcher_call_sequence(monkeypatch):
@@ -198,6 +202,7 @@ def test_launcher_call_sequence(monkeypatch):
 
         def f(grid, block, args, stream=None):
             calls.append((fname, grid, block, tuple(int(a) for a in args), stream))
+
         return f
 
     class Blas:
@@ -211,21 +216,26 @@ def test_launcher_call_sequence(monkeypatch):
     p = plan(h100, problem, planner.dequant_spec(h100, problem))
     ws = SimpleNamespace(weights=SimpleNamespace(data=SimpleNamespace(ptr=0x9000)), blas=Blas())
     art = SimpleNamespace(name=p.spec.name)
-    lz = dequant_gemm.DequantLauncher(p, art, "key", 0, 77, {"B": 1, "S": 2, "Z": 0}, ws,
-                                      n_out=1000, k_in=2040, gscale=0.25)
+    lz = dequant_gemm.DequantLauncher(
+        p, art, "key", 0, 77, {"B": 1, "S": 2, "Z": 0}, ws, n_out=1000, k_in=2040, gscale=0.25
+    )
     lz(0x100, 2048 + 64, 0x200, 0x300)
     name = p.spec.name
     assert calls[0] == (name, (p.grid, 1, 1), (256, 1, 1), (1, 2, 0, 0x9000, 1024, 2048), "stream77")
     assert calls[1][0] == name + "_bias" and calls[1][3] == (0x300, 0x200, 1000, 1000)
     assert calls[1][1][0] == min(dequant_gemm.BIAS_MAX_BLOCKS, -(-1000 * 500 // 256))
-    assert calls[2] == ("gemm", (77, "bfloat16", 1000, 1000, 2040, 0x100, 2048 + 64, 0x9000, 2048,
-                                 0x200, 1000), {"alpha": 0.25, "beta": 1.0})
+    assert calls[2] == (
+        "gemm",
+        (77, "bfloat16", 1000, 1000, 2040, 0x100, 2048 + 64, 0x9000, 2048, 0x200, 1000),
+        {"alpha": 0.25, "beta": 1.0},
+    )
     calls.clear()
-    lz(0x100, 2048, 0x200, 0)                         # no bias: no bias kernel, beta 0
+    lz(0x100, 2048, 0x200, 0)  # no bias: no bias kernel, beta 0
     assert [c[0] for c in calls] == [name, "gemm"] and calls[1][2] == {"alpha": 0.25, "beta": 0.0}
 
 
 # ---- GPU ------------------------------------------------------------------------------------------
+
 
 def _cp():
     import cupy
@@ -310,13 +320,20 @@ def _dequant_launchers(qw):
 
 
 LARGE_M_CASES = [
-    ("uint4b8", 128, "float16", 1024, "cupy"), ("uint4b8", 128, "bfloat16", 1000, "torch"),
-    ("uint4", 32, "float16", 1000, "torch"), ("uint4", -1, "bfloat16", 4096, "torch"),
-    ("uint8b128", -1, "float16", 4096, "cupy"), ("uint8b128", 64, "bfloat16", 1024, "torch"),
-    ("uint8", 64, "bfloat16", 1000, "torch"), ("uint8", -1, "float16", 1024, "cupy"),
-    ("float8_e4m3fn", 128, "bfloat16", 1000, "torch"), ("float8_e4m3fn", -1, "float16", 4096, "cupy"),
-    ("nvfp4", 16, "float16", 4096, "cupy"), ("nvfp4", 16, "bfloat16", 1024, "torch"),
-    ("mxfp4", 32, "float16", 1000, "cupy"), ("mxfp4", 32, "bfloat16", 4096, "torch"),
+    ("uint4b8", 128, "float16", 1024, "cupy"),
+    ("uint4b8", 128, "bfloat16", 1000, "torch"),
+    ("uint4", 32, "float16", 1000, "torch"),
+    ("uint4", -1, "bfloat16", 4096, "torch"),
+    ("uint8b128", -1, "float16", 4096, "cupy"),
+    ("uint8b128", 64, "bfloat16", 1024, "torch"),
+    ("uint8", 64, "bfloat16", 1000, "torch"),
+    ("uint8", -1, "float16", 1024, "cupy"),
+    ("float8_e4m3fn", 128, "bfloat16", 1000, "torch"),
+    ("float8_e4m3fn", -1, "float16", 4096, "cupy"),
+    ("nvfp4", 16, "float16", 4096, "cupy"),
+    ("nvfp4", 16, "bfloat16", 1024, "torch"),
+    ("mxfp4", 32, "float16", 1000, "cupy"),
+    ("mxfp4", 32, "bfloat16", 4096, "torch"),
 ]
 
 
@@ -329,22 +346,36 @@ def test_large_m_matches_float64_reference(qt, group, act, m, kind, seed, rng, l
     # out_features 1000 (padded to 1024), in_features 2048; fresh random data every run
     qw = jitmarlin.quantize(rng.standard_normal((1000, 2048)) * 0.05, qt, group, scale_dtype=act)
     if qt == "nvfp4":
-        assert qw.global_scale != 1.0                    # applied as the GEMM's alpha
+        assert qw.global_scale != 1.0  # applied as the GEMM's alpha
     x, b, out, ref = _case(qw, m, act, kind, rng)
     y = jitmarlin.linear(x, qw, bias=b, out=out)
     assert y is out and tuple(y.shape) == (m, 1000)
     _sync(kind)
     assert len(_dequant_launchers(qw)) == 1
     _check(y, ref, act, qw, f"{qt} g{group} M={m}", seed)
-    x2, _, _, ref2 = _case(qw, m, act, kind, rng, bias=False)     # again: the workspace is reused
+    x2, _, _, ref2 = _case(qw, m, act, kind, rng, bias=False)  # again: the workspace is reused
     _check(jitmarlin.linear(x2, qw), ref2, act, qw, f"{qt} g{group} M={m}, no bias, second call", seed)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("qt,group,act", [(q, g, a) for q, g in
-                         [("uint4b8", 32), ("uint4", -1), ("uint4", 128), ("uint8b128", -1), ("uint8", 32),
-                          ("float8_e4m3fn", 128), ("nvfp4", 16), ("mxfp4", 32)]
-                         for a in ("float16", "bfloat16")], ids=lambda v: str(v))
+@pytest.mark.parametrize(
+    "qt,group,act",
+    [
+        (q, g, a)
+        for q, g in [
+            ("uint4b8", 32),
+            ("uint4", -1),
+            ("uint4", 128),
+            ("uint8b128", -1),
+            ("uint8", 32),
+            ("float8_e4m3fn", 128),
+            ("nvfp4", 16),
+            ("mxfp4", 32),
+        ]
+        for a in ("float16", "bfloat16")
+    ],
+    ids=lambda v: str(v),
+)
 def test_dense_weight_is_bitwise_the_oracle_on_gpu(qt, group, act, seed, rng, large_m_from_256):
     """The hardware's dense weight equals the float64 oracle rounded once (same check as the
     emulator test), and the output is right."""
@@ -370,17 +401,23 @@ def test_large_m_act_order_and_padding(kind, seed, rng, large_m_from_256):
     if kind == "torch":
         pytest.importorskip("torch")
     g_idx = rng.permutation(np.repeat(np.arange(8), 128))
-    qw = from_codes("uint4b8", rng.integers(0, 16, (1000, 1024)), rng.random((8, 1000)) * 0.01 + 0.001,
-                    128, g_idx=g_idx)
+    qw = from_codes(
+        "uint4b8", rng.integers(0, 16, (1000, 1024)), rng.random((8, 1000)) * 0.01 + 0.001, 128, g_idx=g_idx
+    )
     assert qw.perm is not None and qw.n == 1024
     for m in (1024, 1000):
-        for i in range(2):                               # the gather buffer and workspace reused
+        for i in range(2):  # the gather buffer and workspace reused
             x, b, out, ref = _case(qw, m, "float16", kind, rng)
             y = jitmarlin.linear(x, qw, bias=b, out=out)
             _sync(kind)
             _check(y, ref, "float16", qw, f"act-order M={m} call {i + 1}", seed)
-    qw = from_codes("uint4", rng.integers(0, 16, (200, 136)), rng.random((1, 200)) * 0.01 + 0.001, -1,
-                    zeros=rng.random((1, 200)) * 15)        # padded K and N, float zero points
+    qw = from_codes(
+        "uint4",
+        rng.integers(0, 16, (200, 136)),
+        rng.random((1, 200)) * 0.01 + 0.001,
+        -1,
+        zeros=rng.random((1, 200)) * 15,
+    )  # padded K and N, float zero points
     x, b, out, ref = _case(qw, 1000, "float16", kind, rng)
     y = jitmarlin.linear(x, qw, bias=b, out=out)
     _sync(kind)
@@ -391,12 +428,12 @@ def test_large_m_act_order_and_padding(kind, seed, rng, large_m_from_256):
 def test_large_m_strided_rows(seed, rng, large_m_from_256):
     cp = _cp()
     qw = jitmarlin.quantize(rng.standard_normal((512, 1024)) * 0.05, "uint4b8", 128)
-    x, b, out, ref = _case(qw, 1000, "float16", "cupy", rng, lda=1024 + 64)   # row stride 1088
+    x, b, out, ref = _case(qw, 1000, "float16", "cupy", rng, lda=1024 + 64)  # row stride 1088
     assert x.strides[0] == (1024 + 64) * 2
     y = jitmarlin.linear(x, qw, bias=b, out=out)
     _check(y, ref, "float16", qw, "M=1000, row stride 1088", seed)
     big = cp.asarray(rng.standard_normal((2, 600, 1024 + 128)), dtype=cp.float16)
-    x3 = big[:, :, :1024]                                  # (2, 600, 1024), rows 1152 apart
+    x3 = big[:, :, :1024]  # (2, 600, 1024), rows 1152 apart
     y3 = jitmarlin.linear(x3, qw)
     from jitmarlin.weights.quant import dequantize
 
@@ -410,13 +447,13 @@ def test_large_m_runs_on_the_callers_stream(seed, rng, large_m_from_256):
     torch = pytest.importorskip("torch")
     qw = jitmarlin.quantize(rng.standard_normal((4096, 4096)) * 0.05, "uint4b8", 128)
     x, _, out, ref = _case(qw, 1024, "float16", "torch", rng, bias=False)
-    jitmarlin.linear(x, qw)          # warm: compile, upload, workspace outside the timed part
+    jitmarlin.linear(x, qw)  # warm: compile, upload, workspace outside the timed part
     torch.cuda.synchronize()
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
-        torch.cuda._sleep(200_000_000)          # keeps `s` busy for tens of milliseconds
+        torch.cuda._sleep(200_000_000)  # keeps `s` busy for tens of milliseconds
         jitmarlin.linear(x, qw, out=out)
-    snap = out.clone()                          # on the default stream: must not see results yet
+    snap = out.clone()  # on the default stream: must not see results yet
     torch.cuda.default_stream().synchronize()
     assert bool(torch.isnan(snap).all()), "the dequant kernel or the GEMM did not run on torch's stream"
     s.synchronize()
@@ -433,11 +470,11 @@ def test_large_m_cuda_graph_replay(seed, rng, large_m_from_256):
     gen = torch.Generator(device="cuda").manual_seed(seed)
     x = torch.randn(1000, 2048, device="cuda", dtype=dt, generator=gen)
     b1 = torch.randn(1024, device="cuda", dtype=dt, generator=gen)
-    h = jitmarlin.linear(x, q1, bias=b1)            # warm-up: compile, upload, workspaces
+    h = jitmarlin.linear(x, q1, bias=b1)  # warm-up: compile, upload, workspaces
     y = jitmarlin.linear(h, q2)
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):                       # a new capture stream: the graph workspace
+    with torch.cuda.graph(g):  # a new capture stream: the graph workspace
         h = jitmarlin.linear(x, q1, bias=b1)
         y = jitmarlin.linear(h, q2)
     from jitmarlin.weights.quant import dequantize
@@ -445,7 +482,7 @@ def test_large_m_cuda_graph_replay(seed, rng, large_m_from_256):
     cp = _cp()
     w1 = cp.asarray(dequantize(q1, act, dtype=np.float64))
     w2 = cp.asarray(dequantize(q2, act, dtype=np.float64))
-    for i in range(3):                              # new inputs each replay, same buffers
+    for i in range(3):  # new inputs each replay, same buffers
         x.copy_(torch.randn(1000, 2048, device="cuda", dtype=dt, generator=gen))
         h.fill_(float("nan"))
         y.fill_(float("nan"))
@@ -453,7 +490,7 @@ def test_large_m_cuda_graph_replay(seed, rng, large_m_from_256):
         torch.cuda.synchronize()
         ref_h = cp.from_dlpack(x.double()) @ w1.T + cp.from_dlpack(b1.double())
         _check(h, ref_h, act, q1, f"first GEMM, replay {i + 1}", seed)
-        ref_y = cp.from_dlpack(h.double()) @ w2.T     # the second GEMM's oracle, on its actual input
+        ref_y = cp.from_dlpack(h.double()) @ w2.T  # the second GEMM's oracle, on its actual input
         _check(y, ref_y, act, q2, f"second GEMM, replay {i + 1}", seed)
 
 
@@ -468,16 +505,16 @@ def test_large_m_capture_needs_warm_up(seed, rng, large_m_from_256):
     try:
         gen = torch.Generator(device="cuda").manual_seed(seed)
         x = torch.randn(1024, 1024, device="cuda", dtype=torch.float16, generator=gen)
-        jitmarlin.linear(x, small)                  # compiles the kernel; workspaces of <= small
+        jitmarlin.linear(x, small)  # compiles the kernel; workspaces of <= small
         xb = torch.randn(1024, 4096, device="cuda", dtype=torch.float16, generator=gen)
-        jitmarlin.linear(xb[:1], big)               # uploads `big` (fused route at M = 1)
+        jitmarlin.linear(xb[:1], big)  # uploads `big` (fused route at M = 1)
         torch.cuda.synchronize()
         graph_ws = dequant_gemm._dense.get((0, -1))
         assert graph_ws is None or graph_ws.elems < big.n * big.k
         g = torch.cuda.CUDAGraph()
         with pytest.raises(CaptureError, match="warm-up"):
             with torch.cuda.graph(g):
-                jitmarlin.linear(xb, big)           # the graph workspace would have to grow
+                jitmarlin.linear(xb, big)  # the graph workspace would have to grow
     finally:
         now = dequant_gemm._dense.get((0, -1))
         if saved is not None and (now is None or saved.elems >= now.elems):
@@ -488,7 +525,7 @@ def test_large_m_capture_needs_warm_up(seed, rng, large_m_from_256):
 def test_workspace_grows_and_keeps_outgrown_buffers(seed, rng, large_m_from_256):
     cp = _cp()
     stream = cp.cuda.Stream(non_blocking=True)
-    dequant_gemm._dense.pop((0, stream.ptr), None)   # a destroyed stream's handle value may recur
+    dequant_gemm._dense.pop((0, stream.ptr), None)  # a destroyed stream's handle value may recur
     small = jitmarlin.quantize(rng.standard_normal((256, 1024)) * 0.05, "uint8b128", 64)
     big = jitmarlin.quantize(rng.standard_normal((2048, 2048)) * 0.05, "uint8b128", 64)
     with stream:
@@ -513,15 +550,18 @@ def test_workspace_growth_waits_for_the_allocators_writes():
     cp = _cp()
     from jitmarlin.jit.launch import private_stream
 
-    spin = cp.RawKernel(r'''extern "C" __global__ void spin(long long cycles) {
+    spin = cp.RawKernel(
+        r'''extern "C" __global__ void spin(long long cycles) {
         long long t0 = clock64();
         while (clock64() - t0 < cycles) {}
-    }''', "spin")
+    }''',
+        "spin",
+    )
     pool = cp.get_default_memory_pool()
 
     def slow(size):
         mem = pool.malloc(size)
-        spin((1,), (1,), (np.int64(200_000_000),))     # on the current (allocating) stream
+        spin((1,), (1,), (np.int64(200_000_000),))  # on the current (allocating) stream
         return mem
 
     ws = dequant_gemm.DenseWorkspace(0, (9, 0))
@@ -537,6 +577,7 @@ def test_workspace_growth_waits_for_the_allocators_writes():
 
 # ---- CPU: the autotuner can pick the route ---------------------------------------------------------
 
+
 def test_spec_kinds_read_back_either_kind():
     from jitmarlin.kernels.spec import DequantSpec, KernelSpec, spec_from_canonical, spec_kind
 
@@ -546,7 +587,7 @@ def test_spec_kinds_read_back_either_kind():
     assert spec_from_canonical(d.canonical()) == d == spec_from_canonical(d.canonical(), "DequantSpec")
     assert spec_from_canonical(k.canonical()) == k
     with pytest.raises(ValueError):
-        spec_from_canonical(d.canonical(), "KernelSpec")      # a kind's text is not read as another's
+        spec_from_canonical(d.canonical(), "KernelSpec")  # a kind's text is not read as another's
     with pytest.raises(ValueError):
         spec_from_canonical(k.canonical(), "DequantSpec")
     with pytest.raises(ValueError, match="unknown route"):
@@ -580,29 +621,57 @@ def test_prepare_builds_the_launcher_of_the_chosen_route(tmp_path, monkeypatch):
     grown = []
     monkeypatch.setattr(dequant_gemm, "workspace", lambda dev, s, elems, cc: grown.append(elems) or "dws")
     monkeypatch.setattr(dequant_gemm, "DequantLauncher", lambda plan, *a: ("dequant", plan, a))
-    monkeypatch.setattr(KernelCache, "get", lambda self, spec, arch, compile_missing=True:
-                        (types.SimpleNamespace(name=spec.name), "k" * 64, "memory"))
+    monkeypatch.setattr(
+        KernelCache,
+        "get",
+        lambda self, spec, arch, compile_missing=True: (types.SimpleNamespace(name=spec.name), "k" * 64, "memory"),
+    )
     ptr = types.SimpleNamespace(data=types.SimpleNamespace(ptr=0))
     monkeypatch.setattr(QuantizedWeight, "to_device", lambda self, d, a: (ptr, ptr, None, None))
     # N = 896: at 2048 rows its 56 wgmma tiles fill less than one wave of SMs and do not deal
     # whole (a Stream-K plan), so the planner takes the route there (planner.dequant_route)
-    qw = QuantizedWeight("uint4b8", 128, 896, 2048, np.zeros((128, 1792), np.int32), np.zeros((16, 896), np.uint16),
-                         out_features=848, in_features=2000, global_scale=0.5)
+    qw = QuantizedWeight(
+        "uint4b8",
+        128,
+        896,
+        2048,
+        np.zeros((128, 1792), np.int32),
+        np.zeros((16, 896), np.uint16),
+        out_features=848,
+        in_features=2000,
+        global_scale=0.5,
+    )
     threshold = planner.dequant_min_m(prof)
     route, p, args = api._prepare(qw, 0, "float16", threshold, 0)
     assert route == "dequant" and p.route == "dequant" and grown == [896 * 2048]
-    assert args[-3:] == (848, 2000, 0.5)                 # n_out, k_in, global scale
+    assert args[-3:] == (848, 2000, 0.5)  # n_out, k_in, global scale
     assert api._prepare(qw, 0, "float16", threshold - 1, 0)[0] == "fused"
     # a stored tuned choice: the dequant route wins the M=256 bucket
     bp = Problem(256, 896, 2048, "float16", "uint4b8", 128)
     default = planner.plan(prof, bp).spec
     win = DequantSpec("sm80", "uint4b8", "float16", 8)
     assert default.route == "fused"
-    c = tune.TunedChoice(gpu=prof.name, arch=prof.arch, qtype="uint4b8", act="float16", group_size=128,
-                         n=896, k=2048, m_bucket=256, spec=win.canonical(), kind="DequantSpec", us=5.0,
-                         default_spec=default.canonical(), default_kind="KernelSpec", default_us=9.0,
-                         candidates=3, failed=0, jitmarlin=tune.__version__,
-                         templates=tune.templates_tag(), created=1.7e9)
+    c = tune.TunedChoice(
+        gpu=prof.name,
+        arch=prof.arch,
+        qtype="uint4b8",
+        act="float16",
+        group_size=128,
+        n=896,
+        k=2048,
+        m_bucket=256,
+        spec=win.canonical(),
+        kind="DequantSpec",
+        us=5.0,
+        default_spec=default.canonical(),
+        default_kind="KernelSpec",
+        default_us=9.0,
+        candidates=3,
+        failed=0,
+        jitmarlin=tune.__version__,
+        templates=tune.templates_tag(),
+        created=1.7e9,
+    )
     assert tune.record_problem(c.key, c.to_dict()) is None
     tune.store(KernelCache(tmp_path), c)
     route, p, _ = api._prepare(qw, 0, "float16", 200, 0)

@@ -1,6 +1,7 @@
 """tools/e2e without a GPU: --dry-run of both models on meta tensors (the configs, which layers become
 MarlinLinear / MarlinMoE, the plan), JmQwen3MoeBlock against transformers' own MoE block, and the
 ratios, targets and table of synthetic rows. Needs torch and transformers (skipped without them)."""
+
 from __future__ import annotations
 
 import importlib.machinery
@@ -28,8 +29,13 @@ def e2e_module():
 
 def dry_run(model: str, *extra: str) -> str:
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    r = subprocess.run([sys.executable, TOOL, "--dry-run", "--layers", "1", "--models", model, *extra],
-                       capture_output=True, text=True, timeout=300, env=env)
+    r = subprocess.run(
+        [sys.executable, TOOL, "--dry-run", "--layers", "1", "--models", model, *extra],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     return r.stdout
 
@@ -38,11 +44,18 @@ def test_dry_run_llama_3_8b():
     out = dry_run("llama-3-8b")
     assert "hidden_size=4096, num_hidden_layers=1, num_attention_heads=32, num_key_value_heads=8" in out
     assert "intermediate_size=14336, vocab_size=128256, rope_theta=500000.0, max_position_embeddings=8192" in out
-    for name, shape in [("self_attn.q_proj", (4096, 4096)), ("self_attn.k_proj", (1024, 4096)),
-                        ("self_attn.v_proj", (1024, 4096)), ("self_attn.o_proj", (4096, 4096)),
-                        ("mlp.gate_proj", (14336, 4096)), ("mlp.up_proj", (14336, 4096)),
-                        ("mlp.down_proj", (4096, 14336))]:
-        assert f"MarlinLinear model.layers.0.{name}  (out, in) {shape}  packed ({shape[1] // 16}, {2 * shape[0]})" in out
+    for name, shape in [
+        ("self_attn.q_proj", (4096, 4096)),
+        ("self_attn.k_proj", (1024, 4096)),
+        ("self_attn.v_proj", (1024, 4096)),
+        ("self_attn.o_proj", (4096, 4096)),
+        ("mlp.gate_proj", (14336, 4096)),
+        ("mlp.up_proj", (14336, 4096)),
+        ("mlp.down_proj", (4096, 14336)),
+    ]:
+        assert (
+            f"MarlinLinear model.layers.0.{name}  (out, in) {shape}  packed ({shape[1] // 16}, {2 * shape[0]})" in out
+        )
     assert "kept bf16    lm_head" in out
     assert "7 MarlinLinear, 0 MarlinMoE" in out
     assert "decode  batch 64: 512-token context, 32 a forward; static cache 576" in out
@@ -50,8 +63,12 @@ def test_dry_run_llama_3_8b():
     assert "compiled" not in out
     assert "static cache 576; compiled graph of one step x 64" in dry_run("llama-3-8b", "--compile")
     fused = dry_run("llama-3-8b", "--fuse")
-    for name, shape in [("self_attn.q_proj.inner", (6144, 4096)), ("mlp.gate_proj.inner", (28672, 4096)),
-                        ("self_attn.o_proj", (4096, 4096)), ("mlp.down_proj", (4096, 14336))]:
+    for name, shape in [
+        ("self_attn.q_proj.inner", (6144, 4096)),
+        ("mlp.gate_proj.inner", (28672, 4096)),
+        ("self_attn.o_proj", (4096, 4096)),
+        ("mlp.down_proj", (4096, 14336)),
+    ]:
         assert f"MarlinLinear model.layers.0.{name}  (out, in) {shape}" in fused
     assert "4 MarlinLinear, 0 MarlinMoE" in fused and "k_proj" not in fused
 
@@ -62,20 +79,33 @@ def test_dry_run_qwen3_30b_a3b():
     assert "moe_intermediate_size=768, num_experts=128, num_experts_per_tok=8" in out
     assert "norm_topk_prob=True, vocab_size=151936" in out
     assert "MarlinMoE    model.layers.0.mlp  w13 (128, 1536, 2048)  w2 (128, 2048, 768)" in out
-    for name, shape in [("q_proj", (4096, 2048)), ("k_proj", (512, 2048)), ("v_proj", (512, 2048)),
-                        ("o_proj", (2048, 4096))]:
+    for name, shape in [
+        ("q_proj", (4096, 2048)),
+        ("k_proj", (512, 2048)),
+        ("v_proj", (512, 2048)),
+        ("o_proj", (2048, 4096)),
+    ]:
         assert f"MarlinLinear model.layers.0.self_attn.{name}  (out, in) {shape}" in out
     assert "4 MarlinLinear, 1 MarlinMoE" in out
-    assert "mlp.gate" not in out.replace("mlp.gate_proj", "")   # the router is never quantized
+    assert "mlp.gate" not in out.replace("mlp.gate_proj", "")  # the router is never quantized
 
 
 def test_jm_moe_block_matches_transformers_block():
     """Same router, transformers' own experts behind JmQwen3MoeBlock's experts(x, weights, ids)
     interface: the block's output must be the transformers block's, bit for bit."""
     e2e = e2e_module()
-    cfg = transformers.Qwen3MoeConfig(hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
-                                      num_key_value_heads=2, head_dim=16, moe_intermediate_size=32, num_experts=8,
-                                      num_experts_per_tok=2, norm_topk_prob=True, vocab_size=128)
+    cfg = transformers.Qwen3MoeConfig(
+        hidden_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        moe_intermediate_size=32,
+        num_experts=8,
+        num_experts_per_tok=2,
+        norm_topk_prob=True,
+        vocab_size=128,
+    )
     torch.manual_seed(0)
     model = transformers.Qwen3MoeForCausalLM(cfg).eval()
     blk = model.model.layers[0].mlp
@@ -105,8 +135,15 @@ def test_gqa_sdpa_decode_matches_transformers_sdpa(monkeypatch):
     import transformers.integrations.sdpa_attention as sa
 
     e2e = e2e_module()
-    values = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=8,
-                  num_key_value_heads=2, vocab_size=96, max_position_embeddings=64)
+    values = dict(
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        vocab_size=96,
+        max_position_embeddings=64,
+    )
     fallbacks, own = [], sa.sdpa_attention_forward
 
     def counted(module, query, *a, **k):
@@ -126,17 +163,20 @@ def test_gqa_sdpa_decode_matches_transformers_sdpa(monkeypatch):
         with torch.no_grad():
             e2e.forward(model, ids[:, :8], torch.arange(8)[None], cache)
             logits[attn] = e2e.forward(model, ids[:, 8:], torch.tensor([[8]]), cache).logits
-    assert fallbacks == [8, 8]                # the 2 layers' prefill only; the decode step never
+    assert fallbacks == [8, 8]  # the 2 layers' prefill only; the decode step never
     torch.testing.assert_close(logits["gqa-sdpa"], logits["sdpa"], rtol=1e-4, atol=1e-5)
 
 
 def test_ratios_targets_and_table():
     e2e = e2e_module()
-    rows = [{"model": "llama-3-8b", "variant": v, "kind": "decode", "batch": b, "tok_s": t}
-            for v, b, t in [("bf16", 1, 100.0), ("jitmarlin", 1, 260.0), ("bf16", 64, 1000.0),
-                            ("jitmarlin", 64, 1200.0)]]
-    rows += [{"model": "llama-3-8b", "variant": v, "kind": "prefill", "batch": 1, "tokens": 2048, "tok_s": t}
-             for v, t in [("bf16", 9000.0), ("jitmarlin", 9500.0)]]
+    rows = [
+        {"model": "llama-3-8b", "variant": v, "kind": "decode", "batch": b, "tok_s": t}
+        for v, b, t in [("bf16", 1, 100.0), ("jitmarlin", 1, 260.0), ("bf16", 64, 1000.0), ("jitmarlin", 64, 1200.0)]
+    ]
+    rows += [
+        {"model": "llama-3-8b", "variant": v, "kind": "prefill", "batch": 1, "tokens": 2048, "tok_s": t}
+        for v, t in [("bf16", 9000.0), ("jitmarlin", 9500.0)]
+    ]
     rs = e2e.ratios(rows)
     assert rs[("llama-3-8b", "decode", 1)] == pytest.approx(2.6)
     assert rs[("llama-3-8b", "decode", 64)] == pytest.approx(1.2)

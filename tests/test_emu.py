@@ -2,6 +2,7 @@
 fragment layouts, dequant bit tricks, pipeline, intra-block and Stream-K reductions all execute
 as written for the GPU (only the instruction layer differs). The emulator itself is checked by
 planting bugs it must catch."""
+
 from dataclasses import replace
 
 import numpy as np
@@ -16,8 +17,7 @@ from jitmarlin.reference import check_output, fails_check, linear_reference
 from jitmarlin.weights import halves
 from jitmarlin.weights.quant import quantize
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(emu.compiler() is None, reason="no C++ compiler for the emulator")]
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(emu.compiler() is None, reason="no C++ compiler for the emulator")]
 
 # (m, n, k, group, act, emulated SM count, forced spec or None): tails in M and N, several M
 # chunks, uneven Stream-K splits, every tile shape and group size.
@@ -54,35 +54,53 @@ CASES = [
 ]
 
 
-def _run_case(m, n, k, group, act, sms, forced, rng, bias=True, cluster=1, whole=False, late=False, bulk=False,
-              xbox=False):
+def _run_case(
+    m, n, k, group, act, sms, forced, rng, bias=True, cluster=1, whole=False, late=False, bulk=False, xbox=False
+):
     # H100's limits with the mma.sync kernel at every M (the emulator does not model wgmma); a
     # forced cluster kernel plans on sm_90 (no measured cluster counts: SMs / size of them), and so
     # does a forced kernel with TMA weight boxes
-    prof = replace(get_profile("h100"), sms=sms,
-                   **(dict(clusters=()) if cluster > 1 else dict() if bulk else dict(cc=(8, 9))))
+    prof = replace(
+        get_profile("h100"), sms=sms, **(dict(clusters=()) if cluster > 1 else dict() if bulk else dict(cc=(8, 9)))
+    )
     spec = None
     if forced:
         path, tm, tn, tk, st = forced
-        spec = KernelSpec(path, "uint4b8", act, -1 if group < 0 else group // 16, tm, tn, tk, st,
-                          cluster=cluster, whole=whole, late=late, bulk=bulk, xbox=xbox)
+        spec = KernelSpec(
+            path,
+            "uint4b8",
+            act,
+            -1 if group < 0 else group // 16,
+            tm,
+            tn,
+            tk,
+            st,
+            cluster=cluster,
+            whole=whole,
+            late=late,
+            bulk=bulk,
+            xbox=xbox,
+        )
     w = rng.standard_normal((n, k)).astype(np.float32)
     qw = quantize(w, "uint4b8", group, scale_dtype=act)
     x = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal(n).astype(np.float32) if bias else None
     pl = plan(prof, Problem(m, n, k, act, "uint4b8", group), spec)
     out = emu.run_values(pl, x, qw, bias=b, seed=int(rng.integers(1, 1 << 30)))
-    ref = linear_reference(halves.round_to(x, act), qw,
-                           None if b is None else halves.round_to(b, act))
+    ref = linear_reference(halves.round_to(x, act), qw, None if b is None else halves.round_to(b, act))
     return pl, out, ref
 
 
-@pytest.mark.parametrize("case", [
-    (16, 320, 512, 128, "float16", 2, ("sm80", 1, 4, 8, 4)),     # 5 tiles, 3 a block: 2 blocks
-    (5, 448, 1024, 64, "bfloat16", 3, ("sm80", 1, 8, 16, 3)),    # 4 tiles, 2 a block, N tail
-    (33, 256, 256, -1, "float16", 3, ("sm75", 2, 8, 8, 2)),      # 2 M chunks x 2 N tiles
-    (13, 192, 2048, 128, "bfloat16", 2, ("sm80", 1, 4, 32, 3)),  # K-tiles of 512: 3 tiles, 2 a block
-], ids=lambda c: f"m{c[0]}n{c[1]}k{c[2]}{c[6][0]}")
+@pytest.mark.parametrize(
+    "case",
+    [
+        (16, 320, 512, 128, "float16", 2, ("sm80", 1, 4, 8, 4)),  # 5 tiles, 3 a block: 2 blocks
+        (5, 448, 1024, 64, "bfloat16", 3, ("sm80", 1, 8, 16, 3)),  # 4 tiles, 2 a block, N tail
+        (33, 256, 256, -1, "float16", 3, ("sm75", 2, 8, 8, 2)),  # 2 M chunks x 2 N tiles
+        (13, 192, 2048, 128, "bfloat16", 2, ("sm80", 1, 4, 32, 3)),  # K-tiles of 512: 3 tiles, 2 a block
+    ],
+    ids=lambda c: f"m{c[0]}n{c[1]}k{c[2]}{c[6][0]}",
+)
 def test_whole_tile_plans_on_emulator(case, rng):
     """KernelSpec.whole: the Stream-K kernel on plans where no tile is split over blocks (no
     partial sums in the workspace, blocks with several whole tiles)."""
@@ -94,9 +112,11 @@ def test_whole_tile_plans_on_emulator(case, rng):
 
 # KernelSpec.late: blocks that share a split tile and go on to another one count themselves in
 # after their next step (block 1 of 3 in both plans: 16 steps, 6 a block).
-LATE_CASES = [(1, 512, 1024, 128, "float16", 3, ("sm80", 1, 8, 16, 3)),
-              (9, 512, 1024, 128, "bfloat16", 3, ("sm80", 1, 16, 8, 2)),
-              (9, 512, 1024, 128, "float16", 3, ("sm75", 1, 16, 8, 2))]
+LATE_CASES = [
+    (1, 512, 1024, 128, "float16", 3, ("sm80", 1, 8, 16, 3)),
+    (9, 512, 1024, 128, "bfloat16", 3, ("sm80", 1, 16, 8, 2)),
+    (9, 512, 1024, 128, "float16", 3, ("sm75", 1, 16, 8, 2)),
+]
 
 
 @pytest.mark.parametrize("case", LATE_CASES, ids=lambda c: f"m{c[0]}{c[4][:2]}{c[6][0]}")
@@ -130,27 +150,40 @@ SCALE_SUM_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", SCALE_SUM_CASES, ids=lambda c: f"m{c[0]}g{c[3]}{c[4][:2]}{c[6][0]}tn{c[6][2]}tk{c[6][3]}")
+@pytest.mark.parametrize(
+    "case", SCALE_SUM_CASES, ids=lambda c: f"m{c[0]}g{c[3]}{c[4][:2]}{c[6][0]}tn{c[6][2]}tk{c[6][3]}"
+)
 def test_group_scales_on_the_sums_on_emulator(case, rng):
     pl, out, ref = _run_case(*case, rng)
     assert pl.spec.scale_sums and pl.spec.raw_codes == (case[4] == "bfloat16" and case[6][2:4] == (16, 16))
     check_output(out, ref, case[4], spec=pl.spec)
 
 
-@pytest.mark.parametrize("old,new", [
-    # the run's sums never enter the totals, or enter them without being cleared
-    ("if ((sub + 1) % SCALE_RUN == 0) end_run(sub);", "if ((sub + 1) % SCALE_RUN == 0) {}"),
-    ("          grp[s].r[e] = 0.f;\n        }\n      }\n      JM_UNROLL", "        }\n      }\n      JM_UNROLL"),
-    # every run takes the first scale row of the stage (two groups a stage)
-    ("const int srow = GROUP_BLOCKS >= TK ? 0 : kk / GROUP_BLOCKS;\n      const int4* row",
-     "const int srow = 0;\n      const int4* row"),
-    # raw codes: the offsets' sums never taken out, or taken out of every run since the first
-    ("const float g = RAW_CODES ? grp[s].r[e] - xs[e] : grp[s].r[e];", "const float g = grp[s].r[e];"),
-    ("        for (int e = 0; e < 4; ++e) xoff[c].r[e] = 0.f;\n    };", "        for (int e = 0; e < 4; ++e) {}\n    };"),
-    # raw codes: only the first of the offsets' chains taken out
-    ("        for (int c = 0; c < XO; ++c)\n          JM_UNROLL\n          for (int e = 0; e < 4; ++e) xs[e] += xoff[c].r[e];",
-     "        for (int c = 0; c < 1; ++c)\n          JM_UNROLL\n          for (int e = 0; e < 4; ++e) xs[e] += xoff[c].r[e];"),
-], ids=["no-flush", "no-clear", "one-scale-row", "raw-no-offsets", "raw-no-clear", "raw-one-chain"])
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        # the run's sums never enter the totals, or enter them without being cleared
+        ("if ((sub + 1) % SCALE_RUN == 0) end_run(sub);", "if ((sub + 1) % SCALE_RUN == 0) {}"),
+        ("          grp[s].r[e] = 0.f;\n        }\n      }\n      JM_UNROLL", "        }\n      }\n      JM_UNROLL"),
+        # every run takes the first scale row of the stage (two groups a stage)
+        (
+            "const int srow = GROUP_BLOCKS >= TK ? 0 : kk / GROUP_BLOCKS;\n      const int4* row",
+            "const int srow = 0;\n      const int4* row",
+        ),
+        # raw codes: the offsets' sums never taken out, or taken out of every run since the first
+        ("const float g = RAW_CODES ? grp[s].r[e] - xs[e] : grp[s].r[e];", "const float g = grp[s].r[e];"),
+        (
+            "        for (int e = 0; e < 4; ++e) xoff[c].r[e] = 0.f;\n    };",
+            "        for (int e = 0; e < 4; ++e) {}\n    };",
+        ),
+        # raw codes: only the first of the offsets' chains taken out
+        (
+            "        for (int c = 0; c < XO; ++c)\n          JM_UNROLL\n          for (int e = 0; e < 4; ++e) xs[e] += xoff[c].r[e];",
+            "        for (int c = 0; c < 1; ++c)\n          JM_UNROLL\n          for (int e = 0; e < 4; ++e) xs[e] += xoff[c].r[e];",
+        ),
+    ],
+    ids=["no-flush", "no-clear", "one-scale-row", "raw-no-offsets", "raw-no-clear", "raw-one-chain"],
+)
 def test_emulator_catches_planted_scale_sum_slips(plant, rng, old, new):
     plant(old, new)
     case = SCALE_SUM_CASES[4 if "xoff" in old or "RAW_CODES" in old else 0]
@@ -163,11 +196,15 @@ def _mutated_run(plant, old, new, rng):
     return _run_case(33, 256, 512, 64, "float16", 4, None, rng, bias=False)
 
 
-@pytest.mark.parametrize("old,new", [
-    ("      pipe.template land<STAGES - 2>();\n      bar_sync();", "      pipe.template land<STAGES - 2>();"),
-    ("pipe.template land<STAGES - 2>();", "pipe.template land<STAGES - 1>();"),
-    ("        bar_sync();\n        if (wk == 0) {", "        if (wk == 0) {"),
-], ids=["missing-barrier", "shallow-wait", "missing-reduce-barrier"])
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        ("      pipe.template land<STAGES - 2>();\n      bar_sync();", "      pipe.template land<STAGES - 2>();"),
+        ("pipe.template land<STAGES - 2>();", "pipe.template land<STAGES - 1>();"),
+        ("        bar_sync();\n        if (wk == 0) {", "        if (wk == 0) {"),
+    ],
+    ids=["missing-barrier", "shallow-wait", "missing-reduce-barrier"],
+)
 def test_emulator_catches_planted_races(plant, rng, old, new):
     assert _caught(plant, old, new, rng)
 
@@ -190,8 +227,7 @@ def test_emulator_catches_finisher_not_waiting(plant, rng):
     # The finishing block reads the others' partial sums before they are all stored. One
     # schedule in ~6 lets the finisher arrive last anyway (then nothing is wrong); eight random
     # schedules miss it with probability ~1e-6.
-    assert any(_caught(plant, "wait_count(r.locks + b_lo, contributors);", "", rng)
-               for _ in range(8))
+    assert any(_caught(plant, "wait_count(r.locks + b_lo, contributors);", "", rng) for _ in range(8))
 
 
 @pytest.mark.parametrize("case", [LATE_CASES[0], LATE_CASES[2]], ids=["sm80", "sm75"])
@@ -211,15 +247,20 @@ def test_emulator_catches_scratch_in_a_stage_still_loading(plant, rng):
     # Between tiles the reduction may use only the stage just consumed: every other stage holds
     # or awaits the next steps. Using the next one (copies in flight) must show up: the emulator
     # lands cp.async groups at random times between issue and wait.
-    for case in CASES[-6:-3]:   # cp.async kernels whose blocks cross tile boundaries
-        assert _caught(plant, "smem + ((t - 1) % STAGES) * STAGE : smem", "smem + (t % STAGES) * STAGE : smem",
-                       rng, case=case), case
+    for case in CASES[-6:-3]:  # cp.async kernels whose blocks cross tile boundaries
+        assert _caught(
+            plant, "smem + ((t - 1) % STAGES) * STAGE : smem", "smem + (t % STAGES) * STAGE : smem", rng, case=case
+        ), case
 
 
 def test_emulator_catches_divergent_barrier(plant, rng):
     with pytest.raises(emu.EmuError, match="deadlock"):
-        _mutated_run(plant, "  bar_sync();\n  if (threadIdx.x == 0) {\n    fence_release_gpu();",
-                     "  if (threadIdx.x < 64) bar_sync();\n  if (threadIdx.x == 0) {\n    fence_release_gpu();", rng)
+        _mutated_run(
+            plant,
+            "  bar_sync();\n  if (threadIdx.x == 0) {\n    fence_release_gpu();",
+            "  if (threadIdx.x < 64) bar_sync();\n  if (threadIdx.x == 0) {\n    fence_release_gpu();",
+            rng,
+        )
 
 
 # Thread-block clusters (sm_90): split tiles reduce through another block's shared memory.
@@ -244,7 +285,7 @@ def _run_cluster_case(m, n, k, group, act, sms, cfg, rng):
 def test_cluster_kernel_on_emulator(case, rng):
     pl, out, ref = _run_cluster_case(*case, rng)
     assert pl.spec.cluster == case[6][3] and pl.grid % pl.spec.cluster == 0
-    assert (pl.iters * pl.spec.cluster) % pl.k_tiles == 0            # whole tiles per cluster
+    assert (pl.iters * pl.spec.cluster) % pl.k_tiles == 0  # whole tiles per cluster
     assert pl.iters % pl.k_tiles, "the case must split tiles over the blocks of a cluster"
     check_output(out, ref, case[4], spec=pl.spec)
 
@@ -264,7 +305,7 @@ def test_emulator_catches_cluster_finisher_not_waiting(plant, rng):
 
 def test_emulator_catches_partial_sums_in_the_wrong_slot(plant, rng):
     plant("cluster_map(r.recv + (b - b_lo - 1) * r.slot_f4,", "cluster_map(r.recv,")
-    _, out, ref = _run_cluster_case(*CLUSTER_CASES[2], rng)   # 3 contributors a tile
+    _, out, ref = _run_cluster_case(*CLUSTER_CASES[2], rng)  # 3 contributors a tile
     assert fails_check(out, ref, "float16")
 
 
@@ -277,18 +318,28 @@ def test_emulator_catches_remote_store_outside_the_cluster(plant, rng):
 
 # Every quant type on the emulator: (qtype, group, act, path profile, m)
 QTYPE_CASES = [
-    ("uint4", 128, "float16", "h100", 9), ("uint4", -1, "bfloat16", "a100", 17),
-    ("uint8b128", 64, "float16", "h100", 9), ("uint8b128", -1, "bfloat16", "h100", 3),
-    ("uint8b128", 128, "bfloat16", "h100", 12), ("float8_e4m3fn", 64, "bfloat16", "h100", 16),
-    ("uint8", 32, "bfloat16", "l4", 33), ("uint8", -1, "float16", "h100", 5),
-    ("float8_e4m3fn", 128, "float16", "h100", 9), ("float8_e4m3fn", -1, "bfloat16", "h100", 2),
-    ("nvfp4", 16, "float16", "h100", 9), ("nvfp4", 16, "bfloat16", "rtx4090", 20),
+    ("uint4", 128, "float16", "h100", 9),
+    ("uint4", -1, "bfloat16", "a100", 17),
+    ("uint8b128", 64, "float16", "h100", 9),
+    ("uint8b128", -1, "bfloat16", "h100", 3),
+    ("uint8b128", 128, "bfloat16", "h100", 12),
+    ("float8_e4m3fn", 64, "bfloat16", "h100", 16),
+    ("uint8", 32, "bfloat16", "l4", 33),
+    ("uint8", -1, "float16", "h100", 5),
+    ("float8_e4m3fn", 128, "float16", "h100", 9),
+    ("float8_e4m3fn", -1, "bfloat16", "h100", 2),
+    ("nvfp4", 16, "float16", "h100", 9),
+    ("nvfp4", 16, "bfloat16", "rtx4090", 20),
     ("mxfp4", 32, "bfloat16", "h100", 9),
-    ("uint8", 64, "float16", "v100", 20), ("nvfp4", 16, "float16", "v100", 3),
-    ("uint4", 32, "float16", "t4", 7), ("float8_e4m3fn", -1, "float16", "t4", 18),
+    ("uint8", 64, "float16", "v100", 20),
+    ("nvfp4", 16, "float16", "v100", 3),
+    ("uint4", 32, "float16", "t4", 7),
+    ("float8_e4m3fn", -1, "float16", "t4", 18),
     # groups of 16 of integer codes: GGUF's K-quant sub-blocks (Q6_K, Q3_K, Q2_K) land here
-    ("uint8b128", 16, "float16", "h100", 9), ("uint4b8", 16, "bfloat16", "h100", 12),
-    ("uint4", 16, "float16", "h100", 5), ("uint8", 16, "float16", "t4", 7),
+    ("uint8b128", 16, "float16", "h100", 9),
+    ("uint4b8", 16, "bfloat16", "h100", 12),
+    ("uint4", 16, "float16", "h100", 5),
+    ("uint8", 16, "float16", "t4", 7),
     ("uint8b128", 16, "float16", "v100", 3),
 ]
 
@@ -321,8 +372,9 @@ def test_padded_shapes_and_float_zero_points_on_emulator(rng):
     pl, out, ref = _run_qw(qw, 5, "float16", "h100", rng)
     assert out.shape == (5, 200)
     check_output(out, ref, "float16", spec=pl.spec)
-    qw = from_codes("uint4", rng.integers(0, 16, (72, 200)), rng.random((7, 72)) * 0.01 + 0.001, 32,
-                    zeros=rng.random((7, 72)) * 15)              # HQQ-style float zero points
+    qw = from_codes(
+        "uint4", rng.integers(0, 16, (72, 200)), rng.random((7, 72)) * 0.01 + 0.001, 32, zeros=rng.random((7, 72)) * 15
+    )  # HQQ-style float zero points
     pl, out, ref = _run_qw(qw, 3, "float16", "h100", rng)
     assert out.shape == (3, 72)
     check_output(out, ref, "float16", spec=pl.spec)
@@ -332,8 +384,7 @@ def test_act_order_on_emulator(rng):
     from jitmarlin.weights.quant import from_codes
 
     g_idx = rng.permutation(np.repeat(np.arange(4), 64))
-    qw = from_codes("uint4b8", rng.integers(0, 16, (128, 256)), rng.random((4, 128)) * 0.01 + 0.001, 64,
-                    g_idx=g_idx)
+    qw = from_codes("uint4b8", rng.integers(0, 16, (128, 256)), rng.random((4, 128)) * 0.01 + 0.001, 64, g_idx=g_idx)
     assert qw.perm is not None
     pl, out, ref = _run_qw(qw, 7, "float16", "h100", rng)
     check_output(out, ref, "float16", spec=pl.spec)
@@ -344,10 +395,12 @@ def test_act_order_on_emulator(rng):
 # on its barrier, zeros outside the array, swizzled where the map says so): 256-wide Stream-K tiles
 # with an N tail (the last tile three quarters past N), 128 x 512, groups of 64, bf16 raw codes,
 # blocks of 4 and of 16 steps.
-BULK_CASES = [(16, 1088, 1024, 128, "bfloat16", 3, ("sm80", 1, 16, 16, 3)),
-              (13, 512, 2048, 64, "float16", 3, ("sm80", 1, 8, 32, 2)),
-              (9, 1024, 1024, 128, "float16", 4, ("sm80", 1, 16, 16, 4)),
-              (9, 1024, 2048, 128, "float16", 2, ("sm80", 1, 16, 16, 3))]   # 16 steps a block, 3 stages
+BULK_CASES = [
+    (16, 1088, 1024, 128, "bfloat16", 3, ("sm80", 1, 16, 16, 3)),
+    (13, 512, 2048, 64, "float16", 3, ("sm80", 1, 8, 32, 2)),
+    (9, 1024, 1024, 128, "float16", 4, ("sm80", 1, 16, 16, 4)),
+    (9, 1024, 2048, 128, "float16", 2, ("sm80", 1, 16, 16, 3)),
+]  # 16 steps a block, 3 stages
 
 
 @pytest.mark.parametrize("xbox", [False, True], ids=["w", "wx"])
@@ -373,22 +426,40 @@ def test_x_boxes_past_in_features_on_emulator(rng):
     check_output(out, linear_reference(halves.round_to(x, "bfloat16"), qw), "bfloat16", spec=pl.spec)
 
 
-@pytest.mark.parametrize("old,new,xbox", [
-    # the step computes its stage without waiting for the stage's box
-    ("      mbar_wait(wbar + t % STAGES, (wphase >> (t % STAGES)) & 1u);", "", False),
-    # the wait's parity never flips (waits on a phase already complete)
-    ("      wphase ^= 1u << (t % STAGES);\n", "", False),
-    # the boxes' bytes announced short (more land than the phase expects): the weights', x's
-    ("mbar_expect_tx(wbar + stage, ((X_TMA ? A_STAGE : 0) + B_STAGE) * 16);",
-     "mbar_expect_tx(wbar + stage, ((X_TMA ? A_STAGE : 0) + B_STAGE / 2) * 16);", False),
-    ("mbar_expect_tx(wbar + stage, ((X_TMA ? A_STAGE : 0) + B_STAGE) * 16);", "mbar_expect_tx(wbar + stage, B_STAGE * 16);", True),
-    # the box read from the wrong K rows (every stage the tile's first)
-    ("tma_load_2d(sB, &bmap, nt * 16 * TN * QI, kt * TK, wbar + stage, w_pol);",
-     "tma_load_2d(sB, &bmap, nt * 16 * TN * QI, 0, wbar + stage, w_pol);", False),
-    # x's boxes: every one from the K tile's first 64 columns, or stored in the wrong order
-    ("tma_load_2d(sA + s * TILE_M * 8, &xmap, kt * TILE_K + 64 * s,", "tma_load_2d(sA + s * TILE_M * 8, &xmap, kt * TILE_K,", True),
-    ("tma_load_2d(sA + s * TILE_M * 8, &xmap,", "tma_load_2d(sA + (TK / 4 - 1 - s) * TILE_M * 8, &xmap,", True),
-], ids=["no-wait", "stale-parity", "short-expect", "x-short-expect", "wrong-rows", "x-first-columns", "x-box-order"])
+@pytest.mark.parametrize(
+    "old,new,xbox",
+    [
+        # the step computes its stage without waiting for the stage's box
+        ("      mbar_wait(wbar + t % STAGES, (wphase >> (t % STAGES)) & 1u);", "", False),
+        # the wait's parity never flips (waits on a phase already complete)
+        ("      wphase ^= 1u << (t % STAGES);\n", "", False),
+        # the boxes' bytes announced short (more land than the phase expects): the weights', x's
+        (
+            "mbar_expect_tx(wbar + stage, ((X_TMA ? A_STAGE : 0) + B_STAGE) * 16);",
+            "mbar_expect_tx(wbar + stage, ((X_TMA ? A_STAGE : 0) + B_STAGE / 2) * 16);",
+            False,
+        ),
+        (
+            "mbar_expect_tx(wbar + stage, ((X_TMA ? A_STAGE : 0) + B_STAGE) * 16);",
+            "mbar_expect_tx(wbar + stage, B_STAGE * 16);",
+            True,
+        ),
+        # the box read from the wrong K rows (every stage the tile's first)
+        (
+            "tma_load_2d(sB, &bmap, nt * 16 * TN * QI, kt * TK, wbar + stage, w_pol);",
+            "tma_load_2d(sB, &bmap, nt * 16 * TN * QI, 0, wbar + stage, w_pol);",
+            False,
+        ),
+        # x's boxes: every one from the K tile's first 64 columns, or stored in the wrong order
+        (
+            "tma_load_2d(sA + s * TILE_M * 8, &xmap, kt * TILE_K + 64 * s,",
+            "tma_load_2d(sA + s * TILE_M * 8, &xmap, kt * TILE_K,",
+            True,
+        ),
+        ("tma_load_2d(sA + s * TILE_M * 8, &xmap,", "tma_load_2d(sA + (TK / 4 - 1 - s) * TILE_M * 8, &xmap,", True),
+    ],
+    ids=["no-wait", "stale-parity", "short-expect", "x-short-expect", "wrong-rows", "x-first-columns", "x-box-order"],
+)
 def test_emulator_catches_planted_bulk_slips(plant, rng, old, new, xbox):
     # 16 steps a block through 3 stages: every stage's barrier goes through several phases
     assert _caught(plant, old, new, rng, case=BULK_CASES[3], bulk=True, xbox=xbox)
@@ -398,6 +469,7 @@ def test_emulator_catches_planted_bulk_slips(plant, rng, old, new, xbox):
 # Each drops or skips a few output elements; ||out - ref|| / ||ref|| barely moves (a bias element
 # off in ~1/1000 outputs adds ~1e-3), so only the element-wise bound catches them. The checker must
 # fail and name a row and a column.
+
 
 def _dropped(m: int, n: int) -> int:
     """How many outputs the hashed bias drop below touches: (131 row + 7 col) % 997 == 0."""
@@ -412,22 +484,28 @@ def _assert_named_failure(out, ref, act):
 
 _GEMM_DROP_SOME = [
     # the bias left out of outputs (row, col) with (131 row + 7 col) % 997 == 0: ~1/1000
-    ("          row[0] = act_pack2(c.r[0] * s0 + b0, c.r[1] * s1 + b1);\n"
-     "          row[8 * STAGE_ROW] = act_pack2(c.r[2] * s0 + b0, c.r[3] * s1 + b1);",
-     "          const int hr = (mc * TILE_M + i * 16 + g) * 131 + col * 7;\n"
-     "          row[0] = act_pack2(c.r[0] * s0 + (hr % 997 == 0 ? 0.f : b0), c.r[1] * s1 + ((hr + 7) % 997 == 0 ? 0.f : b1));\n"
-     "          row[8 * STAGE_ROW] = act_pack2(c.r[2] * s0 + ((hr + 1048) % 997 == 0 ? 0.f : b0),\n"
-     "                                         c.r[3] * s1 + ((hr + 1055) % 997 == 0 ? 0.f : b1));"),
+    (
+        "          row[0] = act_pack2(c.r[0] * s0 + b0, c.r[1] * s1 + b1);\n"
+        "          row[8 * STAGE_ROW] = act_pack2(c.r[2] * s0 + b0, c.r[3] * s1 + b1);",
+        "          const int hr = (mc * TILE_M + i * 16 + g) * 131 + col * 7;\n"
+        "          row[0] = act_pack2(c.r[0] * s0 + (hr % 997 == 0 ? 0.f : b0), c.r[1] * s1 + ((hr + 7) % 997 == 0 ? 0.f : b1));\n"
+        "          row[8 * STAGE_ROW] = act_pack2(c.r[2] * s0 + ((hr + 1048) % 997 == 0 ? 0.f : b0),\n"
+        "                                         c.r[3] * s1 + ((hr + 1055) % 997 == 0 ? 0.f : b1));",
+    )
 ]
 
 
 # K = 128: a unit-variance bias is ~9% of an output's scale (the audit saw 6-10%)
-@pytest.mark.parametrize("case", [
-    (33, 512, 128, 128, "float16", 3, ("sm80", 2, 16, 4, 3)),
-    (33, 512, 128, 64, "bfloat16", 3, ("sm80", 2, 16, 4, 3)),
-    (40, 512, 128, 128, "float16", 3, ("sm75", 1, 16, 8, 2)),
-    (40, 512, 128, 32, "float16", 3, ("sm70", 2, 16, 8, 2)),
-], ids=["sm80-fp16", "sm80-bf16", "sm75", "sm70"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        (33, 512, 128, 128, "float16", 3, ("sm80", 2, 16, 4, 3)),
+        (33, 512, 128, 64, "bfloat16", 3, ("sm80", 2, 16, 4, 3)),
+        (40, 512, 128, 128, "float16", 3, ("sm75", 1, 16, 8, 2)),
+        (40, 512, 128, 32, "float16", 3, ("sm70", 2, 16, 8, 2)),
+    ],
+    ids=["sm80-fp16", "sm80-bf16", "sm75", "sm70"],
+)
 def test_checker_catches_bias_dropped_on_one_output_in_a_thousand(plant, rng, case):
     assert _dropped(case[0], case[1]) >= 15
     plant(*_GEMM_DROP_SOME[0])
@@ -435,22 +513,27 @@ def test_checker_catches_bias_dropped_on_one_output_in_a_thousand(plant, rng, ca
     _assert_named_failure(out, ref, case[4])
 
 
-@pytest.mark.parametrize("case", [
-    (5, 448, 128, 64, "bfloat16", 3, ("sm80", 1, 8, 8, 3)),
-    (13, 192, 128, 128, "bfloat16", 2, ("sm80", 1, 4, 8, 2)),
-], ids=["n448", "n192"])
+@pytest.mark.parametrize(
+    "case",
+    [(5, 448, 128, 64, "bfloat16", 3, ("sm80", 1, 8, 8, 3)), (13, 192, 128, 128, "bfloat16", 2, ("sm80", 1, 4, 8, 2))],
+    ids=["n448", "n192"],
+)
 def test_checker_catches_bias_dropped_on_the_last_8_columns_in_bf16(plant, rng, case):
-    plant("        if (bias && col < n_out) {\n          const u32 bv = bias[col >> 1];",
-          "        if (bias && col < n_out - 8) {\n          const u32 bv = bias[col >> 1];")
+    plant(
+        "        if (bias && col < n_out) {\n          const u32 bv = bias[col >> 1];",
+        "        if (bias && col < n_out - 8) {\n          const u32 bv = bias[col >> 1];",
+    )
     _, out, ref = _run_case(*case, rng)
     _assert_named_failure(out, ref, "bfloat16")
 
 
 def test_checker_catches_bias_dropped_in_the_decode_kernel(plant, rng):
     # the gemv epilogue: every 1009th (row, column) pair of a store loses its bias
-    plant("        b0 = act_lo(bv);\n        b1 = act_hi(bv);\n      }\n      packed[q]",
-          "        b0 = (row * 131 + (col + 2 * q) * 7) % 997 == 0 ? 0.f : act_lo(bv);\n"
-          "        b1 = (row * 131 + (col + 2 * q) * 7 + 7) % 997 == 0 ? 0.f : act_hi(bv);\n      }\n      packed[q]")
+    plant(
+        "        b0 = act_lo(bv);\n        b1 = act_hi(bv);\n      }\n      packed[q]",
+        "        b0 = (row * 131 + (col + 2 * q) * 7) % 997 == 0 ? 0.f : act_lo(bv);\n"
+        "        b1 = (row * 131 + (col + 2 * q) * 7 + 7) % 997 == 0 ? 0.f : act_hi(bv);\n      }\n      packed[q]",
+    )
     w = rng.standard_normal((2048, 512)) * 0.05
     qw = quantize(w, "uint4b8", 128, scale_dtype="float16")
     assert _dropped(4, 2048) >= 8
@@ -459,8 +542,7 @@ def test_checker_catches_bias_dropped_in_the_decode_kernel(plant, rng):
     _assert_named_failure(out, ref, "float16")
 
 
-@pytest.mark.parametrize("case", [QTYPE_CASES[0], QTYPE_CASES[6], QTYPE_CASES[13]],
-                         ids=lambda c: f"{c[0]}-{c[3]}")
+@pytest.mark.parametrize("case", [QTYPE_CASES[0], QTYPE_CASES[6], QTYPE_CASES[13]], ids=lambda c: f"{c[0]}-{c[3]}")
 def test_checker_catches_an_unwritten_output_row(plant, rng, case):
     # test_every_quant_type's path: the last row of every M chunk is never stored (the output
     # starts NaN, so the element is named as non-finite)

@@ -1,4 +1,5 @@
 """Fleet prewarm: manifests, TP expansion, planning counts and the `jitmarlin prewarm` CLI (CPU)."""
+
 import json
 import re
 
@@ -27,12 +28,14 @@ def _table(out: str) -> dict:
     for line in out.splitlines():
         m = ROW.match(line)
         if m:
-            rows[m.group(1)] = dict(zip(("kernels", "compiled", "cached", "failed", "unsupported"),
-                                        map(int, m.groups()[2:])))
+            rows[m.group(1)] = dict(
+                zip(("kernels", "compiled", "cached", "failed", "unsupported"), map(int, m.groups()[2:]))
+            )
     return rows
 
 
 # ---- manifests -----------------------------------------------------------------------------------
+
 
 def test_shipped_manifests_match_their_model_configs():
     assert MODELS <= set(fleet.list_models())
@@ -50,13 +53,21 @@ def test_shipped_manifests_match_their_model_configs():
 
 def test_llama3_8b_tp_expansion():
     tp1, tp2, tp8 = _shapes("llama-3-8b", 1), _shapes("llama-3-8b", 2), _shapes("llama-3-8b", 8)
-    assert tp1 == {"qkv_proj": (4096, 6144), "o_proj": (4096, 4096),
-                   "gate_up_proj": (4096, 28672), "down_proj": (14336, 4096)}
+    assert tp1 == {
+        "qkv_proj": (4096, 6144),
+        "o_proj": (4096, 4096),
+        "gate_up_proj": (4096, 28672),
+        "down_proj": (14336, 4096),
+    }
     assert tp2["down_proj"] == (7168, 4096) and tp2["qkv_proj"] == (4096, 3072)
-    assert tp8 == {"qkv_proj": (4096, 768), "o_proj": (512, 4096),
-                   "gate_up_proj": (4096, 3584), "down_proj": (1792, 4096)}
+    assert tp8 == {
+        "qkv_proj": (4096, 768),
+        "o_proj": (512, 4096),
+        "gate_up_proj": (4096, 3584),
+        "down_proj": (1792, 4096),
+    }
     shapes, _ = fleet.expand_shapes(fleet.load_manifest("llama-3-8b"))
-    assert len(shapes) == 16          # 4 layers x the manifest's TP degrees 1, 2, 4, 8
+    assert len(shapes) == 16  # 4 layers x the manifest's TP degrees 1, 2, 4, 8
 
 
 def test_tp_and_kernel_limits_are_skipped_with_a_reason():
@@ -73,8 +84,11 @@ def test_tp_and_kernel_limits_are_skipped_with_a_reason():
 
 def test_manifest_by_path_hf_id_and_clear_errors(tmp_path):
     assert fleet.load_manifest("meta-llama/Meta-Llama-3-8B").name == "llama-3-8b"
-    good = {"model": "tiny", "tp": [1, 2],
-            "layers": [{"name": "up", "in_features": 256, "out_features": 512, "split": "column"}]}
+    good = {
+        "model": "tiny",
+        "tp": [1, 2],
+        "layers": [{"name": "up", "in_features": 256, "out_features": 512, "split": "column"}],
+    }
     path = tmp_path / "tiny.json"
     path.write_text(json.dumps(good))
     shapes, _ = fleet.expand_shapes(fleet.load_manifest(path))
@@ -83,14 +97,15 @@ def test_manifest_by_path_hf_id_and_clear_errors(tmp_path):
     path.write_text(json.dumps(bad))
     with pytest.raises(InputError, match="'column' or 'row'"):
         fleet.load_manifest(path)
-    with pytest.raises(InputError, match="llama-3-8b"):     # the message lists the known models
+    with pytest.raises(InputError, match="llama-3-8b"):  # the message lists the known models
         fleet.load_manifest("no-such-model")
 
 
 def test_planning_counts_unsupported_not_failed():
     report = fleet.FleetReport()
-    jobs = fleet.plan_fleet(["v100", "sm_90"], [(4096, 4096), (4096, 100)], [1, 64],
-                            ["float16", "bfloat16"], ["uint4b8"], [128], report)
+    jobs = fleet.plan_fleet(
+        ["v100", "sm_90"], [(4096, 4096), (4096, 100)], [1, 64], ["float16", "bfloat16"], ["uint4b8"], [128], report
+    )
     # v100 has no bf16 tensor cores: its 2 bf16 problems are unsupported; h100 plans all four.
     assert report.count("unsupported", "sm_70") == 2 and report.count("unsupported", "sm_90") == 0
     assert {arch for _, arch in jobs} == {"sm_70", "sm_90"}
@@ -105,12 +120,13 @@ def test_api_prewarm_keeps_its_contract(tmp_path):
 
     cache = KernelCache(tmp_path)
     r = jitmarlin.prewarm(["sm_90"], [(4096, 4096)], [1], cache=cache)
-    assert [x.status for x in r] == ["compiled"] and r[0].kernel.startswith("jm_gemv_sm80_")   # decode on H100
+    assert [x.status for x in r] == ["compiled"] and r[0].kernel.startswith("jm_gemv_sm80_")  # decode on H100
     r = jitmarlin.prewarm(["sm_90", "t4"], [(4096, 4096)], [1], act="bfloat16", cache=cache)
     assert [x.status for x in r] == ["compiled", "failed"] and "bfloat16" in r[1].detail
 
 
 # ---- CLI -----------------------------------------------------------------------------------------
+
 
 def test_cli_list_models_and_argument_errors(capsys):
     assert main(["prewarm", "--list-models"]) == 0
@@ -129,8 +145,19 @@ def test_cli_reports_an_arch_nvrtc_cannot_build(capsys, tmp_path, monkeypatch):
     archs = tuple(a for a in nvrtc.supported_archs() if a != "sm_70")
     monkeypatch.setattr(nvrtc, "supported_archs", lambda: archs)
     monkeypatch.setattr(nvrtc, "version", lambda: (13, 0))
-    args = ["prewarm", "--arch", "sm_70,sm_90", "--shapes", "4096x4096", "--m", "1", "--jobs", "1",
-            "--cache-dir", str(tmp_path)]
+    args = [
+        "prewarm",
+        "--arch",
+        "sm_70,sm_90",
+        "--shapes",
+        "4096x4096",
+        "--m",
+        "1",
+        "--jobs",
+        "1",
+        "--cache-dir",
+        str(tmp_path),
+    ]
     assert main(args) == 1
     out = capsys.readouterr().out
     rows = _table(out)
@@ -144,19 +171,30 @@ def test_cli_reports_an_arch_nvrtc_cannot_build(capsys, tmp_path, monkeypatch):
 def test_cli_prewarm_llama3_8b_on_seven_archs(capsys, tmp_path):
     if "sm_70" not in nvrtc.supported_archs():
         pytest.skip("this NVRTC cannot build sm_70 (install the cu12 extra)")
-    args = ["prewarm", "--model", "llama-3-8b", "--arch", ARCHS7, "--m", "1", "--jobs", "2",
-            "--cache-dir", str(tmp_path)]
+    args = [
+        "prewarm",
+        "--model",
+        "llama-3-8b",
+        "--arch",
+        ARCHS7,
+        "--m",
+        "1",
+        "--jobs",
+        "2",
+        "--cache-dir",
+        str(tmp_path),
+    ]
     assert main(args) == 0
     captured = capsys.readouterr()
     rows = _table(captured.out)
     assert set(rows) == set(ARCHS7.split(",")) | {"total"}
     total = rows.pop("total")
-    for key in total:   # the total row is the sum of the arch rows
+    for key in total:  # the total row is the sum of the arch rows
         assert total[key] == sum(r[key] for r in rows.values())
     for r in rows.values():
         assert r["kernels"] == r["compiled"] >= 1 and r["cached"] == r["failed"] == 0
     assert f"prewarm: {total['compiled']} compiled, 0 already cached" in captured.out
-    assert "kernels done" in captured.err        # stderr is no TTY here: only the final line
+    assert "kernels done" in captured.err  # stderr is no TTY here: only the final line
     assert "\r" not in captured.err
 
     assert main(args) == 0
@@ -166,6 +204,7 @@ def test_cli_prewarm_llama3_8b_on_seven_archs(capsys, tmp_path):
 
 def test_nvfp4_prewarms_with_its_own_group(tmp_path):
     # group 16 (nvfp4's) was refused as a typo, so nvfp4 kernels could not be prewarmed at all
-    report = fleet.prewarm_fleet(["sm_90"], [(4096, 4096)], [1], qtypes=["nvfp4"], group_sizes=[16],
-                                 cache=KernelCache(tmp_path))
+    report = fleet.prewarm_fleet(
+        ["sm_90"], [(4096, 4096)], [1], qtypes=["nvfp4"], group_sizes=[16], cache=KernelCache(tmp_path)
+    )
     assert [r.status for r in report.results] == ["compiled"] and not report.unsupported

@@ -1,5 +1,6 @@
 """The decode kernel without cross-block partial sums (templates/gemv.cu.j2, a GemvSpec): planning,
 compilation on the CPU for every sm_80+ arch, and correctness on a GPU for every quant type."""
+
 from __future__ import annotations
 
 import os
@@ -26,26 +27,27 @@ from jitmarlin.kernels.spec import GemvSpec, spec_from_canonical
 
 GROUP_OF = {"nvfp4": 16, "mxfp4": 32, "float8_e4m3fn": -1, "uint4": 64, "uint8": -1}
 H100 = get_profile("h100")
-LIGHT = ("uint4b8", "mxfp4")     # 4-bit, no zero points, at most two scale rows a batch of four
+LIGHT = ("uint4b8", "mxfp4")  # 4-bit, no zero points, at most two scale rows a batch of four
 
 
 def _problem(m=1, n=6144, k=4096, qt="uint4b8", act="float16", group=128):
     return Problem(m, n, k, act, qt, group)
 
 
-def _spec(qt="uint4b8", act="float16", cb=1, cl=1, group=None, m=1, occupancy=1, spread=False, warps=None,
-          pair=False):
+def _spec(qt="uint4b8", act="float16", cb=1, cl=1, group=None, m=1, occupancy=1, spread=False, warps=None, pair=False):
     g = GROUP_OF.get(qt, 128) if group is None else group
     p = _problem(m, qt=qt, act=act, group=g)
     w, unroll, max_m = _gemv_shape(p)
     if spread == 2:
         unroll = hybrid_unroll(p, unroll)
-    w = warps or w // occupancy          # two resident blocks an SM: 8 warps each
-    return GemvSpec("sm80", qt, act, group_blocks(p), w, w // cb, unroll, 2 if pair else cl, max_m, occupancy,
-                    spread, pair=pair)
+    w = warps or w // occupancy  # two resident blocks an SM: 8 warps each
+    return GemvSpec(
+        "sm80", qt, act, group_blocks(p), w, w // cb, unroll, 2 if pair else cl, max_m, occupancy, spread, pair=pair
+    )
 
 
 # ---- planning (pure) ---------------------------------------------------------------------------
+
 
 def test_decode_plans_gemv_where_its_blocks_fill_the_gpu():
     # 8B qkv: 96 column blocks, one a block (73% of 132 SMs); 8B o and 8B down: 64, two blocks a
@@ -102,7 +104,7 @@ def test_gemv_only_on_the_sm80_path_and_clusters_only_on_sm90():
             continue
         for s in specs:
             assert plan(prof, p, s).grid <= prof.sms * s.occupancy
-            assert s.cluster == 1 or prof.cc >= (9, 0)       # clusters, and pairs (128-bit atomics)
+            assert s.cluster == 1 or prof.cc >= (9, 0)  # clusters, and pairs (128-bit atomics)
             assert s.smem_bytes() <= prof.smem_per_block
 
 
@@ -115,13 +117,13 @@ def test_pair_plans_on_sm90_and_as_candidates_on_sm120():
     p = _problem(1, 4096, 4096)
     h100 = gemv_specs(H100, p)
     assert h100[0].pair and h100[0].cluster == 2
-    assert any(s.cluster == 2 and not s.pair for s in h100)     # the cluster plan stays a candidate
-    eight = gemv_specs(H100, _problem(8, 4096, 4096))             # 8 rows: the cluster plan first
+    assert any(s.cluster == 2 and not s.pair for s in h100)  # the cluster plan stays a candidate
+    eight = gemv_specs(H100, _problem(8, 4096, 4096))  # 8 rows: the cluster plan first
     assert eight[0].cluster == 2 and not eight[0].pair and any(s.pair for s in eight)
     for name, prof in PROFILES.items():
         if prof.path != "sm80" or prof.cc == (9, 0):
             continue
-        big = replace(prof, sms=max(prof.sms, 128))              # room for 64 column blocks x 2
+        big = replace(prof, sms=max(prof.sms, 128))  # room for 64 column blocks x 2
         assert not getattr(plan(big, p).spec, "pair", False), name
         pairs = [s for s in candidate_specs(big, p) if getattr(s, "pair", False)]
         assert bool(pairs) == (prof.cc >= (9, 0)), name
@@ -129,7 +131,7 @@ def test_pair_plans_on_sm90_and_as_candidates_on_sm120():
             with pytest.raises(UnsupportedError, match="128-bit atomic"):
                 plan(big, p, _spec(pair=True))
     # a pair plan needs two blocks a column block in one wave; no cluster hardware
-    assert not any(s.pair for s in gemv_specs(H100, _problem(1, 300 * 64, 4096)))   # 4 a block: 150 blocks
+    assert not any(s.pair for s in gemv_specs(H100, _problem(1, 300 * 64, 4096)))  # 4 a block: 150 blocks
     # (and no pair plan of eight column blocks a block: the workspace's slots hold four)
     assert not any(s.pair and s.col_blocks > 4 for s in gemv_specs(H100, _problem(1, 128 * 64, 4096)))
     assert any(s.pair for s in gemv_specs(replace(H100, clusters=()), p))
@@ -138,10 +140,11 @@ def test_pair_plans_on_sm90_and_as_candidates_on_sm120():
 def test_pair_spec_checks_and_names():
     s = _spec(pair=True)
     assert s.name.endswith("c2x") and s.cluster == 2 and spec_from_canonical(s.canonical()) == s
-    assert '"pair"' not in _spec(cl=2).canonical()           # unset flags stay out of cache keys
-    assert s.smem_bytes() < _spec(cl=2).smem_bytes()         # no receive area for the other block
+    assert '"pair"' not in _spec(cl=2).canonical()  # unset flags stay out of cache keys
+    assert s.smem_bytes() < _spec(cl=2).smem_bytes()  # no receive area for the other block
     assert s.tagged_words(128) == 64 * 8 * 16 * 2 and _spec(cl=2).tagged_words(128) == 0
     from dataclasses import replace
+
     for bad in (dict(cluster=1), dict(spread=True, kwarps=16)):
         with pytest.raises(ValueError, match="pair"):
             replace(s, **bad).check()
@@ -178,8 +181,11 @@ def test_forced_spread_needs_a_warp_a_column_block():
 def test_forced_hybrid_checks_its_layout():
     spec = _spec(spread=2)
     assert spec.name.endswith("u4h") and spec_from_canonical(spec.canonical(), "GemvSpec") == spec
-    for n, k, why in ((8192, 8192, "between 132 and 264"), (140 * 64, 8192, "more than 8 blocks"),
-                      (10240, 256, "less than two batches")):
+    for n, k, why in (
+        (8192, 8192, "between 132 and 264"),
+        (140 * 64, 8192, "more than 8 blocks"),
+        (10240, 256, "less than two batches"),
+    ):
         with pytest.raises(UnsupportedError, match=why):
             plan(H100, _problem(1, n, k), spec)
     with pytest.raises(ValueError, match="hybrid"):
@@ -196,14 +202,27 @@ def test_gemv_spec_round_trips_and_checks():
     assert spec_from_canonical(sp.canonical()) == sp and sp.name.endswith("u4s") and sp != _spec()
     with pytest.raises(ValueError, match="kwarps must equal warps"):
         GemvSpec("sm80", "uint4b8", "float16", 8, 16, 4, 4, spread=True).check()
-    bad = [dict(warps=12), dict(kwarps=3), dict(unroll=3), dict(cluster=4), dict(path="sm75"), dict(max_m=4), dict(occupancy=2)]
+    bad = [
+        dict(warps=12),
+        dict(kwarps=3),
+        dict(unroll=3),
+        dict(cluster=4),
+        dict(path="sm75"),
+        dict(max_m=4),
+        dict(occupancy=2),
+    ]
     for kw in bad:
         with pytest.raises(ValueError):
-            GemvSpec(**{**dict(path="sm80", qtype="uint4b8", act="float16", group_blocks=8, warps=16,
-                               kwarps=16, unroll=4), **kw}).check()
+            GemvSpec(
+                **{
+                    **dict(path="sm80", qtype="uint4b8", act="float16", group_blocks=8, warps=16, kwarps=16, unroll=4),
+                    **kw,
+                }
+            ).check()
 
 
 # ---- the CPU emulator (the kernel as written, the instruction layer on the host) ----------------
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("qt", ALL_QTYPES)
@@ -219,10 +238,15 @@ def test_every_type_on_emulator(qt, seed, rng):
         pytest.skip("no C++ compiler for the emulator")
     g = GROUP_OF.get(qt, 128)
     k_in = {-1: 200, 16: 208, 32: 224, 64: 192}.get(g, 256)
-    w = rng.standard_normal((328, k_in)) * 0.05          # 6 column blocks, the last one short
+    w = rng.standard_normal((328, k_in)) * 0.05  # 6 column blocks, the last one short
     prof = replace(H100, sms=8)
-    for act, cb, cl, m, occ in (("float16", 1, 2, 1, 1), ("bfloat16", 4, 1, 8, 1), ("float16", 2, 2, 16, 1),
-                                ("bfloat16", 1, 1, 3, 2), ("float16", 8, 1, 5, 1)):
+    for act, cb, cl, m, occ in (
+        ("float16", 1, 2, 1, 1),
+        ("bfloat16", 4, 1, 8, 1),
+        ("float16", 2, 2, 16, 1),
+        ("bfloat16", 1, 1, 3, 2),
+        ("float16", 8, 1, 5, 1),
+    ):
         qw = quantize(w, qt, g, scale_dtype=act)
         spec = _spec(qt, act, cb, cl, group=g, m=m, occupancy=occ)
         x = rng.standard_normal((m, k_in)).astype(np.float32)
@@ -252,9 +276,9 @@ def test_fp4_large_scales_on_emulator(qt, seed, rng):
     n, k = 256, 512
     codes = rng.integers(0, 16, (n, k))
     top = 10912.0 if qt == "nvfp4" else 8192.0
-    scales = rng.choice([top, -top, top / 3, 1.0, 2.0 ** -10], (k // g, n))
+    scales = rng.choice([top, -top, top / 3, 1.0, 2.0**-10], (k // g, n))
     qw = from_codes(qt, codes, scales, g, scale_dtype="float16")
-    prof = replace(H100, sms=3)                       # 4 column blocks on 3 SMs: a hybrid plan fits
+    prof = replace(H100, sms=3)  # 4 column blocks on 3 SMs: a hybrid plan fits
     for m, sp in ((1, False), (8, False), (3, 2)):
         spec = _spec(qt, "float16", 1, 1, group=g, m=m, spread=sp, warps=4)
         assert spec.unroll == (2 if sp == 2 and qt == "nvfp4" else 4)
@@ -354,12 +378,16 @@ def test_pair_plans_on_emulator(seed, rng):
     if emu.compiler() is None:
         pytest.skip("no C++ compiler for the emulator")
     prof = replace(H100, sms=12)
-    for qt, g, act, cb, m in (("uint4b8", 128, "float16", 1, 1), ("uint4b8", 64, "bfloat16", 2, 5),
-                              ("uint4b8", 128, "float16", 1, 16), ("uint4", 64, "float16", 4, 8),
-                              ("mxfp4", 32, "bfloat16", 1, 3)):
-        k_in = {128: 512, 64: 448, 32: 480}[g]            # both blocks have rows; 448, 480: K short of its padding
-        w = rng.standard_normal((328, k_in)) * 0.05        # 6 column blocks, the last one short
-        w[[0, 68, 132]] = 0.0                              # sums of exactly 0 at the head of a piece
+    for qt, g, act, cb, m in (
+        ("uint4b8", 128, "float16", 1, 1),
+        ("uint4b8", 64, "bfloat16", 2, 5),
+        ("uint4b8", 128, "float16", 1, 16),
+        ("uint4", 64, "float16", 4, 8),
+        ("mxfp4", 32, "bfloat16", 1, 3),
+    ):
+        k_in = {128: 512, 64: 448, 32: 480}[g]  # both blocks have rows; 448, 480: K short of its padding
+        w = rng.standard_normal((328, k_in)) * 0.05  # 6 column blocks, the last one short
+        w[[0, 68, 132]] = 0.0  # sums of exactly 0 at the head of a piece
         qw = quantize(w, qt, g, scale_dtype=act)
         spec = _spec(qt, act, cb, group=g, m=m, warps=4, pair=True)
         pl = plan(prof, Problem(m, qw.n, qw.k, act, qt, g), spec)
@@ -367,7 +395,7 @@ def test_pair_plans_on_emulator(seed, rng):
         x = rng.standard_normal((m, k_in)).astype(np.float32)
         b = rng.standard_normal(328).astype(np.float32)
         ref = linear_reference(halves.round_to(x, act), qw, halves.round_to(b, act))
-        for sched in rng.integers(1, 1 << 30, 3):          # three schedules of the emulator
+        for sched in rng.integers(1, 1 << 30, 3):  # three schedules of the emulator
             out = emu.run_values(pl, x, qw, bias=b, seed=int(sched))
             check_output(out, ref, act, what=f"M={m} schedule {sched}", seed=seed, spec=spec)
 
@@ -388,8 +416,11 @@ def _caught(pl, x, qw, sched, ref) -> bool:
 
 PAIR_SLIPS = {
     # the second block stores its own sums without the first's
-    "add": ("f32_of(~(u32)lo) + sum.x, f32_of((u32)(lo >> 32)) + sum.y,\n                                      "
-            "f32_of((u32)hi) + sum.z, f32_of((u32)(hi >> 32)) + sum.w", "sum.x, sum.y, sum.z, sum.w"),
+    "add": (
+        "f32_of(~(u32)lo) + sum.x, f32_of((u32)(lo >> 32)) + sum.y,\n                                      "
+        "f32_of((u32)hi) + sum.z, f32_of((u32)(hi >> 32)) + sum.w",
+        "sum.x, sum.y, sum.z, sum.w",
+    ),
     # the slot keeps the second block's piece: the next launch would take it for a first block's
     "clear": ("    st_relaxed_gpu_u64(slot, 0ull);\n    st_relaxed_gpu_u64(slot + 1, 0ull);\n", ""),
     # only block 1 of a pair finishes: where block 0 comes second nobody stores (the output keeps
@@ -413,8 +444,8 @@ def test_emulator_catches_a_pair_protocol_slip(which, rng, plant):
         pytest.skip("no C++ compiler for the emulator")
     plant(*PAIR_SLIPS[which])
     spec = _spec("uint4b8", "float16", group=64, warps=4, pair=True)
-    w = rng.standard_normal((200, 512)) * 0.05          # 16 k16 rows a block
-    w[[0, 4, 64]] = 0.0                                  # sums of exactly 0 at the head of a piece
+    w = rng.standard_normal((200, 512)) * 0.05  # 16 k16 rows a block
+    w[[0, 4, 64]] = 0.0  # sums of exactly 0 at the head of a piece
     qw = quantize(w, "uint4b8", 64)
     pl = plan(replace(H100, sms=8), Problem(1, qw.n, qw.k, "float16", "uint4b8", 64), spec)
     x = rng.standard_normal((1, 512)).astype(np.float32)
@@ -438,15 +469,18 @@ def test_group_scales_on_the_sums_with_runs_off_the_groups(kind, seed, rng):
 
     if emu.compiler() is None:
         pytest.skip("no C++ compiler for the emulator")
-    n_out, k_in, sms = {"whole": (200, 768, 4), "spread": (424, 640, 2), "hybrid": (440, 1152, 4),
-                        "two_groups_a_batch": (200, 1024, 4)}[kind]
+    n_out, k_in, sms = {
+        "whole": (200, 768, 4),
+        "spread": (424, 640, 2),
+        "hybrid": (440, 1152, 4),
+        "two_groups_a_batch": (200, 1024, 4),
+    }[kind]
     group = 64 if kind == "two_groups_a_batch" else 128
     prof = replace(H100, sms=sms)
     w = rng.standard_normal((n_out, k_in)) * 0.05
     for act, m in (("float16", 1), ("bfloat16", 5), ("float16", 8)):
         qw = quantize(w, "uint4b8", group, scale_dtype=act)
-        spec = _spec("uint4b8", act, group=group, m=m, warps=4,
-                     spread={"spread": True, "hybrid": 2}.get(kind, False))
+        spec = _spec("uint4b8", act, group=group, m=m, warps=4, spread={"spread": True, "hybrid": 2}.get(kind, False))
         if kind == "two_groups_a_batch":
             spec = replace(spec, unroll=8)
         assert spec.group_blocks * spec.unroll == 32
@@ -458,8 +492,11 @@ def test_group_scales_on_the_sums_with_runs_off_the_groups(kind, seed, rng):
 
 
 HYBRID_SLIPS = {
-    "wait": ("        while (!(hv[sb] >> 32)) {\n          spin_pause();\n          hv[sb] = ld_relaxed_gpu_u64(src);\n"
-             "        }\n", ""),
+    "wait": (
+        "        while (!(hv[sb] >> 32)) {\n          spin_pause();\n          hv[sb] = ld_relaxed_gpu_u64(src);\n"
+        "        }\n",
+        "",
+    ),
     "clear": ("        st_relaxed_gpu_u64(src, 0ull);\n", ""),
     "count": ("    if (n_in != parts) return;", "    if (n_in != 1) return;"),
 }
@@ -520,8 +557,11 @@ def test_emulator_catches_a_missing_cluster_barrier(which, rng, monkeypatch):
     if emu.compiler() is None:
         pytest.skip("no C++ compiler for the emulator")
     real = emu.render
-    cut, keep = {"rank0": (RANK0_BARRIER, "    if (rank != 0) return;"), "spread_first": (FIRST_BARRIER, ""),
-                 "spread_last": (LAST_BARRIER, "")}[which]
+    cut, keep = {
+        "rank0": (RANK0_BARRIER, "    if (rank != 0) return;"),
+        "spread_first": (FIRST_BARRIER, ""),
+        "spread_last": (LAST_BARRIER, ""),
+    }[which]
 
     def render_without_barrier(spec, target="cuda"):
         src = real(spec, target)
@@ -536,8 +576,7 @@ def test_emulator_catches_a_missing_cluster_barrier(which, rng, monkeypatch):
     pl = plan(replace(H100, sms=2, clusters=((2, 1),)), Problem(1, n, 256, "float16", "uint4b8", 128), spec)
     x = rng.standard_normal((1, 256)).astype(np.float32)
     ref = linear_reference(x.astype(np.float16).astype(np.float64), qw)
-    caught = sum(_caught(pl, x, qw, sched, ref)
-                 for sched in range(1, 41 if spread else 9))
+    caught = sum(_caught(pl, x, qw, sched, ref) for sched in range(1, 41 if spread else 9))
     assert caught > 0
 
 
@@ -545,11 +584,12 @@ def test_gemv_source_has_no_shared_memory_pipeline():
     src = render(_spec(cl=2))
     assert "cp_async" not in src.split("namespace jm")[-1]
     assert "ld_stream_v4(" in src and "__cluster_dims__" in src
-    pair = render(_spec(pair=True))              # two blocks, launched without a cluster
+    pair = render(_spec(pair=True))  # two blocks, launched without a cluster
     assert "#define JM_CLUSTER 1\n" in pair and "constexpr bool PAIR = true;" in pair
 
 
 # ---- compilation (NVRTC, no GPU) ---------------------------------------------------------------
+
 
 def _compile(spec, arch):
     from jitmarlin.jit.cache import default_cache
@@ -562,25 +602,42 @@ def _compile(spec, arch):
 @pytest.mark.parametrize("qt", ALL_QTYPES)
 @pytest.mark.parametrize("act", ["float16", "bfloat16"])
 def test_every_type_compiles_without_spills(qt, act):
-    for cb, cl, arch, m, occ, sp in ((1, 2, "sm_90", 1, 1, 0), (4, 1, "sm_90", 16, 1, 0), (1, 1, "sm_80", 8, 1, 0),
-                                     (2, 1, "sm_120", 1, 1, 0), (1, 2, "sm_90", 16, 1, 0), (2, 1, "sm_120", 9, 1, 0),
-                                     (1, 1, "sm_90", 1, 2, 0), (1, 1, "sm_86", 16, 2, 0), (1, 2, "sm_90", 8, 1, 1),
-                                     (1, 1, "sm_120", 1, 1, 1), (1, 2, "sm_90", 16, 1, 1),
-                                     (1, 1, "sm_90", 8, 1, 2), (1, 1, "sm_120", 1, 1, 2), (1, 1, "sm_80", 1, 1, 2),
-                                     (1, 2, "sm_90", 1, 1, 3), (4, 2, "sm_90", 16, 1, 3), (2, 2, "sm_120", 8, 1, 3)):
+    for cb, cl, arch, m, occ, sp in (
+        (1, 2, "sm_90", 1, 1, 0),
+        (4, 1, "sm_90", 16, 1, 0),
+        (1, 1, "sm_80", 8, 1, 0),
+        (2, 1, "sm_120", 1, 1, 0),
+        (1, 2, "sm_90", 16, 1, 0),
+        (2, 1, "sm_120", 9, 1, 0),
+        (1, 1, "sm_90", 1, 2, 0),
+        (1, 1, "sm_86", 16, 2, 0),
+        (1, 2, "sm_90", 8, 1, 1),
+        (1, 1, "sm_120", 1, 1, 1),
+        (1, 2, "sm_90", 16, 1, 1),
+        (1, 1, "sm_90", 8, 1, 2),
+        (1, 1, "sm_120", 1, 1, 2),
+        (1, 1, "sm_80", 1, 1, 2),
+        (1, 2, "sm_90", 1, 1, 3),
+        (4, 2, "sm_90", 16, 1, 3),
+        (2, 2, "sm_120", 8, 1, 3),
+    ):
         if sp == 1 and qt not in LIGHT:
-            continue                      # spread plans: light types only (see planner)
-        pair = sp == 3                    # sp 3: a pair plan (two blocks a column block, no cluster)
+            continue  # spread plans: light types only (see planner)
+        pair = sp == 3  # sp 3: a pair plan (two blocks a column block, no cluster)
         spec = _spec(qt, act, cb, cl, m=m, occupancy=occ, spread=(False, True, 2, False)[sp], pair=pair)
         art = _compile(spec, arch)
         assert f"mma.sync.aligned.m16n8k16.row.col.f32.{'bf16' if act == 'bfloat16' else 'f16'}" in art.ptx
         assert "ld.global.nc.L1::no_allocate.v4" in art.ptx
         # no pipeline, no counters in global memory (hybrid: one in shared memory)
         atoms = sorted({ln.split()[0] for ln in art.ptx.splitlines() if "atom" in ln})
-        assert "cp.async" not in art.ptx and atoms == {2: ["atom.shared.cta.add.u32"],
-                                                        3: ["atom.relaxed.gpu.global.exch.b128"]}.get(sp, [])
-        assert ((".shared::cluster" in art.ptx) == (cl > 1 and not pair)   # DSMEM: stores to rank 0, or spread reads
-                and ("ld.shared::cluster" in art.ptx) == (cl > 1 and sp == 1))
+        assert "cp.async" not in art.ptx and atoms == {
+            2: ["atom.shared.cta.add.u32"],
+            3: ["atom.relaxed.gpu.global.exch.b128"],
+        }.get(sp, [])
+        assert (
+            (".shared::cluster" in art.ptx) == (cl > 1 and not pair)  # DSMEM: stores to rank 0, or spread reads
+            and ("ld.shared::cluster" in art.ptx) == (cl > 1 and sp == 1)
+        )
         assert ("barrier.cluster" in art.ptx) == (cl > 1 and not pair)
         # hybrid and pair: tagged 64-bit slots in the workspace, no device-scope fence
         assert ("st.global.relaxed.gpu.b64" in art.ptx) == (sp in (2, 3))
@@ -599,7 +656,7 @@ def test_pdl_builds_wait_between_the_first_weights_and_x():
     spec = _spec(cb=1)
     pdl = replace(spec, pdl=True)
     ptx = _compile(pdl, "sm_90").ptx.splitlines()
-    first = lambda what: next(i for i, ln in enumerate(ptx) if what in ln)   # noqa: E731
+    first = lambda what: next(i for i, ln in enumerate(ptx) if what in ln)  # noqa: E731
     assert first("ld.global.nc.L1::no_allocate.v4") < first("griddepcontrol.wait") < first("ld.global.nc.u32")
     assert first("griddepcontrol.launch_dependents") > first("griddepcontrol.wait")
     assert sum("griddepcontrol.wait" in ln for ln in ptx) == 1
@@ -634,11 +691,20 @@ def test_pdl_kernels_on_emulator_wait_before_x(m, seed, rng, plant):
     x = rng.standard_normal((m, 512)).astype(np.float32)
     b = rng.standard_normal(328).astype(np.float32)
     ref = linear_reference(halves.round_to(x, "float16"), qw, halves.round_to(b, "float16"))
-    check_output(emu.run_values(pl, x, qw, bias=b, seed=int(rng.integers(1, 1 << 30))), ref, "float16",
-                 what=f"M={m}", seed=seed, spec=spec)
+    check_output(
+        emu.run_values(pl, x, qw, bias=b, seed=int(rng.integers(1, 1 << 30))),
+        ref,
+        "float16",
+        what=f"M={m}",
+        seed=seed,
+        spec=spec,
+    )
     if m == 1:
         x_first = "  if (n_batches > 0) {\n    load_x(0, kb++);\n    cross();\n  }\n"
-        plant("  grid_dep_wait();\n  grid_dep_launch();\n" + x_first, "  grid_dep_launch();\n" + x_first + "  grid_dep_wait();\n")
+        plant(
+            "  grid_dep_wait();\n  grid_dep_launch();\n" + x_first,
+            "  grid_dep_launch();\n" + x_first + "  grid_dep_wait();\n",
+        )
     else:
         plant("  grid_dep_wait();\n", "")
     with pytest.raises(emu.EmuError, match="before griddepcontrol.wait"):
@@ -667,11 +733,13 @@ def test_pdl_spread_and_hybrid_plans_on_emulator(seed, rng):
             pl = plan(prof, Problem(m, qw.n, qw.k, act, "uint4b8", 64), spec)
             x = rng.standard_normal((m, k_in)).astype(np.float32)
             out = emu.run_values(pl, x, qw, seed=int(rng.integers(1, 1 << 30)))
-            check_output(out, linear_reference(halves.round_to(x, act), qw), act, what=f"{sms} SMs, M={m}",
-                         seed=seed, spec=spec)
+            check_output(
+                out, linear_reference(halves.round_to(x, act), qw), act, what=f"{sms} SMs, M={m}", seed=seed, spec=spec
+            )
 
 
 # ---- GPU ---------------------------------------------------------------------------------------
+
 
 def _gpu_sm80_native():
     if os.environ.get("JITMARLIN_EMULATE"):
@@ -708,7 +776,7 @@ def test_every_type_matches_reference(qt, seed, rng):
         qw = jitmarlin.quantize(w, qt, g, scale_dtype=act)
         for cb, cl, occ in ((1, 1, 1), (4, 1, 1), (8, 1, 1), (2, 2, 1), (1, 2, 1), (1, 1, 2)):
             if cl > 1 and not sm90:
-                continue                  # (clusters: sm_90+)
+                continue  # (clusters: sm_90+)
             for m in (1, 3, 8, 9, 16):
                 spec = _spec(qt, act, cb, cl, group=g, m=m, occupancy=occ)
                 _run(qw, m, act, spec, rng, bias=(m != 3), lda=qw.in_features + 24, seed=seed)
@@ -752,16 +820,17 @@ def test_act_order_through_linear(seed, rng):
     # 96 column blocks: the gemv kernel on an H100 (checked below), x gathered into the weight's
     # column order before the launch
     g_idx = rng.permutation(np.repeat(np.arange(8), 128))
-    qw = from_codes("uint4b8", rng.integers(0, 16, (6144, 1024)), rng.random((8, 6144)) * 0.01 + 0.001, 128,
-                    g_idx=g_idx)
+    qw = from_codes(
+        "uint4b8", rng.integers(0, 16, (6144, 1024)), rng.random((8, 6144)) * 0.01 + 0.001, 128, g_idx=g_idx
+    )
     prof = live_profile(0)
     for m in (1, 8):
         if prof.sms <= 132:
             assert isinstance(plan(prof, Problem(m, qw.n, qw.k, "float16", "uint4b8", 128)).spec, GemvSpec)
         x = cupy.asarray(rng.standard_normal((m, 1024)), dtype=cupy.float16)
         ref = linear_reference(x, qw, None, "float16")
-        for i in range(2):                              # the gather buffer is reused
-            out = cupy.full((m, qw.out_features), cupy.nan, dtype=cupy.float16)   # poisoned
+        for i in range(2):  # the gather buffer is reused
+            out = cupy.full((m, qw.out_features), cupy.nan, dtype=cupy.float16)  # poisoned
             y = jitmarlin.linear(x, qw, out=out)
             check_linear(y, ref, "float16", qw, m, what=f"M={m} call {i + 1}", seed=seed)
 
@@ -781,7 +850,7 @@ def test_spread_plans_match_reference(qt, seed, rng):
     w = rng.standard_normal((25544, k_in)) * 0.05
     for act in ("float16", "bfloat16"):
         qw = jitmarlin.quantize(w, qt, g, scale_dtype=act)
-        for cl in ((1, 2) if sm90 else (1,)):
+        for cl in (1, 2) if sm90 else (1,):
             for m in (1, 5, 8, 16):
                 spec = _spec(qt, act, 1, cl, group=g, m=m, spread=True)
                 _run(qw, m, act, spec, rng, bias=(m != 5), lda=qw.in_features + 8, seed=seed)
@@ -804,7 +873,7 @@ def test_hybrid_plans_match_reference(qt, seed, rng):
 
     sms = cupy.cuda.Device(0).attributes["MultiProcessorCount"]
     g = GROUP_OF.get(qt, 128)
-    k_in = {16: 2032, 64: 1984}.get(g, 2000 if g < 0 else 4096)   # >= 2 batches a warp of its own column block
+    k_in = {16: 2032, 64: 1984}.get(g, 2000 if g < 0 else 4096)  # >= 2 batches a warp of its own column block
     w = rng.standard_normal(((sms + sms // 4 + 1) * 64 - 8, k_in)) * 0.05
     for act in ("float16", "bfloat16"):
         qw = jitmarlin.quantize(w, qt, g, scale_dtype=act)
@@ -874,8 +943,9 @@ def test_pair_plan_through_linear_and_a_cuda_graph(seed, rng):
         y.fill_(float("nan"))
         g.replay()
         torch.cuda.synchronize()
-        check_linear(y, linear_reference(x, qw, None, "float16"), "float16", qw, 3,
-                     what=f"M=3 replay {i + 1}", seed=seed)
+        check_linear(
+            y, linear_reference(x, qw, None, "float16"), "float16", qw, 3, what=f"M=3 replay {i + 1}", seed=seed
+        )
 
 
 @pytest.mark.gpu
@@ -900,7 +970,7 @@ def test_hybrid_plan_replays_in_a_cuda_graph(seed, rng):
     assert plan_for(prof, 5, qw.n, qw.k, qtype="uint4").spec.spread == 2
     gen = torch.Generator(device="cuda").manual_seed(seed)
     x = torch.randn(5, 2048, device="cuda", dtype=torch.float16, generator=gen)
-    jitmarlin.linear(x, qw)                       # warm-up: compile, upload, workspace
+    jitmarlin.linear(x, qw)  # warm-up: compile, upload, workspace
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
@@ -910,5 +980,6 @@ def test_hybrid_plan_replays_in_a_cuda_graph(seed, rng):
         y.fill_(float("nan"))
         g.replay()
         torch.cuda.synchronize()
-        check_linear(y, linear_reference(x, qw, None, "float16"), "float16", qw, 5,
-                     what=f"M=5 replay {i + 1}", seed=seed)
+        check_linear(
+            y, linear_reference(x, qw, None, "float16"), "float16", qw, 5, what=f"M=5 replay {i + 1}", seed=seed
+        )

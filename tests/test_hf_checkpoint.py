@@ -5,6 +5,7 @@ converters and packing). Each quantized module's jitmarlin.dequantize is checked
 dequantisation computed here in float64 from the codes, scales and zero points; plain tensors
 (bf16 and float8 included) must come back bit for bit; malformed directories and files must be
 refused with InputError."""
+
 import json
 import os
 import struct
@@ -20,7 +21,7 @@ from jitmarlin.hf import QuantScheme, RawBits, read_checkpoint, read_quant_confi
 
 # ---- packers (from the published layouts) ------------------------------------------------------
 
-AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]     # AutoAWQ: nibble i of a word holds column 8c + AWQ_ORDER[i]
+AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]  # AutoAWQ: nibble i of a word holds column 8c + AWQ_ORDER[i]
 
 
 def pack_along(codes, bits, axis):
@@ -59,8 +60,19 @@ def act_order(rng, k, gs):
 
 # ---- writing checkpoints -----------------------------------------------------------------------
 
-ST_DTYPE = {"float64": "F64", "float32": "F32", "float16": "F16", "int64": "I64", "int32": "I32",
-            "int16": "I16", "int8": "I8", "uint8": "U8", "uint16": "U16", "uint32": "U32", "bool": "BOOL"}
+ST_DTYPE = {
+    "float64": "F64",
+    "float32": "F32",
+    "float16": "F16",
+    "int64": "I64",
+    "int32": "I32",
+    "int16": "I16",
+    "int8": "I8",
+    "uint8": "U8",
+    "uint16": "U16",
+    "uint32": "U32",
+    "bool": "BOOL",
+}
 
 
 def raw_safetensors(path, entries, *, header_len=None, extra=b"", edit=None):
@@ -86,8 +98,11 @@ def write_model(d, qc, tensors, shards=1, *, raw=(), model_type="llama"):
     d.mkdir(parents=True, exist_ok=True)
     (d / "config.json").write_text(json.dumps({"model_type": model_type, "quantization_config": qc}))
     names = sorted(tensors)
-    files = ["model.safetensors"] if shards == 1 else \
-        [f"model-{i + 1:05d}-of-{shards:05d}.safetensors" for i in range(shards)]
+    files = (
+        ["model.safetensors"]
+        if shards == 1
+        else [f"model-{i + 1:05d}-of-{shards:05d}.safetensors" for i in range(shards)]
+    )
     weight_map = {}
     for i, fn in enumerate(files):
         part = {n: np.ascontiguousarray(tensors[n]) for n in names[i::shards]}
@@ -102,33 +117,66 @@ def write_model(d, qc, tensors, shards=1, *, raw=(), model_type="llama"):
 
 
 def gptq_qc(bits=4, gs=64, sym=True, desc_act=False, fmt="gptq"):
-    return {"quant_method": "gptq", "bits": bits, "group_size": gs, "sym": sym, "desc_act": desc_act,
-            "checkpoint_format": fmt, "damp_percent": 0.01, "true_sequential": True}
+    return {
+        "quant_method": "gptq",
+        "bits": bits,
+        "group_size": gs,
+        "sym": sym,
+        "desc_act": desc_act,
+        "checkpoint_format": fmt,
+        "damp_percent": 0.01,
+        "true_sequential": True,
+    }
 
 
 def awq_qc(gs=64):
-    return {"quant_method": "awq", "bits": 4, "group_size": gs, "version": "gemm", "zero_point": True,
-            "modules_to_not_convert": ["lm_head"]}
+    return {
+        "quant_method": "awq",
+        "bits": 4,
+        "group_size": gs,
+        "version": "gemm",
+        "zero_point": True,
+        "modules_to_not_convert": ["lm_head"],
+    }
 
 
 def ct_qc(bits=4, gs=64, sym=True, strategy="group", actorder=None):
-    return {"quant_method": "compressed-tensors", "format": "pack-quantized", "ignore": ["lm_head"],
-            "quantization_status": "compressed", "sparsity_config": {},
-            "config_groups": {"group_0": {"targets": ["Linear"], "input_activations": None, "output_activations": None,
-                                          "weights": {"num_bits": bits, "type": "int", "strategy": strategy,
-                                                      "group_size": gs if strategy == "group" else None,
-                                                      "symmetric": sym, "actorder": actorder, "dynamic": False,
-                                                      "observer": "minmax"}}}}
+    return {
+        "quant_method": "compressed-tensors",
+        "format": "pack-quantized",
+        "ignore": ["lm_head"],
+        "quantization_status": "compressed",
+        "sparsity_config": {},
+        "config_groups": {
+            "group_0": {
+                "targets": ["Linear"],
+                "input_activations": None,
+                "output_activations": None,
+                "weights": {
+                    "num_bits": bits,
+                    "type": "int",
+                    "strategy": strategy,
+                    "group_size": gs if strategy == "group" else None,
+                    "symmetric": sym,
+                    "actorder": actorder,
+                    "dynamic": False,
+                    "observer": "minmax",
+                },
+            }
+        },
+    }
 
 
 LINEARS = {"model.layers.0.self_attn.q_proj": (128, 256), "model.layers.0.mlp.down_proj": (64, 512)}
 
 
 def plain_tensors(rng):
-    return {"model.embed_tokens.weight": rng.standard_normal((32, 16)).astype(np.float16),
-            "model.norm.weight": rng.standard_normal(16).astype(np.float32),
-            "lm_head.weight": rng.standard_normal((32, 16)).astype(np.float16),
-            "model.layers.0.self_attn.q_proj.bias": rng.standard_normal(128).astype(np.float16)}
+    return {
+        "model.embed_tokens.weight": rng.standard_normal((32, 16)).astype(np.float16),
+        "model.norm.weight": rng.standard_normal(16).astype(np.float32),
+        "lm_head.weight": rng.standard_normal((32, 16)).astype(np.float16),
+        "model.layers.0.self_attn.q_proj.bias": rng.standard_normal(128).astype(np.float16),
+    }
 
 
 def gptq_layer(rng, n, k, bits, gs, sym, fmt, act):
@@ -140,7 +188,7 @@ def gptq_layer(rng, n, k, bits, gs, sym, fmt, act):
         z = np.full((g, n), half)
     else:
         z = rng.integers(1 if fmt == "gptq" else 0, top + (2 if fmt == "gptq" else 1), (g, n))
-    stored = z - 1 if fmt == "gptq" else z                       # v1 stores zero - 1
+    stored = z - 1 if fmt == "gptq" else z  # v1 stores zero - 1
     g_idx = act_order(rng, k, gs) if act else (np.arange(k) // gs).astype(np.int32)
     tens = {"qweight": pack_along(q, bits, 0), "qzeros": pack_along(stored, bits, 1), "scales": s, "g_idx": g_idx}
     sv = s.astype(np.float64)
@@ -156,8 +204,8 @@ def check_deq(qw, want, offsets, sdt="float16"):
     if qw.offsets is None:
         np.testing.assert_array_equal(got, want.astype(np.float32))
         return
-    rel = 2.0 ** -11 if sdt == "float16" else 2.0 ** -8
-    bound = rel * offsets + 2.0 ** -24 * np.abs(want) + 2.0 ** -25
+    rel = 2.0**-11 if sdt == "float16" else 2.0**-8
+    bound = rel * offsets + 2.0**-24 * np.abs(want) + 2.0**-25
     err = np.abs(got - want)
     assert np.all(err <= bound), float((err / bound).max())
 
@@ -176,25 +224,26 @@ def collect(path, scheme=None):
 def test_config_gptq():
     s = read_quant_config({"model_type": "llama", "quantization_config": gptq_qc(desc_act=True)})
     assert s == QuantScheme("gptq", 4, 64, True, True, "gptq", (), "uint4b8")
-    s = read_quant_config(gptq_qc(bits=8, gs=-1, sym=False, fmt="gptq_v2"))     # the bare object
+    s = read_quant_config(gptq_qc(bits=8, gs=-1, sym=False, fmt="gptq_v2"))  # the bare object
     assert (s.qtype, s.group_size, s.checkpoint_format) == ("uint8", -1, "gptq_v2")
     qc = gptq_qc()
     del qc["checkpoint_format"], qc["sym"]
-    qc["format"] = "gptq_v2"                                     # GPTQModel's spelling
+    qc["format"] = "gptq_v2"  # GPTQModel's spelling
     qc["dynamic"] = {"-:.*mlp.*": {}, "+:.*q_proj": {"bits": 4}}
     s = read_quant_config({"quantization_config": qc})
     assert (s.checkpoint_format, s.sym, s.ignore) == ("gptq_v2", True, (".*mlp.*",))
     assert s.skip_reason("model.layers.1.mlp.up_proj") and s.skip_reason("model.layers.1.self_attn.q_proj") is None
     del qc["format"], qc["dynamic"]
-    assert read_quant_config(qc).checkpoint_format == "gptq"    # absent: v1
+    assert read_quant_config(qc).checkpoint_format == "gptq"  # absent: v1
 
 
 def test_config_awq():
     s = read_quant_config({"quantization_config": awq_qc(128)})
     assert s == QuantScheme("awq", 4, 128, False, False, None, ("lm_head",), "uint4")
     assert s.skip_reason("lm_head") and s.skip_reason("model.layers.0.mlp") is None
-    s = read_quant_config({"quant_method": "awq", "w_bit": 4, "q_group_size": 64, "version": "GEMM",
-                           "zero_point": True})                  # AutoAWQ's spelling
+    s = read_quant_config(
+        {"quant_method": "awq", "w_bit": 4, "q_group_size": 64, "version": "GEMM", "zero_point": True}
+    )  # AutoAWQ's spelling
     assert (s.bits, s.group_size, s.ignore) == (4, 64, ())
 
 
@@ -209,7 +258,7 @@ def test_config_compressed_tensors():
     qc["ignore"] = ["lm_head", "re:.*gate$"]
     s = read_quant_config(qc)
     assert s.skip_reason("model.layers.3.mlp.gate") and s.skip_reason("model.layers.3.mlp.gate_proj") is None
-    qc["format"] = "mixed-precision"                            # per-group format
+    qc["format"] = "mixed-precision"  # per-group format
     qc["config_groups"]["group_0"]["format"] = "pack-quantized"
     assert read_quant_config(qc).qtype == "uint4b8"
 
@@ -230,52 +279,55 @@ _DEL = object()
 _W = "config_groups.group_0.weights."
 
 
-@pytest.mark.parametrize("qc,path,value,match", [
-    (gptq_qc(), "quant_method", "bitsandbytes", "quant_method = 'bitsandbytes'"),
-    (gptq_qc(), "quant_method", "GPTQ", "quant_method = 'GPTQ'"),
-    (gptq_qc(), "quant_method", 5, "quant_method must be str"),
-    (gptq_qc(), "quant_method", _DEL, "quant_method is required"),
-    (gptq_qc(), "bits", 3, "bits = 3"),
-    (gptq_qc(), "bits", 2, "bits = 2"),
-    (gptq_qc(), "bits", "4", "bits must be int, got str"),
-    (gptq_qc(), "bits", True, "bits must be int, got bool"),
-    (gptq_qc(), "bits", 4.0, "bits must be int, got float"),
-    (gptq_qc(), "bits", _DEL, "bits is required"),
-    (gptq_qc(), "group_size", 0, "group_size = 0"),
-    (gptq_qc(), "group_size", 100, "group_size = 100"),
-    (gptq_qc(), "group_size", -2, "group_size = -2"),
-    (gptq_qc(), "group_size", [128], "group_size must be int, got list"),
-    (gptq_qc(), "sym", "true", "sym must be bool, got str"),
-    (gptq_qc(), "sym", 1, "sym must be bool, got int"),
-    (gptq_qc(), "desc_act", 0, "desc_act must be bool"),
-    (gptq_qc(), "checkpoint_format", "marlin", "checkpoint_format = 'marlin'"),
-    (gptq_qc(), "checkpoint_format", 2, "checkpoint_format must be str"),
-    (gptq_qc(), "is_marlin_format", True, "is_marlin_format"),
-    (gptq_qc(), "pack_dtype", "int16", "pack_dtype = 'int16'"),
-    (gptq_qc(), "dynamic", {r"+:.*down": {"bits": 8}}, "dynamic"),
-    (gptq_qc(), "dynamic", ["-:x"], "dynamic must be dict"),
-    (awq_qc(), "bits", 8, "bits = 8"),
-    (awq_qc(), "version", "gemv", "version = 'gemv'"),
-    (awq_qc(), "zero_point", False, "zero_point = false"),
-    (awq_qc(), "group_size", 40, "group_size = 40"),
-    (awq_qc(), "modules_to_not_convert", "lm_head", "modules_to_not_convert must be a list of strings"),
-    (awq_qc(), "modules_to_not_convert", [1], "modules_to_not_convert must be a list of strings"),
-    (ct_qc(), "format", "float-quantized", "format = 'float-quantized'"),
-    (ct_qc(), "config_groups", {}, "config_groups is empty"),
-    (ct_qc(), "config_groups", [], "config_groups must be dict"),
-    (ct_qc(), "config_groups.group_0.input_activations", {"num_bits": 8}, "input_activations is set"),
-    (ct_qc(), _W + "type", "float", "type = 'float'"),
-    (ct_qc(), _W + "num_bits", 3, "num_bits = 3"),
-    (ct_qc(), _W + "num_bits", "4", "num_bits must be int"),
-    (ct_qc(), _W + "strategy", "block", "strategy = 'block'"),
-    (ct_qc(), _W + "group_size", None, "group_size is required"),
-    (ct_qc(), _W + "group_size", 24, "group_size = 24"),
-    (ct_qc(), _W + "symmetric", "yes", "symmetric must be bool"),
-    (ct_qc(), _W + "actorder", "sometimes", "actorder = 'sometimes'"),
-    (ct_qc(), _W + "dynamic", True, "dynamic"),
-    (ct_qc(), "ignore", "lm_head", "ignore must be a list of strings"),
-    (ct_qc(), "sparsity_config", {"format": "sparse-24-bitmask"}, "sparsity_config"),
-])
+@pytest.mark.parametrize(
+    "qc,path,value,match",
+    [
+        (gptq_qc(), "quant_method", "bitsandbytes", "quant_method = 'bitsandbytes'"),
+        (gptq_qc(), "quant_method", "GPTQ", "quant_method = 'GPTQ'"),
+        (gptq_qc(), "quant_method", 5, "quant_method must be str"),
+        (gptq_qc(), "quant_method", _DEL, "quant_method is required"),
+        (gptq_qc(), "bits", 3, "bits = 3"),
+        (gptq_qc(), "bits", 2, "bits = 2"),
+        (gptq_qc(), "bits", "4", "bits must be int, got str"),
+        (gptq_qc(), "bits", True, "bits must be int, got bool"),
+        (gptq_qc(), "bits", 4.0, "bits must be int, got float"),
+        (gptq_qc(), "bits", _DEL, "bits is required"),
+        (gptq_qc(), "group_size", 0, "group_size = 0"),
+        (gptq_qc(), "group_size", 100, "group_size = 100"),
+        (gptq_qc(), "group_size", -2, "group_size = -2"),
+        (gptq_qc(), "group_size", [128], "group_size must be int, got list"),
+        (gptq_qc(), "sym", "true", "sym must be bool, got str"),
+        (gptq_qc(), "sym", 1, "sym must be bool, got int"),
+        (gptq_qc(), "desc_act", 0, "desc_act must be bool"),
+        (gptq_qc(), "checkpoint_format", "marlin", "checkpoint_format = 'marlin'"),
+        (gptq_qc(), "checkpoint_format", 2, "checkpoint_format must be str"),
+        (gptq_qc(), "is_marlin_format", True, "is_marlin_format"),
+        (gptq_qc(), "pack_dtype", "int16", "pack_dtype = 'int16'"),
+        (gptq_qc(), "dynamic", {r"+:.*down": {"bits": 8}}, "dynamic"),
+        (gptq_qc(), "dynamic", ["-:x"], "dynamic must be dict"),
+        (awq_qc(), "bits", 8, "bits = 8"),
+        (awq_qc(), "version", "gemv", "version = 'gemv'"),
+        (awq_qc(), "zero_point", False, "zero_point = false"),
+        (awq_qc(), "group_size", 40, "group_size = 40"),
+        (awq_qc(), "modules_to_not_convert", "lm_head", "modules_to_not_convert must be a list of strings"),
+        (awq_qc(), "modules_to_not_convert", [1], "modules_to_not_convert must be a list of strings"),
+        (ct_qc(), "format", "float-quantized", "format = 'float-quantized'"),
+        (ct_qc(), "config_groups", {}, "config_groups is empty"),
+        (ct_qc(), "config_groups", [], "config_groups must be dict"),
+        (ct_qc(), "config_groups.group_0.input_activations", {"num_bits": 8}, "input_activations is set"),
+        (ct_qc(), _W + "type", "float", "type = 'float'"),
+        (ct_qc(), _W + "num_bits", 3, "num_bits = 3"),
+        (ct_qc(), _W + "num_bits", "4", "num_bits must be int"),
+        (ct_qc(), _W + "strategy", "block", "strategy = 'block'"),
+        (ct_qc(), _W + "group_size", None, "group_size is required"),
+        (ct_qc(), _W + "group_size", 24, "group_size = 24"),
+        (ct_qc(), _W + "symmetric", "yes", "symmetric must be bool"),
+        (ct_qc(), _W + "actorder", "sometimes", "actorder = 'sometimes'"),
+        (ct_qc(), _W + "dynamic", True, "dynamic"),
+        (ct_qc(), "ignore", "lm_head", "ignore must be a list of strings"),
+        (ct_qc(), "sparsity_config", {"format": "sparse-24-bitmask"}, "sparsity_config"),
+    ],
+)
 def test_config_refusals(qc, path, value, match):
     with pytest.raises(InputError, match=match.replace("+", r"\+").replace("[", r"\[")):
         read_quant_config({"quantization_config": _set(qc, path, value)})
@@ -298,9 +350,17 @@ def test_config_refusals_whole():
 # ---- read_checkpoint: each format --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bits,sym,fmt,act", [
-    (4, True, "gptq", False), (4, True, "gptq", True), (4, False, "gptq", False),
-    (4, False, "gptq_v2", True), (8, True, "gptq_v2", False), (8, False, "gptq", True)])
+@pytest.mark.parametrize(
+    "bits,sym,fmt,act",
+    [
+        (4, True, "gptq", False),
+        (4, True, "gptq", True),
+        (4, False, "gptq", False),
+        (4, False, "gptq_v2", True),
+        (8, True, "gptq_v2", False),
+        (8, False, "gptq", True),
+    ],
+)
 def test_gptq_checkpoint(rng, tmp_path, bits, sym, fmt, act):
     gs = 64
     tensors, wants = plain_tensors(rng), {}
@@ -309,7 +369,7 @@ def test_gptq_checkpoint(rng, tmp_path, bits, sym, fmt, act):
         tensors.update({f"{mod}.{p}": v for p, v in t.items()})
         wants[mod] = (want, off)
     d = write_model(tmp_path / "m", gptq_qc(bits, gs, sym, act, fmt), tensors)
-    got = collect(d)                                            # scheme from config.json
+    got = collect(d)  # scheme from config.json
     assert set(got) == set(LINEARS) | set(plain_tensors(rng))
     for mod, (want, off) in wants.items():
         qw = got[mod]
@@ -348,8 +408,7 @@ def ct_layer(rng, n, k, bits, gs, sym, act, zp_packed=True):
     q = rng.integers(-half, half, (n, k))
     s = fp16_scales(rng, (n, g))
     grp = act_order(rng, k, gs) if act else np.arange(k) // (k if gs == -1 else gs)
-    t = {"weight_packed": pack_along(q + half, bits, 1), "weight_scale": s,
-         "weight_shape": np.array([n, k], np.int64)}
+    t = {"weight_packed": pack_along(q + half, bits, 1), "weight_scale": s, "weight_shape": np.array([n, k], np.int64)}
     zp = np.zeros((n, g), np.int64)
     if not sym:
         zp = rng.integers(-half, half, (n, g))
@@ -360,9 +419,16 @@ def ct_layer(rng, n, k, bits, gs, sym, act, zp_packed=True):
     return t, (q - zp[:, grp]) * sv[:, grp], np.abs(zp[:, grp] * sv[:, grp])
 
 
-@pytest.mark.parametrize("bits,gs,sym,act,strategy", [
-    (4, 64, True, False, "group"), (8, 64, False, False, "group"), (4, 64, True, True, "group"),
-    (4, -1, True, False, "channel"), (4, 128, False, False, "group")])
+@pytest.mark.parametrize(
+    "bits,gs,sym,act,strategy",
+    [
+        (4, 64, True, False, "group"),
+        (8, 64, False, False, "group"),
+        (4, 64, True, True, "group"),
+        (4, -1, True, False, "channel"),
+        (4, 128, False, False, "group"),
+    ],
+)
 def test_compressed_tensors_checkpoint(rng, tmp_path, bits, gs, sym, act, strategy):
     tensors, wants = plain_tensors(rng), {}
     for i, (mod, (n, k)) in enumerate(LINEARS.items()):
@@ -385,12 +451,21 @@ def test_compressed_tensors_bf16_scales(rng, tmp_path):
     sv = (bits16.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
     del t["weight_scale"]
     mod = "model.layers.0.mlp.up_proj"
-    d = write_model(tmp_path / "m", ct_qc(4, gs), {f"{mod}.{p}": v for p, v in t.items()},
-                    raw=[(f"{mod}.weight_scale", "BF16", (n, k // gs), bits16.tobytes())])
+    d = write_model(
+        tmp_path / "m",
+        ct_qc(4, gs),
+        {f"{mod}.{p}": v for p, v in t.items()},
+        raw=[(f"{mod}.weight_scale", "BF16", (n, k // gs), bits16.tobytes())],
+    )
     qw = collect(d)[mod]
     assert qw.scale_dtype == "bfloat16"
-    q = np.array([[(int(w) >> (4 * i)) & 15 for w in row for i in range(8)]
-                  for row in t["weight_packed"].view(np.uint32)], dtype=np.int64) - 8
+    q = (
+        np.array(
+            [[(int(w) >> (4 * i)) & 15 for w in row for i in range(8)] for row in t["weight_packed"].view(np.uint32)],
+            dtype=np.int64,
+        )
+        - 8
+    )
     check_deq(qw, q * np.repeat(sv, gs, axis=1), None)
 
 
@@ -414,7 +489,7 @@ def test_sharded_index(rng, tmp_path):
     d = write_model(tmp_path / "three", gptq_qc(gs=128, desc_act=True), tensors, shards=3)
     homes = json.loads((d / "model.safetensors.index.json").read_text())["weight_map"]
     mod = "model.layers.0.self_attn.q_proj"
-    assert len({homes[f"{mod}.{p}"] for p in ("qweight", "qzeros", "scales", "g_idx")}) > 1   # straddles
+    assert len({homes[f"{mod}.{p}"] for p in ("qweight", "qzeros", "scales", "g_idx")}) > 1  # straddles
     three = collect(d)
     assert set(three) == set(one)
     for name, item in one.items():
@@ -425,8 +500,11 @@ def test_sharded_index(rng, tmp_path):
             np.testing.assert_array_equal(three[name].perm, item.perm)
     # an index that puts a tensor in a shard which does not hold it
     idx = json.loads((d / "model.safetensors.index.json").read_text())
-    idx["weight_map"]["model.norm.weight"] = "model-00003-of-00003.safetensors" \
-        if homes["model.norm.weight"] != "model-00003-of-00003.safetensors" else "model-00001-of-00003.safetensors"
+    idx["weight_map"]["model.norm.weight"] = (
+        "model-00003-of-00003.safetensors"
+        if homes["model.norm.weight"] != "model-00003-of-00003.safetensors"
+        else "model-00001-of-00003.safetensors"
+    )
     (d / "model.safetensors.index.json").write_text(json.dumps(idx))
     with pytest.raises(InputError, match="model.norm.weight"):
         read_checkpoint(d)
@@ -437,9 +515,17 @@ def test_plain_tensors_bit_exact(rng, tmp_path):
     bit for bit; the other dtypes as plain arrays equal to what safetensors.numpy reads."""
     bf = rng.integers(0, 1 << 16, (3, 5), dtype=np.uint16)
     f8 = rng.integers(0, 256, 7, dtype=np.uint8)
-    d = write_model(tmp_path / "m", gptq_qc(), {}, raw=[
-        ("a.bf16", "BF16", (3, 5), bf.tobytes()), ("a.f8", "F8_E4M3", (7,), f8.tobytes()),
-        ("a.e5m2", "F8_E5M2", (7,), f8.tobytes()), ("a.empty", "BF16", (0, 4), b"")])
+    d = write_model(
+        tmp_path / "m",
+        gptq_qc(),
+        {},
+        raw=[
+            ("a.bf16", "BF16", (3, 5), bf.tobytes()),
+            ("a.f8", "F8_E4M3", (7,), f8.tobytes()),
+            ("a.e5m2", "F8_E5M2", (7,), f8.tobytes()),
+            ("a.empty", "BF16", (0, 4), b""),
+        ],
+    )
     got = collect(d)
     assert isinstance(got["a.bf16"], RawBits) and got["a.bf16"].stored_dtype == "bfloat16"
     np.testing.assert_array_equal(got["a.bf16"].view(np.ndarray), bf)
@@ -448,18 +534,23 @@ def test_plain_tensors_bit_exact(rng, tmp_path):
     np.testing.assert_array_equal(got["a.bf16"].values().view(np.uint32), want.view(np.uint32))
     assert got["a.f8"].stored_dtype == "float8_e4m3fn" and got["a.e5m2"].stored_dtype == "float8_e5m2"
     np.testing.assert_array_equal(got["a.f8"].view(np.ndarray), f8)
-    assert got["a.f8"].values()[f8 == 0x38][:1].tolist() in ([], [1.0])       # e4m3 0x38 = 1.0
-    assert got["a.e5m2"].values()[f8 == 0x3C][:1].tolist() in ([], [1.0])     # e5m2 0x3c = 1.0
+    assert got["a.f8"].values()[f8 == 0x38][:1].tolist() in ([], [1.0])  # e4m3 0x38 = 1.0
+    assert got["a.e5m2"].values()[f8 == 0x3C][:1].tolist() in ([], [1.0])  # e5m2 0x3c = 1.0
     assert got["a.empty"].shape == (0, 4)
 
-    arrays = {"f64": rng.standard_normal((2, 3)), "f32": rng.standard_normal(4).astype(np.float32),
-              "i64": rng.integers(-9, 9, (2, 2)), "i8": rng.integers(-9, 9, 5).astype(np.int8),
-              "u8": rng.integers(0, 255, 3).astype(np.uint8), "b": np.array([True, False, True]),
-              "scalar": np.array(3.5, np.float32)}
+    arrays = {
+        "f64": rng.standard_normal((2, 3)),
+        "f32": rng.standard_normal(4).astype(np.float32),
+        "i64": rng.integers(-9, 9, (2, 2)),
+        "i8": rng.integers(-9, 9, 5).astype(np.int8),
+        "u8": rng.integers(0, 255, 3).astype(np.uint8),
+        "b": np.array([True, False, True]),
+        "scalar": np.array(3.5, np.float32),
+    }
     d2 = tmp_path / "m2"
     d2.mkdir()
     (d2 / "config.json").write_text(json.dumps({"quantization_config": gptq_qc()}))
-    safetensors_numpy.save_file(arrays, str(d2 / "model.safetensors"))      # the library's own writer
+    safetensors_numpy.save_file(arrays, str(d2 / "model.safetensors"))  # the library's own writer
     got = collect(d2)
     ref = safetensors_numpy.load_file(str(d2 / "model.safetensors"))
     assert set(got) == set(ref)
@@ -483,7 +574,7 @@ def test_paths_must_stay_inside(rng, tmp_path):
     d = _tiny(tmp_path, rng)
     outside = tmp_path / "outside.safetensors"
     os.replace(d / "model.safetensors", outside)
-    (d / "model.safetensors").symlink_to(outside)                        # symlink leading out
+    (d / "model.safetensors").symlink_to(outside)  # symlink leading out
     with pytest.raises(InputError, match="outside the model directory"):
         read_checkpoint(d)
     os.remove(d / "model.safetensors")
@@ -516,7 +607,7 @@ def test_hub_cache_snapshot_symlinks_are_followed(rng, tmp_path):
         os.replace(src / fn, repo / "blobs" / (fn + ".blob"))
         (snap / fn).symlink_to(os.path.join("..", "..", "blobs", fn + ".blob"))
     assert "model.layers.0.mlp.up_proj" in collect(snap)
-    other = tmp_path / "elsewhere.safetensors"                           # but not elsewhere
+    other = tmp_path / "elsewhere.safetensors"  # but not elsewhere
     os.replace(repo / "blobs" / "model.safetensors.blob", other)
     os.remove(snap / "model.safetensors")
     (snap / "model.safetensors").symlink_to(other)
@@ -524,45 +615,51 @@ def test_hub_cache_snapshot_symlinks_are_followed(rng, tmp_path):
         read_checkpoint(snap)
 
 
-GOOD = [("a", "F32", (2, 2), np.ones(4, np.float32).tobytes()), ("b", "I32", (3,), np.arange(3, dtype=np.int32).tobytes())]
+GOOD = [
+    ("a", "F32", (2, 2), np.ones(4, np.float32).tobytes()),
+    ("b", "I32", (3,), np.arange(3, dtype=np.int32).tobytes()),
+]
 
 
 def _drop_a(h):
     del h["a"]
 
 
-@pytest.mark.parametrize("kw,match", [
-    (dict(extra=b"xx"), "after the last tensor"),
-    (dict(edit=lambda h: h["a"].update(dtype="F8_E8M0")), "dtype 'F8_E8M0' is not supported"),
-    (dict(edit=lambda h: h["a"].update(dtype=7)), "dtype 7 is not supported"),
-    (dict(edit=lambda h: h["a"].update(shape=[2, 3])), "need 24"),
-    (dict(edit=lambda h: h["a"].update(shape=[2, -2])), "non-negative"),
-    (dict(edit=lambda h: h["a"].update(shape=[2.0, 2])), "non-negative integers"),
-    (dict(edit=lambda h: h["a"].update(shape="2x2")), "shape must be a list"),
-    (dict(edit=lambda h: h["b"].update(data_offsets=[8, 20])), "overlaps"),
-    (dict(edit=lambda h: h["b"].update(data_offsets=[20, 32])), "truncated|gap"),
-    (dict(edit=lambda h: h["b"].update(data_offsets=[16, 4])), "begin <= end"),
-    (dict(edit=lambda h: h["b"].update(data_offsets=[16])), "data_offsets"),
-    (dict(edit=_drop_a), "gap"),
-    (dict(edit=lambda h: h.update(c=[1])), "entry must be an object"),
-    (dict(edit=lambda h: h.update(__metadata__={"k": 1})), "__metadata__"),
-    (dict(header_len=1 << 40), "exceeds the limit"),
-    (dict(header_len=5000), "truncated"),
-])
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        (dict(extra=b"xx"), "after the last tensor"),
+        (dict(edit=lambda h: h["a"].update(dtype="F8_E8M0")), "dtype 'F8_E8M0' is not supported"),
+        (dict(edit=lambda h: h["a"].update(dtype=7)), "dtype 7 is not supported"),
+        (dict(edit=lambda h: h["a"].update(shape=[2, 3])), "need 24"),
+        (dict(edit=lambda h: h["a"].update(shape=[2, -2])), "non-negative"),
+        (dict(edit=lambda h: h["a"].update(shape=[2.0, 2])), "non-negative integers"),
+        (dict(edit=lambda h: h["a"].update(shape="2x2")), "shape must be a list"),
+        (dict(edit=lambda h: h["b"].update(data_offsets=[8, 20])), "overlaps"),
+        (dict(edit=lambda h: h["b"].update(data_offsets=[20, 32])), "truncated|gap"),
+        (dict(edit=lambda h: h["b"].update(data_offsets=[16, 4])), "begin <= end"),
+        (dict(edit=lambda h: h["b"].update(data_offsets=[16])), "data_offsets"),
+        (dict(edit=_drop_a), "gap"),
+        (dict(edit=lambda h: h.update(c=[1])), "entry must be an object"),
+        (dict(edit=lambda h: h.update(__metadata__={"k": 1})), "__metadata__"),
+        (dict(header_len=1 << 40), "exceeds the limit"),
+        (dict(header_len=5000), "truncated"),
+    ],
+)
 def test_malformed_safetensors_refused(rng, tmp_path, kw, match):
     d = tmp_path / "m"
     d.mkdir()
     (d / "config.json").write_text(json.dumps({"quantization_config": gptq_qc()}))
     raw_safetensors(d / "model.safetensors", GOOD, **kw)
     with pytest.raises(InputError, match=match):
-        read_checkpoint(d)                                  # refused before any tensor is read
+        read_checkpoint(d)  # refused before any tensor is read
 
 
 def test_truncated_and_odd_files_refused(rng, tmp_path):
     d = _tiny(tmp_path, rng)
     f = d / "model.safetensors"
     data = f.read_bytes()
-    f.write_bytes(data[:-10])                                            # cut in the last tensor
+    f.write_bytes(data[:-10])  # cut in the last tensor
     with pytest.raises(InputError, match="truncated"):
         read_checkpoint(d)
     f.write_bytes(data[:5])
@@ -593,7 +690,7 @@ def test_truncated_and_odd_files_refused(rng, tmp_path):
 
 def test_file_shrinking_after_the_header_check(rng, tmp_path):
     d = _tiny(tmp_path, rng)
-    it = read_checkpoint(d)                                              # headers checked here
+    it = read_checkpoint(d)  # headers checked here
     f = d / "model.safetensors"
     f.write_bytes(f.read_bytes()[:200])
     with pytest.raises(InputError, match="changed or truncated"):
@@ -611,18 +708,19 @@ def test_inconsistent_quantized_modules_refused(rng, tmp_path):
     with pytest.raises(InputError, match="both a plain weight and quantized"):
         read_checkpoint(write_model(tmp_path / "b", gptq_qc(), both))
     bad = {f"{mod}.{p}": v for p, v in t.items()}
-    bad[f"{mod}.scales"] = bad[f"{mod}.scales"][:, :32]                 # scales for 32 outputs, qweight 64
+    bad[f"{mod}.scales"] = bad[f"{mod}.scales"][:, :32]  # scales for 32 outputs, qweight 64
     with pytest.raises(InputError, match=f"{mod} \\(gptq\\).*scales"):
         collect(write_model(tmp_path / "c", gptq_qc(), bad))
     d = write_model(tmp_path / "d", gptq_qc(gs=128), {f"{mod}.{p}": v for p, v in t.items()})
-    with pytest.raises(InputError, match=f"{mod}.*group_size=128"):     # config disagrees with the tensors
+    with pytest.raises(InputError, match=f"{mod}.*group_size=128"):  # config disagrees with the tensors
         collect(d)
     bad = {f"{mod}.{p}": v for p, v in t.items()}
     bad[f"{mod}.qweight"] = bad[f"{mod}.qweight"].astype(np.float32)
     with pytest.raises(InputError, match=f"{mod}.*qweight must be an integer"):
         collect(write_model(tmp_path / "e", gptq_qc(), bad))
     with pytest.raises(InputError, match="asymmetric GPTQ"):
-        collect(write_model(tmp_path / "f", gptq_qc(sym=False),
-                            {f"{mod}.{p}": v for p, v in t.items() if p != "qzeros"}))
+        collect(
+            write_model(tmp_path / "f", gptq_qc(sym=False), {f"{mod}.{p}": v for p, v in t.items() if p != "qzeros"})
+        )
     with pytest.raises(InputError, match="scheme must be a QuantScheme"):
         read_checkpoint(d, {"quant_method": "gptq"})

@@ -10,6 +10,7 @@ With torch and transformers: the model load_gguf builds against transformers' ow
 AutoModelForCausalLM.from_pretrained(dir, gguf_file=...) (which dequantizes everything), with
 MarlinLinear.forward swapped for a dequantize-and-matmul on CPU; on a GPU (marked gpu) the kernels.
 """
+
 import logging
 import struct
 
@@ -33,14 +34,36 @@ from jitmarlin.hf.gguf_load import (
 from jitmarlin.weights.quant import QuantizedWeight
 
 QT = gguf.GGMLQuantizationType
-LINEARS = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-           "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-           "ffn_down": "mlp.down_proj"}
+LINEARS = {
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
 # per layer: the mix of types (K-quants need in_features % 256 == 0: only ffn_down here)
-TYPES = [{"attn_q": "Q8_0", "attn_k": "Q4_0", "attn_v": "Q5_1", "attn_output": "Q8_0",
-          "ffn_gate": "Q5_0", "ffn_up": "Q8_0", "ffn_down": "Q4_K"},
-         {"attn_q": "Q4_0", "attn_k": "Q8_0", "attn_v": "Q8_0", "attn_output": "Q5_0",
-          "ffn_gate": "Q8_0", "ffn_up": "Q5_1", "ffn_down": "Q6_K"}]
+TYPES = [
+    {
+        "attn_q": "Q8_0",
+        "attn_k": "Q4_0",
+        "attn_v": "Q5_1",
+        "attn_output": "Q8_0",
+        "ffn_gate": "Q5_0",
+        "ffn_up": "Q8_0",
+        "ffn_down": "Q4_K",
+    },
+    {
+        "attn_q": "Q4_0",
+        "attn_k": "Q8_0",
+        "attn_v": "Q8_0",
+        "attn_output": "Q5_0",
+        "ffn_gate": "Q8_0",
+        "ffn_up": "Q5_1",
+        "ffn_down": "Q6_K",
+    },
+]
 # Whole-model logits, fp16 model against transformers' float32 one: as tests/test_hf_load.py
 # (check_output's whole-matrix figure for fp16, 2e-3; bf16 the same 4 u: 1.6e-2).
 REL_TOL_FP16, REL_TOL_BF16 = 2e-3, 1.6e-2
@@ -54,7 +77,7 @@ def llama_cpp_permute(w, n_head, n_head_kv):
 
 
 def put_f16(blk, col, vals):
-    blk[:, col:col + 2] = np.asarray(vals, "<f2").reshape(-1, 1).view(np.uint8)
+    blk[:, col : col + 2] = np.asarray(vals, "<f2").reshape(-1, 1).view(np.uint8)
 
 
 def make_blocks(rng, tname, n, k):
@@ -66,22 +89,37 @@ def make_blocks(rng, tname, n, k):
     bs, ts = gguf.GGML_QUANT_SIZES[QT[tname]]
     nb = n * k // bs
     blk = rng.integers(0, 256, (nb, ts)).astype(np.uint8)
-    if tname == "Q4_K":                                # d, dmin, 12 B scales/mins, 128 B nibbles
+    if tname == "Q4_K":  # d, dmin, 12 B scales/mins, 128 B nibbles
         put_f16(blk, 0, 2.0 ** -rng.integers(13, 15, nb))
         put_f16(blk, 2, 2.0 ** -rng.integers(14, 16, nb))
-    elif tname == "Q6_K":                              # 128 B ql, 64 B qh, 16 int8 scales, d
+    elif tname == "Q6_K":  # 128 B ql, 64 B qh, 16 int8 scales, d
         blk[:, 192:208] = rng.integers(-40, 41, (nb, 16)).astype(np.int8).view(np.uint8)
         put_f16(blk, 208, rng.choice([-1.0, 1.0], nb) * 2.0 ** -rng.integers(14, 16, nb))
-    elif tname == "IQ4_NL":                            # the refusal tests: d, 16 B of 4-bit indices
+    elif tname == "IQ4_NL":  # the refusal tests: d, 16 B of 4-bit indices
         put_f16(blk, 0, rng.uniform(1e-3, 2e-3, nb))
     else:
         raise ValueError(tname)
     return blk.reshape(n, -1)
 
 
-def write_gguf(path, *, arch="llama", seed=0, hidden=128, heads=4, kv_heads=2, head_dim=None,
-               inter=256, vocab=256, layers=2, types=TYPES, output="Q8_0", bias=False, name=None,
-               extra=()):
+def write_gguf(
+    path,
+    *,
+    arch="llama",
+    seed=0,
+    hidden=128,
+    heads=4,
+    kv_heads=2,
+    head_dim=None,
+    inter=256,
+    vocab=256,
+    layers=2,
+    types=TYPES,
+    output="Q8_0",
+    bias=False,
+    name=None,
+    extra=(),
+):
     """Write a tiny GGUF model; return {gguf tensor name: (type name, stored array)}."""
     rng = np.random.default_rng(seed)
     hd = head_dim or hidden // heads
@@ -105,9 +143,15 @@ def write_gguf(path, *, arch="llama", seed=0, hidden=128, heads=4, kv_heads=2, h
         w.add_tensor(tname, arr, raw_dtype=None if ttype in ("F32", "F16") else QT[ttype])
 
     put("token_embd.weight", "F16", (rng.standard_normal((vocab, hidden)) * 0.5).astype(np.float16))
-    shapes = {"attn_q": (heads * hd, hidden), "attn_k": (kv_heads * hd, hidden),
-              "attn_v": (kv_heads * hd, hidden), "attn_output": (hidden, heads * hd),
-              "ffn_gate": (inter, hidden), "ffn_up": (inter, hidden), "ffn_down": (hidden, inter)}
+    shapes = {
+        "attn_q": (heads * hd, hidden),
+        "attn_k": (kv_heads * hd, hidden),
+        "attn_v": (kv_heads * hd, hidden),
+        "attn_output": (hidden, heads * hd),
+        "ffn_gate": (inter, hidden),
+        "ffn_up": (inter, hidden),
+        "ffn_down": (hidden, inter),
+    }
     for i in range(layers):
         put(f"blk.{i}.attn_norm.weight", "F32", (1 + 0.1 * rng.standard_normal(hidden)).astype(np.float32))
         put(f"blk.{i}.ffn_norm.weight", "F32", (1 + 0.1 * rng.standard_normal(hidden)).astype(np.float32))
@@ -141,13 +185,13 @@ def deq_stored(ttype, arr):
 
 def test_unpermute_rows_inverts_llama_cpp_permute(rng):
     for n_head, n_kv, hd in ((4, 4, 32), (8, 2, 16), (6, 3, 8), (1, 1, 4)):
-        for heads_here, kv in ((n_head, n_head), (n_head, n_kv)):   # q: (n_head, n_head); k: (n_head, n_kv)
+        for heads_here, kv in ((n_head, n_head), (n_head, n_kv)):  # q: (n_head, n_head); k: (n_head, n_kv)
             rows = kv * hd
             w = rng.standard_normal((rows, 5))
             g = llama_cpp_permute(w, heads_here, kv)
             perm = unpermute_rows(rows, kv)
             np.testing.assert_array_equal(g[perm], w)
-            b = rng.standard_normal(rows)                      # q / k biases go through it too
+            b = rng.standard_normal(rows)  # q / k biases go through it too
             np.testing.assert_array_equal(llama_cpp_permute(b, heads_here, kv)[perm], b)
     with pytest.raises(InputError, match="heads of an even size"):
         unpermute_rows(96, 5)
@@ -163,12 +207,12 @@ def test_name_table_matches_gguf_tensor_name_map(arch):
         assert hf_tensor_name(g + ".weight", 3) == h + ".weight"
     for g, h in _LAYER.items():
         got = tmap.get_name(f"model.layers.2.{h}")
-        if got is None:                                    # a tensor this architecture lacks
+        if got is None:  # a tensor this architecture lacks
             assert arch != "QWEN3" and g in ("attn_q_norm", "attn_k_norm"), g
             continue
         assert got == f"blk.2.{g}", (g, h, got)
         assert hf_tensor_name(f"blk.2.{g}.bias", 3) == f"model.layers.2.{h}.bias"
-    assert hf_tensor_name("blk.3.attn_q.weight", 3) is None        # no such layer
+    assert hf_tensor_name("blk.3.attn_q.weight", 3) is None  # no such layer
     assert hf_tensor_name("rope_freqs.weight", 3) is None
 
 
@@ -180,9 +224,12 @@ def test_read_llama_mixed_types(tmp_path):
     assert gguf_arch(reader) == "llama"
     items = dict(read_gguf(reader))
     want_names = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"}
-    want_names |= {f"model.layers.{i}.{m}.weight" for i in range(2)
-                   for m in list(LINEARS.values()) + ["input_layernorm", "post_attention_layernorm"]}
-    assert set(items) == want_names                               # rope_freqs skipped
+    want_names |= {
+        f"model.layers.{i}.{m}.weight"
+        for i in range(2)
+        for m in list(LINEARS.values()) + ["input_layernorm", "post_attention_layernorm"]
+    }
+    assert set(items) == want_names  # rope_freqs skipped
     qtypes = {}
     for gname, (ttype, arr) in stored.items():
         hf = hf_tensor_name(gname, 2)
@@ -214,12 +261,13 @@ def test_read_qwen2_biases_unpermuted(tmp_path):
     f = tmp_path / "qwen2.gguf"
     stored = write_gguf(f, arch="qwen2", bias=True, output=None)
     items = dict(read_gguf(open_gguf(f)))
-    assert "lm_head.weight" not in items                          # tied: no output.weight
+    assert "lm_head.weight" not in items  # tied: no output.weight
     for lin in ("attn_q", "attn_k"):
-        np.testing.assert_array_equal(jitmarlin.dequantize(items[f"model.layers.1.{LINEARS[lin]}.weight"]),
-                                      deq_stored(*stored[f"blk.1.{lin}.weight"]))
-        np.testing.assert_array_equal(items[f"model.layers.1.{LINEARS[lin]}.bias"],
-                                      stored[f"blk.1.{lin}.bias"][1])
+        np.testing.assert_array_equal(
+            jitmarlin.dequantize(items[f"model.layers.1.{LINEARS[lin]}.weight"]),
+            deq_stored(*stored[f"blk.1.{lin}.weight"]),
+        )
+        np.testing.assert_array_equal(items[f"model.layers.1.{LINEARS[lin]}.bias"], stored[f"blk.1.{lin}.bias"][1])
 
 
 def test_read_llama_bias_permuted_and_f16_linear(tmp_path, caplog):
@@ -253,8 +301,11 @@ def test_refusals(tmp_path, caplog):
     # truncated: in the tensor data, then in the header
     write_gguf(f)
     data = f.read_bytes()
-    for cut, msg in ((len(data) - 100, "runs past the end of the file"), (200, "truncated or corrupt"),
-                     (10, "too short")):
+    for cut, msg in (
+        (len(data) - 100, "runs past the end of the file"),
+        (200, "truncated or corrupt"),
+        (10, "too short"),
+    ):
         f.write_bytes(data[:cut])
         with pytest.raises(InputError, match=msg):
             open_gguf(f)
@@ -301,10 +352,11 @@ def _dequant_forward(self, x):
 def _reference(torch, f):
     import transformers
 
-    pytest.importorskip("accelerate")                 # from_pretrained(gguf_file=) needs it
+    pytest.importorskip("accelerate")  # from_pretrained(gguf_file=) needs it
 
     return transformers.AutoModelForCausalLM.from_pretrained(
-        str(f.parent), gguf_file=f.name, dtype=torch.float32).eval()
+        str(f.parent), gguf_file=f.name, dtype=torch.float32
+    ).eval()
 
 
 def _rel(out, want) -> float:
@@ -318,15 +370,17 @@ def _same_greedy(torch, model, ref, prompt, steps):
     ten times the fp16 error of these logits)."""
     kw = dict(max_new_tokens=steps, min_new_tokens=steps, do_sample=False, pad_token_id=0)
     with torch.no_grad():
-        got = model.generate(prompt, **kw)[0, prompt.shape[1]:].tolist()
-        exp = ref.generate(prompt, **kw)[0, prompt.shape[1]:].tolist()
+        got = model.generate(prompt, **kw)[0, prompt.shape[1] :].tolist()
+        exp = ref.generate(prompt, **kw)[0, prompt.shape[1] :].tolist()
     if got != exp:
         t = next(i for i, (a, b) in enumerate(zip(got, exp)) if a != b)
         with torch.no_grad():
             lg = ref(torch.tensor([prompt[0].tolist() + exp[:t]], device=prompt.device)).logits[0, -1]
         top = torch.topk(lg, 2).values.tolist()
-        pytest.fail(f"greedy tokens differ from step {t}: got {got}, expected {exp}; reference top-2 "
-                    f"logits there {top} (gap {top[0] - top[1]:.3g})")
+        pytest.fail(
+            f"greedy tokens differ from step {t}: got {got}, expected {exp}; reference top-2 "
+            f"logits there {top} (gap {top[0] - top[1]:.3g})"
+        )
 
 
 # model seeds whose reference greedy paths (prompt: the first 6 or 8 ids below) have no near-tie
@@ -356,7 +410,7 @@ def test_load_gguf_matches_transformers_cpu(tmp_path, monkeypatch, caplog, arch)
     # transformers' GGUF name map for this model is jitmarlin's table
     assert _hf_name_map(ref, arch) == {g: hf_tensor_name(g, 2) for g in _hf_name_map(ref, arch)}
     refsd = ref.state_dict()
-    for name, mod in model.named_modules():                       # the same weights, bit for bit
+    for name, mod in model.named_modules():  # the same weights, bit for bit
         if isinstance(mod, MarlinLinear):
             np.testing.assert_array_equal(jitmarlin.dequantize(mod.qweight), refsd[name + ".weight"].numpy())
             if mod.bias is not None:

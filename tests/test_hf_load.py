@@ -9,6 +9,7 @@ The CPU tests need torch and transformers only: the loading itself (which module
 MarlinLinear, every other weight and buffer bit for bit, biases, tied embeddings, the log, the
 refusals), with MarlinLinear.forward swapped for a dequantize-and-matmul so the model runs on CPU.
 """
+
 import json
 import logging
 
@@ -36,9 +37,19 @@ REL_TOL_BF16 = 1.6e-2
 
 
 def llama_config(**kw):
-    args = dict(hidden_size=256, num_hidden_layers=2, intermediate_size=512, vocab_size=512,
-                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                tie_word_embeddings=False, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2)
+    args = dict(
+        hidden_size=256,
+        num_hidden_layers=2,
+        intermediate_size=512,
+        vocab_size=512,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+        rms_norm_eps=1e-5,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     args.update(kw)
     return transformers.LlamaConfig(**args)
 
@@ -48,14 +59,18 @@ def gptq_quantize(rng, w: np.ndarray, gs: int, act: bool):
     dequantized weight (N, K) float64 they stand for."""
     n, k = w.shape
     g_idx = act_order(rng, k, gs) if act else (np.arange(k) // gs).astype(np.int32)
-    wt = w.T.astype(np.float64)                                        # (K, N), GPTQ's orientation
+    wt = w.T.astype(np.float64)  # (K, N), GPTQ's orientation
     amax = np.zeros((k // gs, n))
     np.maximum.at(amax, g_idx, np.abs(wt))
-    s = (np.maximum(amax, 1e-8) / 7.5).astype(np.float16)             # (G, N)
-    sv = s.astype(np.float64)[g_idx]                                   # (K, N)
+    s = (np.maximum(amax, 1e-8) / 7.5).astype(np.float16)  # (G, N)
+    sv = s.astype(np.float64)[g_idx]  # (K, N)
     q = np.clip(np.round(wt / sv) + 8, 0, 15).astype(np.int64)
-    tensors = {"qweight": pack_along(q, 4, 0), "qzeros": pack_along(np.full((k // gs, n), 7), 4, 1),
-               "scales": s, "g_idx": g_idx}
+    tensors = {
+        "qweight": pack_along(q, 4, 0),
+        "qzeros": pack_along(np.full((k // gs, n), 7), 4, 1),
+        "scales": s,
+        "g_idx": g_idx,
+    }
     return tensors, ((q - 8) * sv).T
 
 
@@ -72,7 +87,7 @@ def make_checkpoint(d, *, seed=1234, act=True, gs=128, drop=(), **cfg_kw):
         a = p.detach().numpy()
         if leaf == "weight" and mod.rpartition(".")[2] in QUANTIZED:
             if "mlp" in mod:
-                a = a * 4.0                                            # a little more signal through the MLP
+                a = a * 4.0  # a little more signal through the MLP
             t, deq = gptq_quantize(rng, a, gs, act)
             tensors.update({f"{mod}.{k}": v for k, v in t.items()})
             new_state[name] = torch.from_numpy(deq.astype(np.float32))
@@ -81,7 +96,7 @@ def make_checkpoint(d, *, seed=1234, act=True, gs=128, drop=(), **cfg_kw):
                 a = rng.standard_normal(a.shape) * 0.1
             if "norm" in name:
                 a = 1 + rng.standard_normal(a.shape) * 0.1
-            h = np.asarray(a, dtype=np.float16)                         # stored as fp16
+            h = np.asarray(a, dtype=np.float16)  # stored as fp16
             tensors[name] = h
             new_state[name] = torch.from_numpy(h.astype(np.float32))
     if cfg.tie_word_embeddings:
@@ -123,10 +138,14 @@ def test_load_structure_and_weights_cpu(tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(MarlinLinear, "forward", _dequant_forward)
     with caplog.at_level(logging.INFO, logger="jitmarlin.hf"):
         model = load(d, device="cpu")
-    assert not model.training and next(model.parameters()).dtype == torch.float16   # config.json's dtype
+    assert not model.training and next(model.parameters()).dtype == torch.float16  # config.json's dtype
     marlin = {n for n, m in model.named_modules() if isinstance(m, MarlinLinear)}
-    assert marlin == {f"model.layers.{i}.{grp}.{p}" for i in range(2) for p in QUANTIZED
-                      for grp in (("self_attn",) if p.endswith("_proj") and p[0] in "qkvo" else ("mlp",))}
+    assert marlin == {
+        f"model.layers.{i}.{grp}.{p}"
+        for i in range(2)
+        for p in QUANTIZED
+        for grp in (("self_attn",) if p.endswith("_proj") and p[0] in "qkvo" else ("mlp",))
+    }
     assert type(model.lm_head) is torch.nn.Linear
     assert "kept lm_head as nn.Linear (the output head" in caplog.text
     assert "14 linear layers are MarlinLinear" in caplog.text
@@ -134,7 +153,7 @@ def test_load_structure_and_weights_cpu(tmp_path, monkeypatch, caplog):
     for name, mod in model.named_modules():
         if isinstance(mod, MarlinLinear):
             np.testing.assert_array_equal(jitmarlin.dequantize(mod.qweight), refsd[name + ".weight"].numpy())
-            assert mod.qweight.perm is not None                       # act-order kept
+            assert mod.qweight.perm is not None  # act-order kept
     for name, t in model.state_dict().items():
         assert t.device.type == "cpu"
         torch.testing.assert_close(t.float(), refsd[name], rtol=0, atol=0)
@@ -178,10 +197,10 @@ def test_load_bias_tied_bf16_cpu(tmp_path, monkeypatch):
     assert next(model.parameters()).dtype == torch.bfloat16
     q = model.model.layers[0].self_attn.q_proj
     assert isinstance(q, MarlinLinear) and q.bias is not None and q.qweight.perm is None
-    assert q.bias.dtype == torch.bfloat16                          # the model's dtype (stored as fp16)
+    assert q.bias.dtype == torch.bfloat16  # the model's dtype (stored as fp16)
     torch.testing.assert_close(q.bias, ref.model.layers[0].self_attn.q_proj.bias.bfloat16(), rtol=0, atol=0)
     assert model.lm_head.weight is model.model.embed_tokens.weight
-    with torch.no_grad():                    # the reference holds the plain weights as the bf16 model does
+    with torch.no_grad():  # the reference holds the plain weights as the bf16 model does
         for name, p in ref.named_parameters():
             if name.rpartition(".")[0].rpartition(".")[2] not in QUANTIZED or name.endswith("bias"):
                 p.copy_(p.bfloat16().float())
@@ -202,8 +221,10 @@ def test_load_extra_biases_and_stray_tensors_cpu(tmp_path, monkeypatch, caplog):
     stored = load_file(str(f))
     rng = np.random.default_rng(5)
     first = {"model.layers.0.self_attn.q_proj.bias": rng.standard_normal(256).astype(np.float16)}
-    last = {"model.layers.1.mlp.down_proj.bias": rng.standard_normal(256).astype(np.float16),
-            "model.layers.0.self_attn.rotary_emb.inv_freq": np.ones(32, np.float32)}
+    last = {
+        "model.layers.1.mlp.down_proj.bias": rng.standard_normal(256).astype(np.float16),
+        "model.layers.0.self_attn.rotary_emb.inv_freq": np.ones(32, np.float32),
+    }
 
     def ents(ts):
         return [(n, ST_DTYPE[a.dtype.name], a.shape, np.ascontiguousarray(a).tobytes()) for n, a in ts.items()]
@@ -226,7 +247,7 @@ def test_load_extra_biases_and_stray_tensors_cpu(tmp_path, monkeypatch, caplog):
         model.model.layers[1].mlp.down_proj.bias = None
         model.model.layers[0].self_attn.q_proj.bias = None
         without = model(ids).logits
-    assert not torch.equal(with_bias, without)                     # the biases are applied
+    assert not torch.equal(with_bias, without)  # the biases are applied
 
 
 def test_load_refusals_cpu(tmp_path):
@@ -235,7 +256,7 @@ def test_load_refusals_cpu(tmp_path):
         load(d, device="cpu")
     d, _ = make_checkpoint(tmp_path / "b")
     cfg = json.loads((d / "config.json").read_text())
-    cfg["intermediate_size"] = 384                                  # the architecture no longer fits
+    cfg["intermediate_size"] = 384  # the architecture no longer fits
     (d / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(InputError, match="mlp.*\\(out, in\\)"):
         load(d, device="cpu")
@@ -268,7 +289,7 @@ def test_load_gptq_llama_matches_dequantized(tmp_path, act):
     ids = torch.randint(0, 512, (2, 24), generator=torch.Generator().manual_seed(0)).cuda()
     with torch.no_grad():
         out = model(ids).logits
-        want = ref(ids).logits                                      # float32, dequantized weights
+        want = ref(ids).logits  # float32, dequantized weights
     assert out.dtype == torch.float16 and torch.isfinite(out).all()
     rel = _rel(out.float(), want)
     assert rel <= REL_TOL_FP16, rel
@@ -284,5 +305,7 @@ def test_load_gptq_llama_matches_dequantized(tmp_path, act):
         with torch.no_grad():
             lg = ref(torch.tensor([prompt[0].tolist() + exp[:t]], device="cuda")).logits[0, -1]
         top = torch.topk(lg, 2).values.tolist()
-        pytest.fail(f"greedy tokens differ from step {t}: got {got}, expected {exp}; reference top-2 "
-                    f"logits there {top} (gap {top[0] - top[1]:.3g})")
+        pytest.fail(
+            f"greedy tokens differ from step {t}: got {got}, expected {exp}; reference top-2 "
+            f"logits there {top} (gap {top[0] - top[1]:.3g})"
+        )

@@ -13,6 +13,7 @@ scales must be folded); with MarlinLinear / MarlinMoE forwards swapped for dequa
 holding the dequantized weights (float32). Bad inputs raise InputError naming the tensor or field.
 The GPU test (marked gpu) runs the real kernels on one MoE model.
 """
+
 import copy
 import json
 
@@ -66,8 +67,11 @@ def q_ct(rng, w, gs=64):
     s = (np.maximum(np.abs(g).max(-1), 1e-8) / 7.5).astype(np.float16)
     sv = s.astype(np.float64)
     q = np.clip(np.round(g / sv[..., None]), -8, 7).reshape(n, k)
-    tensors = {"weight_packed": pack_along((q + 8).astype(np.int64), 4, 1), "weight_scale": s,
-               "weight_shape": np.array([n, k], np.int64)}
+    tensors = {
+        "weight_packed": pack_along((q + 8).astype(np.int64), 4, 1),
+        "weight_scale": s,
+        "weight_shape": np.array([n, k], np.int64),
+    }
     return tensors, q * sv[:, np.arange(k) // gs]
 
 
@@ -78,11 +82,11 @@ def e4m3(byte):
     """float8_e4m3fn bytes -> float64 values (no NaN handling: the quantizer never writes 0x7f)."""
     b = np.asarray(byte, np.int64)
     e, m = (b >> 3) & 0xF, b & 7
-    v = np.where(e == 0, m / 8 * 2.0 ** -6, (1 + m / 8) * 2.0 ** (e - 7))
+    v = np.where(e == 0, m / 8 * 2.0**-6, (1 + m / 8) * 2.0 ** (e - 7))
     return np.where(b & 0x80, -v, v)
 
 
-E4M3_POS = e4m3(np.arange(127))                  # increasing
+E4M3_POS = e4m3(np.arange(127))  # increasing
 
 
 class Raw:
@@ -122,23 +126,31 @@ def nvfp4(w, g):
 def q_modelopt(rng, w):
     g = np.float32(np.abs(w).max() / (6 * 448) * rng.uniform(1, 2))
     packed, sb, deq = nvfp4(w, float(g))
-    t = {"weight": packed, "weight_scale": Raw("F8_E4M3", sb), "weight_scale_2": np.array(g, np.float32),
-         "input_scale": np.array(0.5, np.float32)}
+    t = {
+        "weight": packed,
+        "weight_scale": Raw("F8_E4M3", sb),
+        "weight_scale_2": np.array(g, np.float32),
+        "input_scale": np.array(0.5, np.float32),
+    }
     return t, deq * float(g)
 
 
 def q_ct_nvfp4(rng, w):
-    gct = np.float32(6 * 448 / np.abs(w).max() * rng.uniform(0.5, 1))      # compressed-tensors' global scale
+    gct = np.float32(6 * 448 / np.abs(w).max() * rng.uniform(0.5, 1))  # compressed-tensors' global scale
     packed, sb, deq = nvfp4(w, 1 / float(gct))
-    t = {"weight_packed": packed, "weight_scale": Raw("F8_E4M3", sb),
-         "weight_global_scale": np.array([gct], np.float32), "input_global_scale": np.array([3.0], np.float32)}
+    t = {
+        "weight_packed": packed,
+        "weight_scale": Raw("F8_E4M3", sb),
+        "weight_global_scale": np.array([gct], np.float32),
+        "input_global_scale": np.array([3.0], np.float32),
+    }
     return t, deq / float(gct)
 
 
 def mxfp4(w):
     """gpt-oss MXFP4 of w (..., R, C): blocks (..., R, C/32, 16), e8m0 scales (..., R, C/32), dequantized."""
     blk = w.reshape(*w.shape[:-1], w.shape[-1] // 32, 32)
-    e = np.clip(np.ceil(np.log2(np.maximum(np.abs(blk).max(-1), 2.0 ** -20) / 6)), -20, 20).astype(np.int64) + 127
+    e = np.clip(np.ceil(np.log2(np.maximum(np.abs(blk).max(-1), 2.0**-20) / 6)), -20, 20).astype(np.int64) + 127
     sc = 2.0 ** (e - 127)
     codes, vals = fp4_codes(blk / sc[..., None])
     return pack_fp4(codes), e.astype(np.uint8), (vals * sc[..., None]).reshape(w.shape)
@@ -151,40 +163,106 @@ def quant_config(fmt):
     if fmt == "gptq":
         return gptq_qc(bits=4, gs=64)
     if fmt == "awq":
-        return {"quant_method": "awq", "bits": 4, "group_size": 64, "version": "gemm", "zero_point": True,
-                "modules_to_not_convert": ["lm_head"]}
+        return {
+            "quant_method": "awq",
+            "bits": 4,
+            "group_size": 64,
+            "version": "gemm",
+            "zero_point": True,
+            "modules_to_not_convert": ["lm_head"],
+        }
     if fmt in ("ct", "ct-nvfp4"):
         nv = fmt == "ct-nvfp4"
-        w = ({"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16, "symmetric": True,
-              "dynamic": False, "actorder": None, "observer": "minmax"} if nv else
-             {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 64, "symmetric": True,
-              "dynamic": False, "actorder": None})
+        w = (
+            {
+                "num_bits": 4,
+                "type": "float",
+                "strategy": "tensor_group",
+                "group_size": 16,
+                "symmetric": True,
+                "dynamic": False,
+                "actorder": None,
+                "observer": "minmax",
+            }
+            if nv
+            else {
+                "num_bits": 4,
+                "type": "int",
+                "strategy": "group",
+                "group_size": 64,
+                "symmetric": True,
+                "dynamic": False,
+                "actorder": None,
+            }
+        )
         act = dict(w, dynamic="local") if nv else None
         f = "nvfp4-pack-quantized" if nv else "pack-quantized"
-        return {"quant_method": "compressed-tensors", "format": f, "ignore": ["lm_head", "re:.*mlp.gate$"],
-                "quantization_status": "compressed", "kv_cache_scheme": None,
-                "config_groups": {"group_0": {"targets": ["Linear"], "weights": w, "input_activations": act,
-                                              "output_activations": None, "format": f}}}
+        return {
+            "quant_method": "compressed-tensors",
+            "format": f,
+            "ignore": ["lm_head", "re:.*mlp.gate$"],
+            "quantization_status": "compressed",
+            "kv_cache_scheme": None,
+            "config_groups": {
+                "group_0": {
+                    "targets": ["Linear"],
+                    "weights": w,
+                    "input_activations": act,
+                    "output_activations": None,
+                    "format": f,
+                }
+            },
+        }
     if fmt == "modelopt":
-        return {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16, "kv_cache_quant_algo": None,
-                "ignore": ["lm_head", "*.mlp.gate"]}
+        return {
+            "quant_method": "modelopt",
+            "quant_algo": "NVFP4",
+            "group_size": 16,
+            "kv_cache_quant_algo": None,
+            "ignore": ["lm_head", "*.mlp.gate"],
+        }
     if fmt == "mxfp4":
-        return {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
-                                                                   "model.embed_tokens", "lm_head"]}
+        return {
+            "quant_method": "mxfp4",
+            "modules_to_not_convert": [
+                "model.layers.*.self_attn",
+                "model.layers.*.mlp.router",
+                "model.embed_tokens",
+                "lm_head",
+            ],
+        }
     raise AssertionError(fmt)
 
 
 # ---- tiny models ---------------------------------------------------------------------------------
 
-COMMON = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-              vocab_size=256, max_position_embeddings=256, tie_word_embeddings=False, rms_norm_eps=1e-5,
-              bos_token_id=1, eos_token_id=2)
+COMMON = dict(
+    hidden_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    vocab_size=256,
+    max_position_embeddings=256,
+    tie_word_embeddings=False,
+    rms_norm_eps=1e-5,
+    bos_token_id=1,
+    eos_token_id=2,
+)
 
 
 def make_config(arch, **kw):
-    if arch == "qwen3_moe":      # layer 1 dense (mlp_only_layers): both kinds in one model
-        args = dict(COMMON, intermediate_size=256, moe_intermediate_size=128, num_experts=8, num_experts_per_tok=2,
-                    norm_topk_prob=True, mlp_only_layers=[1], decoder_sparse_step=1)
+    if arch == "qwen3_moe":  # layer 1 dense (mlp_only_layers): both kinds in one model
+        args = dict(
+            COMMON,
+            intermediate_size=256,
+            moe_intermediate_size=128,
+            num_experts=8,
+            num_experts_per_tok=2,
+            norm_topk_prob=True,
+            mlp_only_layers=[1],
+            decoder_sparse_step=1,
+        )
         cls = transformers.Qwen3MoeConfig
     elif arch == "mixtral":
         args = dict(COMMON, intermediate_size=128, num_local_experts=4, num_experts_per_tok=2)
@@ -232,12 +310,21 @@ def make_moe_checkpoint(d, arch, fmt, *, seed=7, cfg_kw=None, edit=None, qc_in="
     cfg = make_config(arch, **(cfg_kw or {}))
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    ref = getattr(transformers, {"qwen3_moe": "Qwen3MoeForCausalLM", "mixtral": "MixtralForCausalLM",
-                                 "gpt_oss": "GptOssForCausalLM"}[arch])(cfg).float().eval()
+    ref = (
+        getattr(
+            transformers,
+            {"qwen3_moe": "Qwen3MoeForCausalLM", "mixtral": "MixtralForCausalLM", "gpt_oss": "GptOssForCausalLM"}[arch],
+        )(cfg)
+        .float()
+        .eval()
+    )
     quant = QUANTIZERS.get(fmt)
     tensors, state, oracle = {}, {}, {}
-    store = (lambda a: bf16(a)) if dtype == "bfloat16" else (lambda a: (a.astype(np.float16).astype(np.float64),
-                                                                        a.astype(np.float16)))
+    store = (
+        (lambda a: bf16(a))
+        if dtype == "bfloat16"
+        else (lambda a: (a.astype(np.float16).astype(np.float64), a.astype(np.float16)))
+    )
     for name, p in ref.state_dict().items():
         mod, _, leaf = name.rpartition(".")
         a = p.detach().double().numpy()
@@ -247,7 +334,7 @@ def make_moe_checkpoint(d, arch, fmt, *, seed=7, cfg_kw=None, edit=None, qc_in="
                 if leaf.endswith("bias"):
                     deq, t = bf16(rng.standard_normal(a.shape) * 0.05)
                     tensors[f"{mod}.{leaf}"] = t
-                else:                     # (E, H, 2I) / (E, I, H) used as x @ W: the checkpoint stores W^T
+                else:  # (E, H, 2I) / (E, I, H) used as x @ W: the checkpoint stores W^T
                     blocks, scales, deq = mxfp4(np.swapaxes(rng.standard_normal(a.shape) * 0.08, 1, 2))
                     tensors.update({f"{mod}.{leaf}_blocks": blocks, f"{mod}.{leaf}_scales": scales})
                     deq = np.swapaxes(deq, 1, 2)
@@ -257,7 +344,7 @@ def make_moe_checkpoint(d, arch, fmt, *, seed=7, cfg_kw=None, edit=None, qc_in="
             out = np.empty_like(a)
             for e in range(a.shape[0]):
                 w = rng.standard_normal(a.shape[1:]) * 0.08
-                halves = ((0, w[: w.shape[0] // 2]), (1, w[w.shape[0] // 2:])) if leaf == "gate_up_proj" else ((2, w),)
+                halves = ((0, w[: w.shape[0] // 2]), (1, w[w.shape[0] // 2 :])) if leaf == "gate_up_proj" else ((2, w),)
                 rows = []
                 for role, part in halves:
                     t, deq = quant(rng, part)
@@ -273,7 +360,7 @@ def make_moe_checkpoint(d, arch, fmt, *, seed=7, cfg_kw=None, edit=None, qc_in="
             state[name] = torch.from_numpy(deq.astype(np.float32))
         else:
             if mod.endswith(".gate") or mod.endswith(".router"):
-                a = rng.standard_normal(a.shape) * (0.5 if leaf == "weight" else 0.1)     # routing far from ties
+                a = rng.standard_normal(a.shape) * (0.5 if leaf == "weight" else 0.1)  # routing far from ties
             elif "norm" in name:
                 a = 1 + rng.standard_normal(a.shape) * 0.1
             elif leaf in ("bias", "sinks"):
@@ -289,11 +376,12 @@ def make_moe_checkpoint(d, arch, fmt, *, seed=7, cfg_kw=None, edit=None, qc_in="
     extra = {}
     if qc_in == "config":
         config["quantization_config"] = quant_config(fmt)
-    else:                                  # ModelOpt's hf_quant_config.json
+    else:  # ModelOpt's hf_quant_config.json
         qc = quant_config(fmt)
-        extra["hf_quant_config.json"] = {"producer": {"name": "modelopt", "version": "0.29.0"},
-                                         "quantization": {"quant_algo": "NVFP4", "group_size": 16,
-                                                          "exclude_modules": qc["ignore"]}}
+        extra["hf_quant_config.json"] = {
+            "producer": {"name": "modelopt", "version": "0.29.0"},
+            "quantization": {"quant_algo": "NVFP4", "group_size": 16, "exclude_modules": qc["ignore"]},
+        }
     save(d, tensors, config, extra=extra)
     return d, ref, oracle
 
@@ -304,8 +392,15 @@ def make_moe_checkpoint(d, arch, fmt, *, seed=7, cfg_kw=None, edit=None, qc_in="
 def _dequant_moe_forward(self, x, topk_weights, topk_ids):
     """MarlinMoE on CPU: jitmarlin.reference.moe_reference (float64) on the stacked weights."""
     shape = x.shape
-    y = moe_reference(x.reshape(-1, shape[-1]).double().numpy(), self.w13, self.w2, topk_weights.double().numpy(),
-                      topk_ids.numpy(), activation=self.activation, act=str(x.dtype).replace("torch.", ""))
+    y = moe_reference(
+        x.reshape(-1, shape[-1]).double().numpy(),
+        self.w13,
+        self.w2,
+        topk_weights.double().numpy(),
+        topk_ids.numpy(),
+        activation=self.activation,
+        act=str(x.dtype).replace("torch.", ""),
+    )
     return torch.from_numpy(y).to(x.dtype).reshape(shape)
 
 
@@ -339,7 +434,7 @@ def check_experts(model, oracle, arch, rtol):
         w13 = jitmarlin.dequantize_moe(blk.experts.w13).astype(np.float64)
         w2 = jitmarlin.dequantize_moe(blk.experts.w2).astype(np.float64)
         if arch == "gpt_oss":
-            gu = np.swapaxes(want["gate_up_proj"], 1, 2)               # (E, 2I, H), gate / up interleaved
+            gu = np.swapaxes(want["gate_up_proj"], 1, 2)  # (E, 2I, H), gate / up interleaved
             want13, want2 = np.concatenate([gu[:, 0::2], gu[:, 1::2]], axis=1), np.swapaxes(want["down_proj"], 1, 2)
             b = want["gate_up_proj_bias"]
             np.testing.assert_array_equal(logical_bias(blk.experts.w13), np.concatenate([b[:, 0::2], b[:, 1::2]], 1))
@@ -359,9 +454,14 @@ def check_experts(model, oracle, arch, rtol):
 
 # exact for GPTQ / int4 compressed-tensors / MXFP4; AWQ: offsets rounded to fp16; NVFP4: an expert's gate and
 # up on one global scale (the ratio folded into fp16 block scales), 1 / weight_global_scale in float32
-RTOL = {"gptq": 0, "ct": 0, "modelopt": 2.0 ** -10, "awq": 2.0 ** -10, "ct-nvfp4": 2.0 ** -10}
-CASES = [("qwen3_moe", "gptq"), ("mixtral", "awq"), ("qwen3_moe", "ct"), ("mixtral", "ct-nvfp4"),
-         ("qwen3_moe", "modelopt")]
+RTOL = {"gptq": 0, "ct": 0, "modelopt": 2.0**-10, "awq": 2.0**-10, "ct-nvfp4": 2.0**-10}
+CASES = [
+    ("qwen3_moe", "gptq"),
+    ("mixtral", "awq"),
+    ("qwen3_moe", "ct"),
+    ("mixtral", "ct-nvfp4"),
+    ("qwen3_moe", "modelopt"),
+]
 
 
 @pytest.mark.parametrize("arch,fmt", CASES)
@@ -369,9 +469,9 @@ def test_moe_load_cpu(tmp_path, cpu_forwards, arch, fmt):
     d, ref, oracle = make_moe_checkpoint(tmp_path / "m", arch, fmt)
     model = load(d, device="cpu")
     blocks = check_experts(model, oracle, arch, RTOL[fmt])
-    assert len(blocks) == (1 if arch == "qwen3_moe" else 2)            # qwen3: layer 1 is dense
+    assert len(blocks) == (1 if arch == "qwen3_moe" else 2)  # qwen3: layer 1 is dense
     refsd = ref.state_dict()
-    for name, blk in blocks.items():                                   # the model's own router, loaded
+    for name, blk in blocks.items():  # the model's own router, loaded
         router = blk.gate
         assert type(router).__name__.endswith("TopKRouter")
         torch.testing.assert_close(router.weight.float(), refsd[name + ".gate.weight"], rtol=0, atol=0)
@@ -396,12 +496,10 @@ def test_gpt_oss_mxfp4_cpu(tmp_path, cpu_forwards, caplog):
     for name, blk in blocks.items():
         assert blk.experts.w13.qtype == "mxfp4" and blk.router_name == "router"
         assert type(blk.router).__name__ == "GptOssTopKRouter" and blk.router.bias is not None
-    check_logits(model, ref, torch.randint(0, 256, (2, 12), generator=torch.Generator().manual_seed(0)),
-                 torch.bfloat16)
+    check_logits(model, ref, torch.randint(0, 256, (2, 12), generator=torch.Generator().manual_seed(0)), torch.bfloat16)
 
 
-@pytest.mark.parametrize("fmt,qc_in", [("ct-nvfp4", "config"), ("modelopt", "config"),
-                                       ("modelopt", "hf_quant_config")])
+@pytest.mark.parametrize("fmt,qc_in", [("ct-nvfp4", "config"), ("modelopt", "config"), ("modelopt", "hf_quant_config")])
 def test_dense_nvfp4_cpu(tmp_path, cpu_forwards, fmt, qc_in):
     """A dense Llama in NVFP4: compressed-tensors (1 / weight_global_scale) and ModelOpt (config.json's
     quantization_config, or hf_quant_config.json); input scales dropped."""
@@ -429,9 +527,15 @@ def test_dense_nvfp4_cpu(tmp_path, cpu_forwards, fmt, qc_in):
     if qc_in == "config":
         config["quantization_config"] = quant_config(fmt)
     else:
-        extra["hf_quant_config.json"] = {"producer": {"name": "modelopt", "version": "0.29.0"},
-                                         "quantization": {"quant_algo": "NVFP4", "group_size": 16,
-                                                          "kv_cache_quant_algo": None, "exclude_modules": ["lm_head"]}}
+        extra["hf_quant_config.json"] = {
+            "producer": {"name": "modelopt", "version": "0.29.0"},
+            "quantization": {
+                "quant_algo": "NVFP4",
+                "group_size": 16,
+                "kv_cache_quant_algo": None,
+                "exclude_modules": ["lm_head"],
+            },
+        }
     d = save(tmp_path / "m", tensors, config, extra=extra)
     model = load(d, device="cpu")
     assert model.jitmarlin_scheme.qtype == "nvfp4"
@@ -441,7 +545,7 @@ def test_dense_nvfp4_cpu(tmp_path, cpu_forwards, fmt, qc_in):
             n += 1
             assert mod.qweight.qtype == "nvfp4" and mod.qweight.group_size == 16
             want = state[name + ".weight"].double().numpy()
-            np.testing.assert_allclose(jitmarlin.dequantize(mod.qweight), want, rtol=2.0 ** -23, atol=0)
+            np.testing.assert_allclose(jitmarlin.dequantize(mod.qweight), want, rtol=2.0**-23, atol=0)
     assert n == 14 and type(model.lm_head) is torch.nn.Linear
     check_logits(model, ref, torch.randint(0, 512, (2, 12), generator=torch.Generator().manual_seed(0)))
 
@@ -468,6 +572,7 @@ def _drop(*needles):
     def edit(t):
         for n in [n for n in t if any(s in n for s in needles)]:
             del t[n]
+
     return edit
 
 
@@ -481,58 +586,63 @@ def test_moe_refusals_cpu(tmp_path):
     d, _, _ = make_moe_checkpoint(tmp_path / "a", "qwen3_moe", "gptq", edit=_drop("layers.0.mlp.experts.3.down_proj."))
     with pytest.raises(InputError, match=r"lacks 1 expert module.*model\.layers\.0\.mlp\.experts\.3\.down_proj"):
         load(d, device="cpu")
-    d, _, _ = make_moe_checkpoint(tmp_path / "b", "qwen3_moe", "gptq", edit=_drop("layers.0.mlp.experts.2.up_proj.scales"))
+    d, _, _ = make_moe_checkpoint(
+        tmp_path / "b", "qwen3_moe", "gptq", edit=_drop("layers.0.mlp.experts.2.up_proj.scales")
+    )
     with pytest.raises(InputError, match=r"experts\.2\.up_proj.*lacks.*experts\.2\.up_proj\.scales"):
         load(d, device="cpu")
     d, _, _ = make_moe_checkpoint(tmp_path / "c", "qwen3_moe", "gptq", edit=_drop("layers.0.mlp.experts.7."))
     with pytest.raises(InputError, match=r"model\.layers\.0\.mlp\.experts.*\(7, 128, 128\).*num_experts=8"):
-        load(d, device="cpu")                                       # a whole expert missing: 7 of 8
+        load(d, device="cpu")  # a whole expert missing: 7 of 8
 
-    def short(t):                                                   # one expert's scales for 64 of 128 rows
+    def short(t):  # one expert's scales for 64 of 128 rows
         t["model.layers.0.mlp.experts.5.gate_proj.scales"] = t["model.layers.0.mlp.experts.5.gate_proj.scales"][:, :64]
+
     d, _, _ = make_moe_checkpoint(tmp_path / "d", "qwen3_moe", "gptq", edit=short)
     with pytest.raises(InputError, match=r"model\.layers\.0\.mlp\.experts\.5\.gate_proj \(gptq\).*scales"):
         load(d, device="cpu")
     d, _, _ = make_moe_checkpoint(tmp_path / "e", "mixtral", "awq")
     _rewrite_config(d, lambda c: c.update(intermediate_size=256))
     with pytest.raises(InputError, match=r"layers\.0\.mlp\.experts.*\(experts, intermediate, hidden\)"):
-        load(d, device="cpu")                                       # the checkpoint's experts vs config.json
+        load(d, device="cpu")  # the checkpoint's experts vs config.json
     d, _, _ = make_moe_checkpoint(tmp_path / "f", "qwen3_moe", "gptq")
     _rewrite_config(d, lambda c: c.update(hidden_act="relu"))
     with pytest.raises(InputError, match="hidden_act = 'relu'"):
         load(d, device="cpu")
     _rewrite_config(d, lambda c: c.update(hidden_act="silu", num_experts_per_tok=True))
-    with pytest.raises(InputError, match="num_experts_per_tok"):   # transformers' own type check
+    with pytest.raises(InputError, match="num_experts_per_tok"):  # transformers' own type check
         load(d, device="cpu")
     _rewrite_config(d, lambda c: c.update(num_experts_per_tok=9))
     with pytest.raises(InputError, match=r"num_experts_per_tok must be an int in \[1, 8\], got int 9"):
         load(d, device="cpu")
     with pytest.raises(InputError, match=r"model\.layers\.0\.mlp\.experts \(gptq\).*act-order"):
         _load_with_act_order(tmp_path / "g")
-    d, _, _ = make_moe_checkpoint(tmp_path / "h", "gpt_oss", "mxfp4", dtype="bfloat16",
-                                  cfg_kw={"swiglu_limit": 5.0})
+    d, _, _ = make_moe_checkpoint(tmp_path / "h", "gpt_oss", "mxfp4", dtype="bfloat16", cfg_kw={"swiglu_limit": 5.0})
     with pytest.raises(InputError, match="swiglu_limit = 5.0"):
         load(d, device="cpu")
 
 
 def _load_with_act_order(d):
     """A Qwen3-MoE GPTQ checkpoint whose experts carry a real act-order g_idx."""
+
     def shuffle(t):
         rng = np.random.default_rng(0)
         name = "model.layers.0.mlp.experts.1.up_proj.g_idx"
         t[name] = rng.permutation(t[name]).astype(np.int32)
+
     d, _, _ = make_moe_checkpoint(d, "qwen3_moe", "gptq", edit=shuffle)
     _rewrite_config(d, lambda c: c["quantization_config"].update(desc_act=True))
     load(d, device="cpu")
 
 
 def test_unquantized_experts_refused(tmp_path):
-    def plain(t):                                                   # expert 0 of layer 0 stored in fp16
+    def plain(t):  # expert 0 of layer 0 stored in fp16
         for p in ("gate_proj", "up_proj", "down_proj"):
             pre = f"model.layers.0.mlp.experts.0.{p}."
             for k in [k for k in t if k.startswith(pre)]:
                 del t[k]
             t[pre + "weight"] = np.zeros((128, 128), np.float16)
+
     d, _, _ = make_moe_checkpoint(tmp_path / "a", "qwen3_moe", "gptq", edit=plain)
     with pytest.raises(InputError, match="lacks 3 expert module.*experts.0.gate_proj"):
         load(d, device="cpu")
@@ -544,21 +654,30 @@ def test_unquantized_experts_refused(tmp_path):
         for k in [k for k in t if "layers.0.mlp.experts." in k]:
             del t[k]
         t["model.layers.0.mlp.experts.0.down_proj.weight"] = np.zeros((128, 128), np.float16)
+
     d, _, _ = make_moe_checkpoint(tmp_path / "c", "qwen3_moe", "gptq", edit=all_plain)
-    with pytest.raises(InputError, match=r"experts\.0\.down_proj\.weight: this MoE layer's experts are stored unquantized"):
+    with pytest.raises(
+        InputError, match=r"experts\.0\.down_proj\.weight: this MoE layer's experts are stored unquantized"
+    ):
         load(d, device="cpu")
 
 
-@pytest.mark.parametrize("qc,match", [
-    ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "quant_method = 'bitsandbytes'"),
-    ({"quant_method": "modelopt", "quant_algo": "FP8"}, "quant_algo = 'FP8'"),
-    ({"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 32}, "group_size = 32"),
-    ({"quant_method": "modelopt", "quant_algo": 4}, "quant_algo must be str"),
-    ({"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": "lm_head"}, "ignore must be list"),
-    ({"quant_method": "modelopt", "quantization": {"quant_algo": "W4A8_AWQ"}}, "quantization.quant_algo = 'W4A8_AWQ'"),
-    ({"quant_method": "mxfp4", "modules_to_not_convert": [3]}, "modules_to_not_convert must be a list of strings"),
-    ({"quant_method": "mxfp4", "dequantize": "no"}, "dequantize must be bool"),
-])
+@pytest.mark.parametrize(
+    "qc,match",
+    [
+        ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "quant_method = 'bitsandbytes'"),
+        ({"quant_method": "modelopt", "quant_algo": "FP8"}, "quant_algo = 'FP8'"),
+        ({"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 32}, "group_size = 32"),
+        ({"quant_method": "modelopt", "quant_algo": 4}, "quant_algo must be str"),
+        ({"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": "lm_head"}, "ignore must be list"),
+        (
+            {"quant_method": "modelopt", "quantization": {"quant_algo": "W4A8_AWQ"}},
+            "quantization.quant_algo = 'W4A8_AWQ'",
+        ),
+        ({"quant_method": "mxfp4", "modules_to_not_convert": [3]}, "modules_to_not_convert must be a list of strings"),
+        ({"quant_method": "mxfp4", "dequantize": "no"}, "dequantize must be bool"),
+    ],
+)
 def test_fp4_config_refusals(qc, match):
     with pytest.raises(InputError, match=match):
         read_quant_config({"quantization_config": qc})
@@ -567,17 +686,23 @@ def test_fp4_config_refusals(qc, match):
 _NV = "config_groups.group_0.weights."
 
 
-@pytest.mark.parametrize("path,value,match", [
-    (_NV + "num_bits", 8, "weights.num_bits = 8"),
-    (_NV + "type", "int", "weights.type = 'int'"),
-    (_NV + "strategy", "group", "weights.strategy = 'group'"),
-    (_NV + "group_size", 32, "weights.group_size = 32"),
-    (_NV + "symmetric", False, "symmetric = false"),
-    (_NV + "dynamic", True, "weights.dynamic"),
-    ("config_groups.group_0.input_activations", {"num_bits": 8, "type": "float", "strategy": "token"},
-     "input_activations.num_bits = 8"),
-    ("config_groups.group_0.output_activations", {"num_bits": 4}, "output_activations is set"),
-])
+@pytest.mark.parametrize(
+    "path,value,match",
+    [
+        (_NV + "num_bits", 8, "weights.num_bits = 8"),
+        (_NV + "type", "int", "weights.type = 'int'"),
+        (_NV + "strategy", "group", "weights.strategy = 'group'"),
+        (_NV + "group_size", 32, "weights.group_size = 32"),
+        (_NV + "symmetric", False, "symmetric = false"),
+        (_NV + "dynamic", True, "weights.dynamic"),
+        (
+            "config_groups.group_0.input_activations",
+            {"num_bits": 8, "type": "float", "strategy": "token"},
+            "input_activations.num_bits = 8",
+        ),
+        ("config_groups.group_0.output_activations", {"num_bits": 4}, "output_activations is set"),
+    ],
+)
 def test_ct_nvfp4_config_refusals(path, value, match):
     qc = quant_config("ct-nvfp4")
     d = qc
@@ -591,13 +716,18 @@ def test_ct_nvfp4_config_refusals(path, value, match):
 
 def test_fp4_configs():
     s = read_quant_config({"quantization_config": quant_config("ct-nvfp4")})
-    assert (s.method, s.qtype, s.group_size, s.checkpoint_format) == ("compressed-tensors", "nvfp4", 16,
-                                                                      "nvfp4-pack-quantized")
+    assert (s.method, s.qtype, s.group_size, s.checkpoint_format) == (
+        "compressed-tensors",
+        "nvfp4",
+        16,
+        "nvfp4-pack-quantized",
+    )
     s = read_quant_config(quant_config("modelopt"))
     assert (s.method, s.qtype, s.ignore) == ("modelopt", "nvfp4", ("lm_head", "*.mlp.gate"))
     assert s.skip_reason("model.layers.0.mlp.gate") and s.skip_reason("model.layers.0.mlp.gate_proj") is None
-    s = read_quant_config({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "nvfp4",
-                                                                              "exclude_modules": ["lm_head"]}})
+    s = read_quant_config(
+        {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "nvfp4", "exclude_modules": ["lm_head"]}}
+    )
     assert (s.method, s.qtype) == ("modelopt", "nvfp4")
     with pytest.raises(InputError, match="producer.name must be 'modelopt'"):
         read_quant_config({"producer": {"name": "other"}, "quantization": {"quant_algo": "NVFP4"}})
@@ -631,12 +761,18 @@ def test_qwen3_moe_gptq_matches_dequantized(tmp_path):
         out = model(ids).logits
     assert out.dtype == torch.float16 and torch.isfinite(out).all()
     check_logits(model, ref.cuda(), ids)
-    blk = model.model.layers[0].mlp                # the block alone against the float64 oracle, same routing
+    blk = model.model.layers[0].mlp  # the block alone against the float64 oracle, same routing
     x = torch.randn(5, 128, device="cuda", dtype=torch.float16, generator=torch.Generator("cuda").manual_seed(1))
     with torch.no_grad():
         _, w, i = blk.gate(x)
         got = blk(x[None])[0]
-    exp = moe_reference(x.double().cpu().numpy(), blk.experts.w13, blk.experts.w2, w.double().cpu().numpy(),
-                        i.cpu().numpy(), act="float16")
+    exp = moe_reference(
+        x.double().cpu().numpy(),
+        blk.experts.w13,
+        blk.experts.w2,
+        w.double().cpu().numpy(),
+        i.cpu().numpy(),
+        act="float16",
+    )
     rel = _rel(got.double().cpu(), torch.from_numpy(exp))
     assert rel <= 1.5 * REL_TOL_FP16, rel

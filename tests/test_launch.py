@@ -1,5 +1,6 @@
 """Launch stage on the CPU: what a Launcher passes to its kernel (no GPU: CuPy's device calls
 and the driver's tensor-map encoder are replaced by recorders)."""
+
 from __future__ import annotations
 
 import types
@@ -50,34 +51,44 @@ def no_device(monkeypatch):
 def _launcher(m, k=4096, n=4096, qtype="uint4b8", group=128, z=0):
     p = Problem(m, n, k, "float16", qtype, group)
     pl = planner.plan(get_profile("h100"), p)
-    ws = types.SimpleNamespace(partials_ptr=2, locks_ptr=3, tagged_ptr=4, capacity=family_launch.workspace_capacity(132))
+    ws = types.SimpleNamespace(
+        partials_ptr=2, locks_ptr=3, tagged_ptr=4, capacity=family_launch.workspace_capacity(132)
+    )
     f = _Func()
     lz = family_launch.Launcher(pl, f, 0, 0, {"B": 0x10, "S": 0x20, "Z": z}, ws, n - 3, k - 8, 1.0)
     return lz, f, pl
 
 
 def test_wgmma_launches_carry_x_tensor_map_per_buffer(no_device):
-    lz, f, pl = _launcher(300, k=8192, n=8192)   # above 256 rows: 256 x 128 tiles
+    lz, f, pl = _launcher(300, k=8192, n=8192)  # above 256 rows: 256 x 128 tiles
     assert pl.spec.wgmma and (pl.spec.tile_m, pl.spec.tile_n) == (256, 128)
     # the weight's maps, once: B as 512 rows of 8192 * 4 / 4 words, S as 64 groups of 8192 halves
-    assert no_device == [(0x10, 8, (8192, 512), 8192 * 8, (128, 4), False),
-                         (0x20, 2, (8192, 64), 8192 * 2, (128, 1), False)]
+    assert no_device == [
+        (0x10, 8, (8192, 512), 8192 * 8, (128, 4), False),
+        (0x20, 2, (8192, 64), 8192 * 2, (128, 1), False),
+    ]
     del no_device[:]
     lz(0x1000, 8192, 0x9000, 0)
-    lz(0x1000, 8192, 0xa000, 0)          # same x buffer: the maps are reused
-    lz(0x2000, 8200, 0x9000, 0)          # another buffer (and row stride): new maps
+    lz(0x1000, 8192, 0xA000, 0)  # same x buffer: the maps are reused
+    lz(0x2000, 8200, 0x9000, 0)  # another buffer (and row stride): new maps
     # 300 rows: a full row block, then one of 44 rows, read in boxes of 44 rows (KernelSpec.tail)
     assert pl.spec.tail
-    assert no_device == [(0x1000, 2, (8184, 300), 8192 * 2, (64, 256), True),
-                         (0x1000, 2, (8184, 300), 8192 * 2, (64, 44), True),
-                         (0x2000, 2, (8184, 300), 8200 * 2, (64, 256), True),
-                         (0x2000, 2, (8184, 300), 8200 * 2, (64, 44), True)]
-    assert [c[-4]["opaque"][0] for c in f.calls] == [0x1000, 0x1000, 0x2000]   # xmap
-    assert [c[-5]["opaque"][0] for c in f.calls] == [0x1000, 0x1000, 0x2000]   # xtail
+    assert no_device == [
+        (0x1000, 2, (8184, 300), 8192 * 2, (64, 256), True),
+        (0x1000, 2, (8184, 300), 8192 * 2, (64, 44), True),
+        (0x2000, 2, (8184, 300), 8200 * 2, (64, 256), True),
+        (0x2000, 2, (8184, 300), 8200 * 2, (64, 44), True),
+    ]
+    assert [c[-4]["opaque"][0] for c in f.calls] == [0x1000, 0x1000, 0x2000]  # xmap
+    assert [c[-5]["opaque"][0] for c in f.calls] == [0x1000, 0x1000, 0x2000]  # xtail
     assert [c[-3]["opaque"][0] for c in f.calls] == [0x10] * 3 and f.calls[0][-2]["opaque"][0] == 0x20
-    assert not f.calls[0][-1]["opaque"].any()            # no offsets: an empty map
-    assert len(f.calls[0]) == 23 and f.calls[2][14] == 8200   # lda still passed as an int
-    assert (f.calls[0][15], f.calls[0][16], f.calls[0][17]) == (lz.plan.iters, lz.plan.whole, 44)   # iters, whole, x_tail
+    assert not f.calls[0][-1]["opaque"].any()  # no offsets: an empty map
+    assert len(f.calls[0]) == 23 and f.calls[2][14] == 8200  # lda still passed as an int
+    assert (f.calls[0][15], f.calls[0][16], f.calls[0][17]) == (
+        lz.plan.iters,
+        lz.plan.whole,
+        44,
+    )  # iters, whole, x_tail
     # 512 rows: whole row blocks, a kernel without the tail map and its argument
     lz, f, pl = _launcher(512, k=8192, n=8192)
     del no_device[:]
@@ -90,11 +101,13 @@ def test_weight_maps_follow_type_and_groups(no_device):
     # 8-bit codes, 128-wide tile: 256 words a box row; groups of 32: two scale rows a K step;
     # offsets get their own map
     _launcher(200, qtype="uint8", group=32, z=0x30)
-    assert no_device == [(0x10, 8, (8192, 256), 8192 * 8, (256, 4), False),
-                         (0x20, 2, (4096, 128), 4096 * 2, (128, 2), False),
-                         (0x30, 2, (4096, 128), 4096 * 2, (128, 2), False)]
+    assert no_device == [
+        (0x10, 8, (8192, 256), 8192 * 8, (256, 4), False),
+        (0x20, 2, (4096, 128), 4096 * 2, (128, 2), False),
+        (0x30, 2, (4096, 128), 4096 * 2, (128, 2), False),
+    ]
     del no_device[:]
-    _launcher(200, group=-1)                                # per-channel scales: no scale maps
+    _launcher(200, group=-1)  # per-channel scales: no scale maps
     assert [e[0] for e in no_device] == [0x10]
 
 
@@ -103,7 +116,7 @@ def test_x_tensor_maps_are_bounded(no_device):
     for i in range(family_launch.MAX_X_MAPS + 5):
         lz(0x100000 + 256 * i, 4096, 0x9000, 0)
     assert len(lz.x_maps) == family_launch.MAX_X_MAPS
-    assert (0x100000, 4096) not in lz.x_maps                       # the oldest went first
+    assert (0x100000, 4096) not in lz.x_maps  # the oldest went first
     assert (0x100000 + 256 * (family_launch.MAX_X_MAPS + 4), 4096) in lz.x_maps
 
 
@@ -147,6 +160,7 @@ def test_a_launch_makes_its_device_current_where_another_is(no_device, monkeypat
 
 # ---- programmatic dependent launch --------------------------------------------------------------
 
+
 def test_pdl_launches_pass_the_same_arguments_through_cuLaunchKernelEx(no_device, monkeypatch):
     """With pdl the launcher goes through cuLaunchKernelEx with the programmatic-serialization
     attribute; the parameter block it hands over holds what CuPy's launch would have passed (the
@@ -157,46 +171,54 @@ def test_pdl_launches_pass_the_same_arguments_through_cuLaunchKernelEx(no_device
 
     launches = []
 
-    def fake_ex(cfg, f, params, extra):   # reads the parameter values at the launch, as the driver does
+    def fake_ex(cfg, f, params, extra):  # reads the parameter values at the launch, as the driver does
         ptrs = (ctypes.c_void_p * 21).from_address(params)
         u64 = [ctypes.c_uint64.from_address(ptrs[i]).value for i in (0, 1, 2, 3, 4, 5, 7, 8)]
         i32 = [ctypes.c_int32.from_address(ptrs[i]).value for i in range(9, 17)]
         maps = [ctypes.string_at(ptrs[i], 128) for i in range(17, 21)]
-        launches.append((cfg, int(f), u64, ctypes.c_float.from_address(ptrs[6]).value, i32, maps,
-                         [ptrs[i] for i in range(21)]))
+        launches.append(
+            (cfg, int(f), u64, ctypes.c_float.from_address(ptrs[6]).value, i32, maps, [ptrs[i] for i in range(21)])
+        )
         return (cu.CUresult.CUDA_SUCCESS,)
 
     monkeypatch.setattr(cu, "cuLaunchKernelEx", fake_ex)
     from dataclasses import replace
 
-    p = Problem(512, 8192, 8192, "float16", "uint4b8", 128)    # whole row blocks: 21 arguments
+    p = Problem(512, 8192, 8192, "float16", "uint4b8", 128)  # whole row blocks: 21 arguments
     prof = get_profile("h100")
     pl = planner.plan(prof, p)
-    ws = types.SimpleNamespace(partials_ptr=2, locks_ptr=3, tagged_ptr=4, capacity=family_launch.workspace_capacity(132))
+    ws = types.SimpleNamespace(
+        partials_ptr=2, locks_ptr=3, tagged_ptr=4, capacity=family_launch.workspace_capacity(132)
+    )
     f = _Func()
     with pytest.raises(ValueError, match="not built for programmatic dependent launch"):
         family_launch.Launcher(pl, f, 0, 0x77, {"B": 0x10, "S": 0x20, "Z": 0}, ws, 8189, 8184, 0.5, pdl=True)
     pl = planner.plan(prof, p, replace(pl.spec, pdl=True))
     lz = family_launch.Launcher(pl, f, 0, 0x77, {"B": 0x10, "S": 0x20, "Z": 0}, ws, 8189, 8184, 0.5, pdl=True)
     lz(0x1000, 8192, 0x9000, 0x5000)
-    lz(0x1000, 8200, 0xa000, 0)
+    lz(0x1000, 8200, 0xA000, 0)
     assert f.calls == [] and len(launches) == 2
     cfg, fptr, u64, gscale, i32, maps, addr = launches[0]
-    assert fptr == _Func.ptr and (cfg.gridDimX, cfg.blockDimX, cfg.sharedMemBytes) == (pl.grid, pl.spec.threads, pl.smem_bytes)
+    assert fptr == _Func.ptr and (cfg.gridDimX, cfg.blockDimX, cfg.sharedMemBytes) == (
+        pl.grid,
+        pl.spec.threads,
+        pl.smem_bytes,
+    )
     assert int(cfg.hStream) == 0x77 and cfg.numAttrs == 1
     assert cfg.attrs[0].id == cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
     assert cfg.attrs[0].value.programmaticStreamSerializationAllowed == 1
-    assert u64 == [0x1000, 0x10, 0x20, 0, 0x5000, 0x9000, 2, 3]    # x, B, S, Z, bias, C, workspace
+    assert u64 == [0x1000, 0x10, 0x20, 0, 0x5000, 0x9000, 2, 3]  # x, B, S, Z, bias, C, workspace
     assert gscale == 0.5 and i32 == [512, 8192, 8192, 8189, 8184, 8192, pl.iters, pl.whole]
-    assert maps[0][:8] == (0x1000).to_bytes(8, "little")               # x's tensor map
-    assert maps[1][:8] == (0x10).to_bytes(8, "little") and not any(maps[3])   # B's map; no offsets
+    assert maps[0][:8] == (0x1000).to_bytes(8, "little")  # x's tensor map
+    assert maps[1][:8] == (0x10).to_bytes(8, "little") and not any(maps[3])  # B's map; no offsets
     _, _, u64b, _, i32b, _, addrb = launches[1]
-    assert u64b[4:6] == [0, 0xa000] and i32b[5] == 8200
-    assert [e[3] for e in no_device[-2:]] == [8192 * 2, 8200 * 2]    # a map for each row stride
-    assert addrb[1:4] == addr[1:4] and addrb[6:14] == addr[6:14]   # fixed arguments not rebuilt
+    assert u64b[4:6] == [0, 0xA000] and i32b[5] == 8200
+    assert [e[3] for e in no_device[-2:]] == [8192 * 2, 8200 * 2]  # a map for each row stride
+    assert addrb[1:4] == addr[1:4] and addrb[6:14] == addr[6:14]  # fixed arguments not rebuilt
 
 
 # ---- the workspace ------------------------------------------------------------------------------
+
 
 def test_every_plan_fits_the_workspace_of_its_gpu():
     """Every kernel the planner or the autotuner may launch, on every profile, stays inside the
@@ -204,8 +226,16 @@ def test_every_plan_fits_the_workspace_of_its_gpu():
     2 x SMs), a tile-sized partial slot for each, a tagged slot for each hybrid gemv block."""
     from jitmarlin.jit.profiles import PROFILES
 
-    shapes = [(4096, 6144), (4096, 28672), (14336, 4096), (8192, 10240), (8192, 57344), (28672, 8192),
-              (512, 512), (2048, 8000)]
+    shapes = [
+        (4096, 6144),
+        (4096, 28672),
+        (14336, 4096),
+        (8192, 10240),
+        (8192, 57344),
+        (28672, 8192),
+        (512, 512),
+        (2048, 8000),
+    ]
     seen = {"o2": 0, "hybrid": 0, "problems": 0, "plans": 0}
     for prof in PROFILES.values():
         cap = family_launch.workspace_capacity(prof.sms)
@@ -221,7 +251,7 @@ def test_every_plan_fits_the_workspace_of_its_gpu():
                         assert family_launch.workspace_misfit(pl, cap) is None, (prof.name, p)
                         seen["o2"] += pl.grid > prof.sms
                         seen["hybrid"] += getattr(spec, "spread", 0) == 2
-    assert seen["o2"] > 0 and seen["hybrid"] > 0          # the grids past one block an SM were there
+    assert seen["o2"] > 0 and seen["hybrid"] > 0  # the grids past one block an SM were there
     # every problem planned (none skipped): profiles x 8 shapes x 7 Ms x 3 quant types
     assert seen["problems"] == len(PROFILES) * len(shapes) * 7 * 3
     assert seen["plans"] > seen["problems"]
@@ -236,11 +266,14 @@ def test_launcher_refuses_a_plan_past_its_workspace(no_device):
     assert pl.grid == 264 and pl.spec.occupancy == 2
     need = family_launch.workspace_needs(pl)
     assert need == (264, 264 * pl.spec.tile_m * pl.spec.tile_n, 0)
-    small = types.SimpleNamespace(partials_ptr=2, locks_ptr=3, tagged_ptr=4,
-                                  capacity=(132, 132 * family_launch.MAX_SLOT_FLOATS, 132 * 512))
+    small = types.SimpleNamespace(
+        partials_ptr=2, locks_ptr=3, tagged_ptr=4, capacity=(132, 132 * family_launch.MAX_SLOT_FLOATS, 132 * 512)
+    )
     with pytest.raises(ValueError, match="needs 264 workspace counters, the workspace has 132"):
         family_launch.Launcher(pl, _Func(), 0, 0, {"B": 0x10, "S": 0x20, "Z": 0}, small, 57344, 8192, 1.0)
-    ws = types.SimpleNamespace(partials_ptr=2, locks_ptr=3, tagged_ptr=4, capacity=family_launch.workspace_capacity(132))
+    ws = types.SimpleNamespace(
+        partials_ptr=2, locks_ptr=3, tagged_ptr=4, capacity=family_launch.workspace_capacity(132)
+    )
     family_launch.Launcher(pl, _Func(), 0, 0, {"B": 0x10, "S": 0x20, "Z": 0}, ws, 57344, 8192, 1.0)
 
 
@@ -251,9 +284,11 @@ def test_pdl_specs_keep_the_old_text_and_name_their_variant():
 
     from jitmarlin.kernels.spec import GemvSpec, KernelSpec, spec_from_canonical
 
-    specs = [KernelSpec("sm80", "uint4b8", "float16", 8, 1, 16, 16, 3),
-             KernelSpec("sm90", "uint4b8", "bfloat16", 8, 16, 8, 4, 4, occupancy=1),
-             GemvSpec("sm80", "uint4b8", "float16", 8, 16, 16, 4, 2, 8)]
+    specs = [
+        KernelSpec("sm80", "uint4b8", "float16", 8, 1, 16, 16, 3),
+        KernelSpec("sm90", "uint4b8", "bfloat16", 8, 16, 8, 4, 4, occupancy=1),
+        GemvSpec("sm80", "uint4b8", "float16", 8, 16, 16, 4, 2, 8),
+    ]
     for s in specs:
         assert "pdl" not in s.canonical() and spec_from_canonical(s.canonical()) == s
         p = replace(s, pdl=True)
@@ -266,6 +301,7 @@ def test_pdl_specs_keep_the_old_text_and_name_their_variant():
 
 def test_pdl_default_comes_from_the_environment(monkeypatch):
     from jitmarlin.ops import linear as api
+
     monkeypatch.delenv("JITMARLIN_PDL", raising=False)
     assert api._pdl(None) is False and api._pdl(True) is True
     for v, want in (("1", True), (" On ", True), ("yes", True), ("0", False), ("off", False), ("", False)):

@@ -1,5 +1,6 @@
 """The package's shape (DESIGN.md, "Layers"): the import-linter contracts in pyproject.toml hold
 on this tree and catch an upward import, and no module grows past MAX_LINES."""
+
 import os
 import shutil
 import subprocess
@@ -14,8 +15,9 @@ MAX_LINES = 700
 
 
 def test_no_module_over_700_lines():
-    long = {str(p.relative_to(ROOT)): n for p in PKG.rglob("*.py")
-            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    long = {
+        str(p.relative_to(ROOT)): n for p in PKG.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
     assert long == {}, f"split these modules (at most {MAX_LINES} lines each): {long}"
 
 
@@ -23,9 +25,15 @@ def _lint_imports(root: Path) -> subprocess.CompletedProcess:
     exe = shutil.which("lint-imports") or str(Path(sys.executable).with_name("lint-imports"))
     if not os.path.exists(exe):
         pytest.skip("import-linter is not installed (pip install -e '.[test]')")
-    env = dict(os.environ, PYTHONPATH=str(root))   # grimp imports the root package from here
-    return subprocess.run([exe, "--config", str(root / "pyproject.toml"), "--no-cache"], cwd=root,
-                          env=env, capture_output=True, text=True, timeout=300)
+    env = dict(os.environ, PYTHONPATH=str(root))  # grimp imports the root package from here
+    return subprocess.run(
+        [exe, "--config", str(root / "pyproject.toml"), "--no-cache"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def _copy(tmp_path: Path) -> Path:
@@ -41,16 +49,30 @@ def test_layer_contracts_hold():
     assert "Contracts: 2 kept, 0 broken." in r.stdout
 
 
-@pytest.mark.parametrize("module,line,broken", [
-    ("jit/cache.py", "from jitmarlin.service import cli", "jitmarlin.jit is not allowed to import jitmarlin.service"),
-    ("weights/quant.py", "from jitmarlin.kernels import planner",
-     "jitmarlin.weights is not allowed to import jitmarlin.kernels"),
-    ("ops/linear.py", "from jitmarlin.service import tune", "jitmarlin.ops is not allowed to import jitmarlin.service"),
-    ("kernels/render.py", "from jitmarlin import reference", "jitmarlin.reference"),
-])
+@pytest.mark.parametrize(
+    "module,line,broken",
+    [
+        (
+            "jit/cache.py",
+            "from jitmarlin.service import cli",
+            "jitmarlin.jit is not allowed to import jitmarlin.service",
+        ),
+        (
+            "weights/quant.py",
+            "from jitmarlin.kernels import planner",
+            "jitmarlin.weights is not allowed to import jitmarlin.kernels",
+        ),
+        (
+            "ops/linear.py",
+            "from jitmarlin.service import tune",
+            "jitmarlin.ops is not allowed to import jitmarlin.service",
+        ),
+        ("kernels/render.py", "from jitmarlin import reference", "jitmarlin.reference"),
+    ],
+)
 def test_an_upward_import_breaks_the_contracts(tmp_path, module, line, broken):
     tree = _copy(tmp_path)
-    assert _lint_imports(tree).returncode == 0        # the copy itself passes
+    assert _lint_imports(tree).returncode == 0  # the copy itself passes
     with open(tree / "jitmarlin" / module, "a") as f:
         f.write(f"\n{line}  # planted\n")
     r = _lint_imports(tree)
@@ -60,17 +82,17 @@ def test_an_upward_import_breaks_the_contracts(tmp_path, module, line, broken):
 
 def test_no_import_circle_anywhere():
     """No module reaches itself through imports (function-level imports count too)."""
-    grimp = pytest.importorskip("grimp")   # import-linter's graph builder
+    grimp = pytest.importorskip("grimp")  # import-linter's graph builder
     graph = grimp.build_graph("jitmarlin", cache_dir=None)
     edges = {m: graph.find_modules_directly_imported_by(m) for m in graph.modules}
-    state: dict = {}   # module -> 1 (on the path) or 2 (done)
+    state: dict = {}  # module -> 1 (on the path) or 2 (done)
     circles = []
 
     def visit(m, path):
         state[m] = 1
         for n in sorted(edges[m]):
             if state.get(n) == 1:
-                circles.append(path[path.index(n):] + [n])
+                circles.append(path[path.index(n) :] + [n])
             elif n not in state:
                 visit(n, path + [n])
         state[m] = 2

@@ -2,6 +2,7 @@
 grouped GEMMs, for every quant type and code path, against the float64 reference
 (jitmarlin.reference.moe_reference), with poisoned outputs and routings that leave experts empty,
 put every token on one expert, or send half the experts to another GPU."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -20,20 +21,41 @@ from jitmarlin.reference import ATOL_U_MOE, check_output, moe_reference
 from jitmarlin.weights import halves
 from jitmarlin.weights.moe import quantize_moe
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(emu.compiler() is None, reason="no C++ compiler for the emulator")]
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(emu.compiler() is None, reason="no C++ compiler for the emulator")]
 
 
 def _problem(w13, w2, t, k, act, activation="silu"):
-    return MoEProblem(t, k, w13.num_experts, w13.n, w13.k, w2.n, w2.k, w13.intermediate, w2.out_features,
-                      act, w13.qtype, w13.group_size, activation)
+    return MoEProblem(
+        t,
+        k,
+        w13.num_experts,
+        w13.n,
+        w13.k,
+        w2.n,
+        w2.k,
+        w13.intermediate,
+        w2.out_features,
+        act,
+        w13.qtype,
+        w13.group_size,
+        activation,
+    )
 
 
 def _weights(rng, e, hidden, inter, qtype, group, bias=False):
-    w13 = quantize_moe(rng.standard_normal((e, 2 * inter, hidden)) * 0.1, qtype, group, gated=True,
-                       bias=rng.standard_normal((e, 2 * inter)) * 0.5 if bias else None)
-    w2 = quantize_moe(rng.standard_normal((e, hidden, inter)) * 0.1, qtype, group,
-                      bias=rng.standard_normal((e, hidden)) * 0.5 if bias else None)
+    w13 = quantize_moe(
+        rng.standard_normal((e, 2 * inter, hidden)) * 0.1,
+        qtype,
+        group,
+        gated=True,
+        bias=rng.standard_normal((e, 2 * inter)) * 0.5 if bias else None,
+    )
+    w2 = quantize_moe(
+        rng.standard_normal((e, hidden, inter)) * 0.1,
+        qtype,
+        group,
+        bias=rng.standard_normal((e, hidden)) * 0.5 if bias else None,
+    )
     return w13, w2
 
 
@@ -42,20 +64,54 @@ def _routing(rng, t, k, e):
     return ids, (rng.random((t, k)) + 0.05).astype(np.float32)
 
 
-def _run_and_check(rng, seed, profile, w13, w2, t, ids, tw, act, *, activation="silu", expert_map=None,
-                   on_input=False, what="", record=True, tm=None):
+def _run_and_check(
+    rng,
+    seed,
+    profile,
+    w13,
+    w2,
+    t,
+    ids,
+    tw,
+    act,
+    *,
+    activation="silu",
+    expert_map=None,
+    on_input=False,
+    what="",
+    record=True,
+    tm=None,
+):
     """tm: force the mma.sync kernels with tm m16 blocks a tile (the planner takes the GEMV kind
     for decode on sm_80+)."""
     k = ids.shape[1]
     plan = plan_moe(get_profile(profile), _problem(w13, w2, t, k, act, activation), tm=tm)
     x = rng.standard_normal((t, w13.in_features))
-    out = emu.run_moe(plan, x, w13, w2, tw, ids, expert_map=expert_map, apply_router_weight_on_input=on_input,
-                      seed=seed)
+    out = emu.run_moe(
+        plan, x, w13, w2, tw, ids, expert_map=expert_map, apply_router_weight_on_input=on_input, seed=seed
+    )
     xr = halves.from_bits(halves.to_bits(x, act), act)
-    ref = moe_reference(xr, w13, w2, tw, ids, activation=activation, expert_map=expert_map,
-                        apply_router_weight_on_input=on_input, act=act)
-    check_output(out, ref, act, what=what or f"moe {profile} {w13.qtype} {act}", seed=seed, family="moe", atol_u=ATOL_U_MOE,
-                 record=record)
+    ref = moe_reference(
+        xr,
+        w13,
+        w2,
+        tw,
+        ids,
+        activation=activation,
+        expert_map=expert_map,
+        apply_router_weight_on_input=on_input,
+        act=act,
+    )
+    check_output(
+        out,
+        ref,
+        act,
+        what=what or f"moe {profile} {w13.qtype} {act}",
+        seed=seed,
+        family="moe",
+        atol_u=ATOL_U_MOE,
+        record=record,
+    )
     return plan
 
 
@@ -90,8 +146,13 @@ def test_moe_types_and_paths(rng, seed, profile, qtype, group, act):
     assert isinstance(plan.up, MoEGemvSpec) == (get_profile(profile).path == "sm80")
 
 
-MMA_CASES = [("uint4b8", 128, "float16"), ("uint4", 64, "bfloat16"), ("float8_e4m3fn", -1, "bfloat16"),
-             ("nvfp4", 16, "float16"), ("uint8b128", 32, "float16")]
+MMA_CASES = [
+    ("uint4b8", 128, "float16"),
+    ("uint4", 64, "bfloat16"),
+    ("float8_e4m3fn", -1, "bfloat16"),
+    ("nvfp4", 16, "float16"),
+    ("uint8b128", 32, "float16"),
+]
 
 
 @pytest.mark.parametrize("qtype,group,act", MMA_CASES)
@@ -134,8 +195,15 @@ def test_moe_gemv_tiles(rng, seed, up_t, down_t, qtype, group):
     x = rng.standard_normal((t, 192))
     out = emu.run_moe(plan, x, w13, w2, tw, ids, seed=seed)
     xr = halves.from_bits(halves.to_bits(x, "bfloat16"), "bfloat16")
-    check_output(out, moe_reference(xr, w13, w2, tw, ids, act="bfloat16"), "bfloat16",
-                 what=f"{up.name} + {down.name}", seed=seed, family="moe", atol_u=ATOL_U_MOE)
+    check_output(
+        out,
+        moe_reference(xr, w13, w2, tw, ids, act="bfloat16"),
+        "bfloat16",
+        what=f"{up.name} + {down.name}",
+        seed=seed,
+        family="moe",
+        atol_u=ATOL_U_MOE,
+    )
 
 
 @pytest.mark.parametrize("activation", ["silu", "gelu", "swigluoai"])
@@ -165,7 +233,7 @@ def test_moe_many_tokens_larger_tiles(rng, seed):
     e, t, k = 8, 70, 4
     w13, w2 = _weights(rng, e, 128, 64, "uint4", 64)
     ids, tw = _routing(rng, t, k, e)
-    plan = _run_and_check(rng, seed, "a100", w13, w2, t, ids, tw, "float16")   # h100 takes the wgmma kind here
+    plan = _run_and_check(rng, seed, "a100", w13, w2, t, ids, tw, "float16")  # h100 takes the wgmma kind here
     assert plan.up.tm == 4 and plan.block_m == 64
 
 
@@ -175,7 +243,7 @@ def test_moe_expert_map_half_absent(rng, seed):
     e_global, t, k = 8, 9, 3
     w13, w2 = _weights(rng, 4, 128, 64, "uint4b8", 64)
     ids, tw = _routing(rng, t, k, e_global)
-    ids[0, 0] = 11    # outside the map
+    ids[0, 0] = 11  # outside the map
     emap = np.full(e_global, -1, dtype=np.int32)
     emap[1::2] = np.arange(4, dtype=np.int32)
     _run_and_check(rng, seed, "h100", w13, w2, t, ids, tw, "float16", expert_map=emap)
@@ -194,7 +262,7 @@ def test_moe_align_lists_every_pair_once(rng, seed):
     e, t, k = 6, 33, 3
     w13, w2 = _weights(rng, e, 64, 64, "uint4b8", 64)
     ids, _ = _routing(rng, t, k, e)
-    ids[ids == 4] = 3      # expert 4 gets no pairs
+    ids[ids == 4] = 3  # expert 4 gets no pairs
     plan = plan_moe(get_profile("h100"), _problem(w13, w2, t, k, "float16"))
     sorted_ids, blk, rows = emu.run_moe_align(plan, ids, seed=seed)
     pairs = t * k
@@ -206,10 +274,10 @@ def test_moe_align_lists_every_pair_once(rng, seed):
     assert np.all(sorted_ids[rows:] == pairs)
     flat = ids.reshape(-1)
     for b in range(rows // bm):
-        members = sorted_ids[b * bm:(b + 1) * bm]
+        members = sorted_ids[b * bm : (b + 1) * bm]
         members = members[members < pairs]
         assert members.size and np.all(flat[members] == blk[b])
-    assert np.all(blk[rows // bm:] == -1)
+    assert np.all(blk[rows // bm :] == -1)
     assert 4 not in blk.tolist()
 
 
@@ -220,23 +288,29 @@ def test_moe_combine_sums_in_slot_order(rng, seed):
     w13, w2 = _weights(rng, e, 64, 64, "uint4b8", 64)
     plan = plan_moe(get_profile("h100"), _problem(w13, w2, t, k, "bfloat16"))
     ids, _ = _routing(rng, t, k, e)
-    emap = np.array([0, -1, 2, 3], dtype=np.int32)   # expert 1 on another GPU
+    emap = np.array([0, -1, 2, 3], dtype=np.int32)  # expert 1 on another GPU
     y = rng.standard_normal((t * k, 64))
     yb = halves.to_bits(y, "bfloat16")
     yb[(ids.reshape(-1) == 1)] = 0xFFFF
     out = halves.from_bits(emu.run_moe_combine(plan, yb, ids, emap, seed=seed), "bfloat16")
     yv = halves.from_bits(yb, "bfloat16").astype(np.float64).reshape(t, k, 64)
     keep = (ids != 1)[:, :, None]
-    want = halves.from_bits(halves.to_bits(np.where(keep, yv, 0).sum(1).astype(np.float32), "bfloat16"),
-                            "bfloat16")
+    want = halves.from_bits(halves.to_bits(np.where(keep, yv, 0).sum(1).astype(np.float32), "bfloat16"), "bfloat16")
     np.testing.assert_array_equal(out, want)
 
 
-@pytest.mark.parametrize("kind,old,new", [
-    ("mma", "const int4* Be = B + (size_t)e *", "const int4* Be = B + (size_t)0 *"),
-    ("gemv", "const int4* bp = B + ((size_t)e * rows", "const int4* bp = B + ((size_t)0 * rows"),
-    ("gemv", "*reinterpret_cast<uint2*>(C + (((size_t)p * n_out + col) >> 1)) =",   # one row of 8 unwritten
-     "if (row != 0) *reinterpret_cast<uint2*>(C + (((size_t)p * n_out + col) >> 1)) =")])
+@pytest.mark.parametrize(
+    "kind,old,new",
+    [
+        ("mma", "const int4* Be = B + (size_t)e *", "const int4* Be = B + (size_t)0 *"),
+        ("gemv", "const int4* bp = B + ((size_t)e * rows", "const int4* bp = B + ((size_t)0 * rows"),
+        (
+            "gemv",
+            "*reinterpret_cast<uint2*>(C + (((size_t)p * n_out + col) >> 1)) =",  # one row of 8 unwritten
+            "if (row != 0) *reinterpret_cast<uint2*>(C + (((size_t)p * n_out + col) >> 1)) =",
+        ),
+    ],
+)
 def test_checker_catches_wrong_moe_expert(rng, seed, monkeypatch, kind, old, new):
     """Planted bugs fail the check: every block reads expert 0's weights (both kinds); the GEMV
     down stage leaves one routed row of each block unwritten (poisoned)."""
@@ -255,11 +329,11 @@ def test_checker_catches_wrong_moe_expert(rng, seed, monkeypatch, kind, old, new
     w13, w2 = _weights(rng, e, 128, 64, "uint4b8", 64)
     ids, tw = _routing(rng, t, k, e)
     with pytest.raises(AssertionError):
-        _run_and_check(rng, seed, "h100", w13, w2, t, ids, tw, "float16", record=False,
-                       tm=1 if kind == "mma" else None)
+        _run_and_check(rng, seed, "h100", w13, w2, t, ids, tw, "float16", record=False, tm=1 if kind == "mma" else None)
 
 
 # ---- plans, specs, sources (no emulator runs) ---------------------------------------------------
+
 
 def test_moe_specs_round_trip_and_render():
     w13, w2 = _weights(np.random.default_rng(0), 2, 64, 64, "uint4b8", 64)
@@ -306,8 +380,15 @@ def test_moe_down_k_splits(rng, seed, splits, qtype, group):
     x = rng.standard_normal((t, 128))
     out = emu.run_moe(plan, x, w13, w2, tw, ids, seed=seed)
     xr = halves.from_bits(halves.to_bits(x, "float16"), "float16")
-    check_output(out, moe_reference(xr, w13, w2, tw, ids, act="float16"), "float16", what=f"moe splits={splits}",
-                 seed=seed, family="moe", atol_u=ATOL_U_MOE)
+    check_output(
+        out,
+        moe_reference(xr, w13, w2, tw, ids, act="float16"),
+        "float16",
+        what=f"moe splits={splits}",
+        seed=seed,
+        family="moe",
+        atol_u=ATOL_U_MOE,
+    )
 
 
 def test_moe_decode_plans_split_down():
@@ -336,7 +417,7 @@ def test_moe_candidates_run_correctly(rng, seed):
     problem = _problem(w13, w2, t, k, "float16")
     ups, downs = moe_candidates(prof, problem, "up", 1), moe_candidates(prof, problem, "down", 1)
     assert {s.tn for s in ups} == {4, 8, 16} and max(s.stages for s in downs) >= 6
-    picks = [(u, d) for u, d in zip(ups[:: max(1, len(ups) // 4)], downs[1:: max(1, len(downs) // 4)])]
+    picks = [(u, d) for u, d in zip(ups[:: max(1, len(ups) // 4)], downs[1 :: max(1, len(downs) // 4)])]
     x = rng.standard_normal((t, 256))
     ids, tw = _routing(rng, t, k, e)
     xr = halves.from_bits(halves.to_bits(x, "float16"), "float16")
@@ -344,8 +425,7 @@ def test_moe_candidates_run_correctly(rng, seed):
     for up, down in picks:
         plan = plan_moe(prof, problem, up=up, down=down, splits=min(2, problem.k2 // down.tile_k))
         out = emu.run_moe(plan, x, w13, w2, tw, ids, seed=seed)
-        check_output(out, ref, "float16", what=f"{up.name} + {down.name}", seed=seed, family="moe",
-                     atol_u=ATOL_U_MOE)
+        check_output(out, ref, "float16", what=f"{up.name} + {down.name}", seed=seed, family="moe", atol_u=ATOL_U_MOE)
 
 
 def test_moe_plan_overrides_refused():
@@ -369,8 +449,9 @@ def test_moe_plan_overrides_refused():
         plan_moe(get_profile("t4"), problem, down=t4.down, splits=2)
 
 
-@pytest.mark.parametrize("profile,q13,g13,q2,g2", [("h100", "uint4", 32, "uint8b128", 16),
-                                                   ("t4", "uint4b8", 128, "float8_e4m3fn", -1)])
+@pytest.mark.parametrize(
+    "profile,q13,g13,q2,g2", [("h100", "uint4", 32, "uint8b128", 16), ("t4", "uint4b8", 128, "float8_e4m3fn", -1)]
+)
 def test_moe_w2_of_another_quant_type(rng, seed, profile, q13, g13, q2, g2):
     """GGUF K-quant mixes store w2 in another type (Q6_K down under Q4_K gate/up): each grouped GEMM
     takes its own weight's type."""
@@ -384,13 +465,22 @@ def test_moe_w2_of_another_quant_type(rng, seed, profile, q13, g13, q2, g2):
     x = rng.standard_normal((t, 128))
     out = emu.run_moe(plan, x, w13, w2, tw, ids, seed=seed)
     xr = halves.from_bits(halves.to_bits(x, "float16"), "float16")
-    check_output(out, moe_reference(xr, w13, w2, tw, ids, act="float16"), "float16", what=f"{q13} + {q2}",
-                 seed=seed, family="moe", atol_u=ATOL_U_MOE)
+    check_output(
+        out,
+        moe_reference(xr, w13, w2, tw, ids, act="float16"),
+        "float16",
+        what=f"{q13} + {q2}",
+        seed=seed,
+        family="moe",
+        atol_u=ATOL_U_MOE,
+    )
     with pytest.raises(InputError, match="go together"):
         plan_moe(get_profile(profile), dataclasses.replace(p, group2=0))
 
 
-@pytest.mark.parametrize("up_splits,activation,qtype,group", [(2, "silu", "uint4b8", 64), (3, "swigluoai", "mxfp4", 32)])
+@pytest.mark.parametrize(
+    "up_splits,activation,qtype,group", [(2, "silu", "uint4b8", 64), (3, "swigluoai", "mxfp4", 32)]
+)
 def test_moe_up_k_splits(rng, seed, up_splits, activation, qtype, group):
     """The w13 GEMM split over K: scaled fp32 partial sums of every interleaved column (bias once),
     summed and activated by its own kernel; with the w2 split too."""

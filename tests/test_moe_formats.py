@@ -4,6 +4,7 @@ by jitmarlin), converted to (w13, w2), and dequantize_moe / logical_bias are che
 format's dequantisation computed here in float64 from the raw codes and scales: exactly where
 the format is exact. gpt-oss also runs the transformers-style forward pass (interleaved gate/up,
 clamped swiglu) against jitmarlin.reference.moe_reference with activation="swigluoai"."""
+
 import numpy as np
 import pytest
 
@@ -27,7 +28,7 @@ def e4m3(b):
     """float8_e4m3fn bytes -> float64 (OCP FP8: bias 7, subnormals at exponent 0, 0x7f NaN)."""
     b = np.asarray(b, np.int64)
     exp, man = (b >> 3) & 0xF, b & 7
-    mag = np.where(exp == 0, man / 8.0 * 2.0 ** -6, (1 + man / 8.0) * 2.0 ** (exp - 7))
+    mag = np.where(exp == 0, man / 8.0 * 2.0**-6, (1 + man / 8.0) * 2.0 ** (exp - 7))
     return np.where(b >> 7, -mag, mag)
 
 
@@ -53,6 +54,7 @@ def both(w13, w2):
 def gpt_oss_layer(rng, e=3, inter=64, hidden=96, lo=122, hi=129):
     """The six HF checkpoint tensors of one gpt-oss MoE layer and their float64 values
     (gate_up (E, 2I, H) in checkpoint row order: gate, up, gate, up, ...; down (E, H, I))."""
+
     def mx(rows, cols):
         codes = rng.integers(0, 16, (e, rows, cols))
         scales = rng.integers(lo, hi, (e, rows, cols // 32)).astype(np.uint8)
@@ -71,10 +73,10 @@ def test_gpt_oss_exact_and_deinterleaved(rng):
     assert w13.gated and w13.shape == (3, 128, 96) and w2.shape == (3, 96, 64)
     assert w13.qtype == w2.qtype == "mxfp4" and w13.scale_dtype == "bfloat16"
     W13, W2 = both(w13, w2)
-    np.testing.assert_array_equal(W13[:, :64], gu[:, 0::2])       # logical gate = checkpoint rows 0::2
-    np.testing.assert_array_equal(W13[:, 64:], gu[:, 1::2])       # logical up = rows 1::2
+    np.testing.assert_array_equal(W13[:, :64], gu[:, 0::2])  # logical gate = checkpoint rows 0::2
+    np.testing.assert_array_equal(W13[:, 64:], gu[:, 1::2])  # logical up = rows 1::2
     np.testing.assert_array_equal(W2, dn)
-    assert not np.array_equal(W13, gu)                             # the interleave is not ignored
+    assert not np.array_equal(W13, gu)  # the interleave is not ignored
     np.testing.assert_array_equal(logical_bias(w13), np.concatenate([t[2][:, 0::2], t[2][:, 1::2]], axis=1))
     np.testing.assert_array_equal(logical_bias(w2), t[5])
 
@@ -98,7 +100,7 @@ def test_gpt_oss_forward_matches_transformers_swiglu(rng):
             gate, up = np.minimum(gate, 7.0), np.clip(up, -7.0, 7.0)
             a = (up + 1) * gate / (1 + np.exp(-1.702 * gate))
             want[tok] += wts[tok, j] * (dn[e] @ a + t[5][e])
-    assert clamped > 0                                             # the limits are exercised
+    assert clamped > 0  # the limits are exercised
     got = moe_reference(x, w13, w2, wts, ids, activation="swigluoai", round_intermediate=False)
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9 * np.abs(want).max())
 
@@ -118,15 +120,16 @@ def test_gpt_oss_refusals(rng):
     gub, gus, gb, db, ds, dbias = t
 
     def bad(match, **over):
-        args = dict(gate_up_blocks=gub, gate_up_scales=gus, gate_up_bias=gb, down_blocks=db, down_scales=ds,
-                    down_bias=dbias)
+        args = dict(
+            gate_up_blocks=gub, gate_up_scales=gus, gate_up_bias=gb, down_blocks=db, down_scales=ds, down_bias=dbias
+        )
         args.update(over)
         with pytest.raises(InputError, match=match):
             moe_from_gpt_oss(**args)
 
     nan = gus.copy()
     nan[1, 5, 0] = 255
-    bad(r"expert 1 up .*255", gate_up_scales=nan)                 # row 5: odd, an up row
+    bad(r"expert 1 up .*255", gate_up_scales=nan)  # row 5: odd, an up row
     nan_d = ds.copy()
     nan_d[0, 0, 0] = 255
     bad(r"expert 0 down_proj.*255", down_scales=nan_d)
@@ -141,8 +144,11 @@ def test_gpt_oss_refusals(rng):
     bad("NaN", gate_up_bias=nanb)
     bad("2I", gate_up_blocks=gub[:, :63], gate_up_scales=gus[:, :63], gate_up_bias=None)
     bad("rows must be 64", down_blocks=db[:, :32], down_scales=ds[:, :32], down_bias=None)
-    bad("cols must be 32", down_blocks=np.zeros((2, 64, 2, 16), np.uint8),
-        down_scales=np.full((2, 64, 2), 127, np.uint8))
+    bad(
+        "cols must be 32",
+        down_blocks=np.zeros((2, 64, 2, 16), np.uint8),
+        down_scales=np.full((2, 64, 2), 127, np.uint8),
+    )
     bad("does not fit|float16", scale_dtype="float16", gate_up_scales=np.full_like(gus, 200))
 
 
@@ -169,16 +175,27 @@ def test_gguf_reader_tensors_exact(rng, tmp_path, name):
     gguf = pytest.importorskip("gguf")
     qt = gguf.GGMLQuantizationType[name]
     e, inter, hidden = 3, 64, 96
-    ws = {p: rng.normal(0, 1, shape).astype(np.float32)
-          for p, shape in (("gate", (e, inter, hidden)), ("up", (e, inter, hidden)), ("down", (e, hidden, inter)))}
+    ws = {
+        p: rng.normal(0, 1, shape).astype(np.float32)
+        for p, shape in (("gate", (e, inter, hidden)), ("up", (e, inter, hidden)), ("down", (e, hidden, inter)))
+    }
     raws = {p: gguf.quants.quantize(w, qt) for p, w in ws.items()}
     biases = {p: rng.normal(0, 1, (e, inter if p != "down" else hidden)).astype(np.float32) for p in ws}
-    rd = write_gguf(tmp_path, [(f"blk.0.ffn_{p}_exps.weight", raws[p], qt) for p in ws]
-                    + [(f"blk.0.ffn_{p}_exps.bias", biases[p], gguf.GGMLQuantizationType.F32) for p in ws])
+    rd = write_gguf(
+        tmp_path,
+        [(f"blk.0.ffn_{p}_exps.weight", raws[p], qt) for p in ws]
+        + [(f"blk.0.ffn_{p}_exps.bias", biases[p], gguf.GGMLQuantizationType.F32) for p in ws],
+    )
     t = {p: rd[f"blk.0.ffn_{p}_exps.weight"] for p in ws}
-    assert [int(v) for v in t["gate"].shape] == [hidden, inter, e]   # ne: fastest first
-    w13, w2 = moe_from_gguf(t["gate"], t["up"], t["down"], gate_bias=rd["blk.0.ffn_gate_exps.bias"],
-                            up_bias=rd["blk.0.ffn_up_exps.bias"], down_bias=biases["down"])
+    assert [int(v) for v in t["gate"].shape] == [hidden, inter, e]  # ne: fastest first
+    w13, w2 = moe_from_gguf(
+        t["gate"],
+        t["up"],
+        t["down"],
+        gate_bias=rd["blk.0.ffn_gate_exps.bias"],
+        up_bias=rd["blk.0.ffn_up_exps.bias"],
+        down_bias=biases["down"],
+    )
     ref = {p: gguf.quants.dequantize(raws[p], qt).astype(np.float64) for p in ws}
     W13, W2 = both(w13, w2)
     np.testing.assert_array_equal(W13, np.concatenate([ref["gate"], ref["up"]], axis=1))
@@ -192,7 +209,7 @@ def q4k_bytes(rng, rows, k):
     nb = rows * k // 256
     raw = rng.integers(0, 256, (nb, 144)).astype(np.uint8)
     for col in (0, 2):
-        raw[:, col:col + 2] = rng.uniform(1e-4, 1e-3, (nb, 1)).astype("<f2").view(np.uint8)
+        raw[:, col : col + 2] = rng.uniform(1e-4, 1e-3, (nb, 1)).astype("<f2").view(np.uint8)
     return raw.reshape(rows, -1)
 
 
@@ -202,19 +219,21 @@ def test_gguf_tuples_k_quant(rng):
     gguf = pytest.importorskip("gguf")
     e, inter, hidden = 2, 64, 256
     gate, up = (q4k_bytes(rng, e * inter, hidden).reshape(e, inter, -1) for _ in range(2))
-    down = gguf.quants.quantize(rng.normal(0, 1, (e, hidden, inter)).astype(np.float32),
-                                gguf.GGMLQuantizationType.Q8_0)
-    w13, w2 = moe_from_gguf((gate, "Q4_K", (e, inter, hidden)), (up.tobytes(), 12, (e, inter, hidden)),
-                            (down, "Q8_0", (e, hidden, inter)))
+    down = gguf.quants.quantize(rng.normal(0, 1, (e, hidden, inter)).astype(np.float32), gguf.GGMLQuantizationType.Q8_0)
+    w13, w2 = moe_from_gguf(
+        (gate, "Q4_K", (e, inter, hidden)), (up.tobytes(), 12, (e, inter, hidden)), (down, "Q8_0", (e, hidden, inter))
+    )
     W13, W2 = both(w13, w2)
     for x in range(e):
-        np.testing.assert_array_equal(W13[x, :inter], dequantize(from_gguf(gate[x], "Q4_K", (inter, hidden)),
-                                                                 dtype=np.float64))
-        np.testing.assert_array_equal(W13[x, inter:], dequantize(from_gguf(up[x], "Q4_K", (inter, hidden)),
-                                                                 dtype=np.float64))
+        np.testing.assert_array_equal(
+            W13[x, :inter], dequantize(from_gguf(gate[x], "Q4_K", (inter, hidden)), dtype=np.float64)
+        )
+        np.testing.assert_array_equal(
+            W13[x, inter:], dequantize(from_gguf(up[x], "Q4_K", (inter, hidden)), dtype=np.float64)
+        )
     ref = np.concatenate([gguf.quants.dequantize(a, gguf.GGMLQuantizationType.Q4_K) for a in (gate, up)], axis=1)
     # Q4_K: |err| <= 2^-7 of the step d * sc + 2^-11 dmin * m (+ fp32 rounding of gguf-py's result)
-    np.testing.assert_allclose(W13, ref, rtol=2.0 ** -20, atol=2.0 ** -7 * 1e-3 * 63 * 2)
+    np.testing.assert_allclose(W13, ref, rtol=2.0**-20, atol=2.0**-7 * 1e-3 * 63 * 2)
     np.testing.assert_array_equal(W2, gguf.quants.dequantize(down, gguf.GGMLQuantizationType.Q8_0))
 
 
@@ -224,8 +243,11 @@ def test_gguf_refusals(rng):
     q = gguf.GGMLQuantizationType.Q8_0
 
     def t(rows, cols, experts=e):
-        return (gguf.quants.quantize(rng.normal(0, 1, (experts, rows, cols)).astype(np.float32), q), "Q8_0",
-                (experts, rows, cols))
+        return (
+            gguf.quants.quantize(rng.normal(0, 1, (experts, rows, cols)).astype(np.float32), q),
+            "Q8_0",
+            (experts, rows, cols),
+        )
 
     g, u, d = t(inter, hidden), t(inter, hidden), t(hidden, inter)
     with pytest.raises(InputError, match="expert counts differ"):
@@ -234,7 +256,7 @@ def test_gguf_refusals(rng):
         moe_from_gguf(g, u, t(inter, hidden))
     with pytest.raises(InputError, match="do not chain"):
         moe_from_gguf(g, t(64, hidden), d)
-    with pytest.raises(InputError, match="reverse of GGUF"):           # ne order passed as a tuple shape
+    with pytest.raises(InputError, match="reverse of GGUF"):  # ne order passed as a tuple shape
         moe_from_gguf((g[0], "Q8_0", (hidden, inter, e)), u, d)
     with pytest.raises(InputError, match="takes"):
         moe_from_gguf((g[0][:, :, :-1], "Q8_0", g[2]), u, d)
@@ -250,9 +272,18 @@ def test_gguf_refusals(rng):
         moe_from_gguf(g[0], u, d)
     with pytest.raises(InputError, match="up_bias must have shape"):
         moe_from_gguf(g, u, d, up_bias=np.zeros((e, inter + 1)))
-    with pytest.raises(InputError, match="differs from gates"):         # gate and up of different types
-        moe_from_gguf(g, (gguf.quants.quantize(rng.normal(0, 1, (e, inter, hidden)).astype(np.float32),
-                                               gguf.GGMLQuantizationType.Q4_0), "Q4_0", (e, inter, hidden)), d)
+    with pytest.raises(InputError, match="differs from gates"):  # gate and up of different types
+        moe_from_gguf(
+            g,
+            (
+                gguf.quants.quantize(
+                    rng.normal(0, 1, (e, inter, hidden)).astype(np.float32), gguf.GGMLQuantizationType.Q4_0
+                ),
+                "Q4_0",
+                (e, inter, hidden),
+            ),
+            d,
+        )
 
 
 # ---- ModelOpt NVFP4 --------------------------------------------------------------------------------
@@ -261,11 +292,14 @@ def test_gguf_refusals(rng):
 def nvfp4_expert(rng, rows, cols, gs2, as_tuple=False):
     """ModelOpt tensors of one projection and their float64 values."""
     codes = rng.integers(0, 16, (rows, cols))
-    sbytes = rng.integers(0x18, 0x58, (rows, cols // 16)).astype(np.uint8)      # positive e4m3
+    sbytes = rng.integers(0x18, 0x58, (rows, cols // 16)).astype(np.uint8)  # positive e4m3
     vals = E2M1[codes] * np.repeat(e4m3(sbytes), 16, axis=1) * float(np.float32(gs2))
     w, s, s2 = pack_nibbles(codes), sbytes, np.array(gs2, np.float32)
-    spec = (w, s, s2, np.array(1.5, np.float32)) if as_tuple else \
-        {"weight": w, "weight_scale": s, "weight_scale_2": s2, "input_scale": np.array(0.7, np.float32)}
+    spec = (
+        (w, s, s2, np.array(1.5, np.float32))
+        if as_tuple
+        else {"weight": w, "weight_scale": s, "weight_scale_2": s2, "input_scale": np.array(0.7, np.float32)}
+    )
     return spec, vals
 
 
@@ -281,21 +315,21 @@ def nvfp4_layer(rng, gs2s, e=2, inter=64, hidden=64):
 
 
 def test_nvfp4_shared_and_exactly_folded_global_scales(rng):
-    gs = [(1e-3, 1e-3, 2e-3), (3e-3, 1.5e-3, 4e-3)]                # expert 1: up = gate / 2
+    gs = [(1e-3, 1e-3, 2e-3), (3e-3, 1.5e-3, 4e-3)]  # expert 1: up = gate / 2
     (g, u, d), (gv, uv, dv) = nvfp4_layer(rng, gs)
     bias = rng.normal(0, 1, (2, 64)).astype(np.float32)
     w13, w2 = moe_from_nvfp4(g, u, d, up_bias=bias, down_bias=bias)
     W13, W2 = both(w13, w2)
     np.testing.assert_array_equal(W13, np.concatenate([gv, uv], axis=1))
     np.testing.assert_array_equal(W2, dv)
-    np.testing.assert_array_equal(w13.global_scales, np.float32([1e-3, 3e-3]))   # gate's kept, up's folded
+    np.testing.assert_array_equal(w13.global_scales, np.float32([1e-3, 3e-3]))  # gate's kept, up's folded
     np.testing.assert_array_equal(w2.global_scales, np.float32([2e-3, 4e-3]))
     np.testing.assert_array_equal(logical_bias(w13), np.concatenate([np.zeros((2, 64)), bias], axis=1))
 
 
 def test_nvfp4_fold_into_gate_when_up_cannot(rng):
-    g0 = 1.25 * 2.0 ** -10                                         # float32 globals in an exact ratio 3
-    gs = [(3 * g0, g0, 1e-3), (2e-3, 2e-3, 1e-3)]                  # expert 0: s_up / 3 is inexact, s_gate * 3 not
+    g0 = 1.25 * 2.0**-10  # float32 globals in an exact ratio 3
+    gs = [(3 * g0, g0, 1e-3), (2e-3, 2e-3, 1e-3)]  # expert 0: s_up / 3 is inexact, s_gate * 3 not
     (g, u, d), (gv, uv, dv) = nvfp4_layer(rng, gs)
     w13, w2 = moe_from_nvfp4(g, u, d)
     W13, _ = both(w13, w2)
@@ -310,11 +344,11 @@ def test_nvfp4_inexact_ratio_refused_or_rounded(rng):
         moe_from_nvfp4(g, u, d)
     w13, w2 = moe_from_nvfp4(g, u, d, round_scales=True)
     W13, W2 = both(w13, w2)
-    assert w13.global_scales[0] == np.float32(1.1e-3)             # the larger kept: gate's scales shrink
+    assert w13.global_scales[0] == np.float32(1.1e-3)  # the larger kept: gate's scales shrink
     np.testing.assert_array_equal(W13[:, 64:], uv)
     np.testing.assert_array_equal(W13[1], np.concatenate([gv[1], uv[1]]))
     err = np.abs(W13[0, :64] - gv[0])
-    assert np.all(err <= 2.0 ** -10 * np.abs(gv[0])) and err.max() > 0   # one fp16 rounding per scale
+    assert np.all(err <= 2.0**-10 * np.abs(gv[0])) and err.max() > 0  # one fp16 rounding per scale
     np.testing.assert_array_equal(W2, dv)
 
 
@@ -349,10 +383,10 @@ def test_nvfp4_refusals(rng):
 def gptq_expert(rng, rows, cols, group=32):
     """GPTQ v1 symmetric tensors packed here (qweight int32 (K/8, N), low bits first along K)
     and the weight's float64 value (q - 8) * s."""
-    q = rng.integers(0, 16, (cols, rows))                          # (K, N)
+    q = rng.integers(0, 16, (cols, rows))  # (K, N)
     words = np.zeros((cols // 8, rows), np.uint32)
     for i in range(8):
-        words |= (q[i::8].astype(np.uint32) << np.uint32(4 * i))
+        words |= q[i::8].astype(np.uint32) << np.uint32(4 * i)
     s = rng.uniform(1e-3, 3e-2, (cols // group, rows)).astype(np.float16)
     w = ((q - 8) * np.repeat(s.astype(np.float64), group, axis=0)).T
     return from_gptq(words.view(np.int32), None, s), w
@@ -360,8 +394,7 @@ def gptq_expert(rng, rows, cols, group=32):
 
 def test_experts_from_gptq(rng):
     e, inter, hidden = 3, 64, 96
-    parts = [[gptq_expert(rng, r, c) for _ in range(e)] for r, c in ((inter, hidden), (inter, hidden),
-                                                                      (hidden, inter))]
+    parts = [[gptq_expert(rng, r, c) for _ in range(e)] for r, c in ((inter, hidden), (inter, hidden), (hidden, inter))]
     (g, gv), (u, uv), (d, dv) = ([list(x) for x in zip(*p)] for p in parts)
     bg, bd = rng.normal(0, 1, (e, inter)), rng.normal(0, 1, (e, hidden))
     w13, w2 = moe_from_experts(g, u, d, gate_bias=bg, down_bias=bd)
@@ -369,8 +402,9 @@ def test_experts_from_gptq(rng):
     W13, W2 = both(w13, w2)
     np.testing.assert_array_equal(W13, np.concatenate([np.stack(gv), np.stack(uv)], axis=1))
     np.testing.assert_array_equal(W2, np.stack(dv))
-    np.testing.assert_array_equal(logical_bias(w13), np.concatenate([bg.astype(np.float32), np.zeros((e, inter))],
-                                                                    axis=1))
+    np.testing.assert_array_equal(
+        logical_bias(w13), np.concatenate([bg.astype(np.float32), np.zeros((e, inter))], axis=1)
+    )
     np.testing.assert_array_equal(logical_bias(w2), bd.astype(np.float32))
 
 

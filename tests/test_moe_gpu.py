@@ -1,6 +1,7 @@
 """jitmarlin.moe on a GPU against the float64 per-expert reference: quant types, dtypes, expert
 counts, top-k, token counts, routings that leave experts empty or put every token on one, half
 the experts on another GPU, torch tensors, and a CUDA graph replayed with new routing each time."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,9 +14,8 @@ from jitmarlin.weights.moe import quantize_moe
 
 pytestmark = pytest.mark.gpu
 
-QTYPES = [("uint4b8", 128), ("uint4", 64), ("uint8b128", -1), ("float8_e4m3fn", 128), ("nvfp4", 16),
-          ("mxfp4", 32)]
-SHAPES = [(8, 2, 1), (32, 4, 7), (64, 6, 64), (128, 8, 1000), (8, 1, 4096)]   # E, k, T
+QTYPES = [("uint4b8", 128), ("uint4", 64), ("uint8b128", -1), ("float8_e4m3fn", 128), ("nvfp4", 16), ("mxfp4", 32)]
+SHAPES = [(8, 2, 1), (32, 4, 7), (64, 6, 64), (128, 8, 1000), (8, 1, 4096)]  # E, k, T
 _weights_cache: dict = {}
 
 
@@ -23,16 +23,25 @@ def _weights(qtype, group, e, hidden=256, inter=128, seed=0, bias=False):
     key = (qtype, group, e, hidden, inter, seed, bias)
     if key not in _weights_cache:
         r = np.random.default_rng(seed)
-        w13 = quantize_moe(r.standard_normal((e, 2 * inter, hidden)) * 0.05, qtype, group, gated=True,
-                           bias=r.standard_normal((e, 2 * inter)) * 0.3 if bias else None)
-        w2 = quantize_moe(r.standard_normal((e, hidden, inter)) * 0.05, qtype, group,
-                          bias=r.standard_normal((e, hidden)) * 0.3 if bias else None)
+        w13 = quantize_moe(
+            r.standard_normal((e, 2 * inter, hidden)) * 0.05,
+            qtype,
+            group,
+            gated=True,
+            bias=r.standard_normal((e, 2 * inter)) * 0.3 if bias else None,
+        )
+        w2 = quantize_moe(
+            r.standard_normal((e, hidden, inter)) * 0.05,
+            qtype,
+            group,
+            bias=r.standard_normal((e, hidden)) * 0.3 if bias else None,
+        )
         _weights_cache[key] = (w13, w2)
     return _weights_cache[key]
 
 
 def _routing(rng, t, k, e):
-    ids = np.argsort(rng.random((t, e)), axis=1)[:, :k].astype(np.int32)   # k distinct experts a token
+    ids = np.argsort(rng.random((t, e)), axis=1)[:, :k].astype(np.int32)  # k distinct experts a token
     return ids, (rng.random((t, k)) + 0.05).astype(np.float32)
 
 
@@ -40,7 +49,7 @@ def _check(cp, rng, seed, w13, w2, ids, tw, act, *, activation="silu", expert_ma
     from jitmarlin.jit.profiles import planning_profile
     from jitmarlin.kernels.plan_base import PATH_ACTS
 
-    if act not in PATH_ACTS[planning_profile(0).path]:   # JITMARLIN_EMULATE of a GPU without bf16
+    if act not in PATH_ACTS[planning_profile(0).path]:  # JITMARLIN_EMULATE of a GPU without bf16
         pytest.skip(f"{act} is not supported on the {planning_profile(0).name} path")
     t = ids.shape[0]
     x = rng.standard_normal((t, w13.in_features)).astype(np.float32)
@@ -58,8 +67,9 @@ def _check(cp, rng, seed, w13, w2, ids, tw, act, *, activation="silu", expert_ma
         emd = None if expert_map is None else cp.asarray(expert_map)
         out = jitmarlin.moe(xd, w13, w2, cp.asarray(tw), cp.asarray(ids), activation=activation, expert_map=emd)
         got = halves.from_bits(cp.asnumpy(out.view(cp.uint16)), act)
-    ref = moe_reference(halves.from_bits(xb, act), w13, w2, tw, ids, activation=activation,
-                        expert_map=expert_map, act=act)
+    ref = moe_reference(
+        halves.from_bits(xb, act), w13, w2, tw, ids, activation=activation, expert_map=expert_map, act=act
+    )
     check_output(got, ref, act, what=what, seed=seed, family="moe", atol_u=ATOL_U_MOE)
 
 
@@ -110,7 +120,7 @@ def test_moe_gpu_graph_replay_new_routing(rng, seed):
     out = cp.empty((t, w13.in_features), dtype=cp.float16)
     s = cp.cuda.Stream(non_blocking=True)
     with s:
-        jitmarlin.moe(x, w13, w2, tw_d, ids_d, out=out)    # warm-up: plan, compile, workspaces
+        jitmarlin.moe(x, w13, w2, tw_d, ids_d, out=out)  # warm-up: plan, compile, workspaces
         s.synchronize()
         s.begin_capture()
         jitmarlin.moe(x, w13, w2, tw_d, ids_d, out=out)
@@ -119,15 +129,22 @@ def test_moe_gpu_graph_replay_new_routing(rng, seed):
     for step in range(4):
         ids, tw = _routing(rng, t, k, 32)
         if step == 3:
-            ids[:] = 7                                     # everything on one expert
+            ids[:] = 7  # everything on one expert
         ids_d.set(ids)
         tw_d.set(tw)
         out.fill(cp.nan)
         graph.launch(s)
         s.synchronize()
         got = halves.from_bits(cp.asnumpy(out.view(cp.uint16)), act)
-        check_output(got, moe_reference(xr, w13, w2, tw, ids, act=act), act, what=f"moe graph step {step}",
-                     seed=seed, family="moe", atol_u=ATOL_U_MOE)
+        check_output(
+            got,
+            moe_reference(xr, w13, w2, tw, ids, act=act),
+            act,
+            what=f"moe graph step {step}",
+            seed=seed,
+            family="moe",
+            atol_u=ATOL_U_MOE,
+        )
 
 
 def test_moe_gpu_refuses_bad_input():
@@ -165,14 +182,21 @@ def test_marlin_moe_compile_and_torch_graph(rng, seed):
     def got(y):
         return halves.from_bits(y.view(torch.int16).cpu().numpy().view(np.uint16), act)
 
-    check_output(got(compiled(x, tw_d, ids_d)), moe_reference(xr, w13, w2, tw, ids, act=act), act,
-                 what="MarlinMoE compiled", seed=seed, family="moe", atol_u=ATOL_U_MOE)
+    check_output(
+        got(compiled(x, tw_d, ids_d)),
+        moe_reference(xr, w13, w2, tw, ids, act=act),
+        act,
+        what="MarlinMoE compiled",
+        seed=seed,
+        family="moe",
+        atol_u=ATOL_U_MOE,
+    )
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
-        mod(x, tw_d, ids_d)            # warm-up on the capture stream
+        mod(x, tw_d, ids_d)  # warm-up on the capture stream
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=s):   # the stream it was warmed up on (per-stream workspaces)
+    with torch.cuda.graph(g, stream=s):  # the stream it was warmed up on (per-stream workspaces)
         y = mod(x, tw_d, ids_d)
     for _ in range(3):
         ids, tw = _routing(rng, t, k, 16)
@@ -180,8 +204,15 @@ def test_marlin_moe_compile_and_torch_graph(rng, seed):
         tw_d.copy_(torch.from_numpy(tw))
         g.replay()
         torch.cuda.synchronize()
-        check_output(got(y), moe_reference(xr, w13, w2, tw, ids, act=act), act, what="MarlinMoE graph",
-                     seed=seed, family="moe", atol_u=ATOL_U_MOE)
+        check_output(
+            got(y),
+            moe_reference(xr, w13, w2, tw, ids, act=act),
+            act,
+            what="MarlinMoE graph",
+            seed=seed,
+            family="moe",
+            atol_u=ATOL_U_MOE,
+        )
 
 
 def _run_plan(cp, rng, seed, w13, w2, ids, tw, plan, what):
@@ -195,7 +226,7 @@ def _run_plan(cp, rng, seed, w13, w2, ids, tw, plan, what):
     out = cp.full((t, w2.out_features), cp.nan, dtype=cp.float16)
     s = cp.cuda.get_current_stream()
     r = moe_ops._Runner(w13, w2, 0, "float16", t, k, s.ptr, "silu", False, plan=plan)
-    ids_d, tw_d = cp.asarray(ids), cp.asarray(tw)     # (kept alive until the synchronize)
+    ids_d, tw_d = cp.asarray(ids), cp.asarray(tw)  # (kept alive until the synchronize)
     r(xd.data.ptr, ids_d.data.ptr, tw_d.data.ptr, 0, w13.num_experts, out.data.ptr)
     s.synchronize()
     got = halves.from_bits(cp.asnumpy(out.view(cp.uint16)), "float16")
@@ -220,8 +251,7 @@ def test_moe_gpu_down_k_splits(rng, seed, t):
 
     prof = _sm80_or_skip()
     w13, w2 = _weights("uint4b8", 128, 8, hidden=512, inter=2048, bias=True)
-    plan = plan_moe(prof, MoEProblem(t, 2, 8, w13.n, w13.k, w2.n, w2.k, 2048, 512, "float16", "uint4b8", 128),
-                    tm=1)
+    plan = plan_moe(prof, MoEProblem(t, 2, 8, w13.n, w13.k, w2.n, w2.k, 2048, 512, "float16", "uint4b8", 128), tm=1)
     assert plan.splits > 1 and not plan.gemv
     ids, tw = _routing(rng, t, 2, 8)
     _run_plan(cp, rng, seed, w13, w2, ids, tw, plan, f"moe K splits {plan.splits} T={t}")
@@ -262,7 +292,7 @@ def test_moe_gpu_layers_share_workspaces(rng, seed):
     a13, a2 = _weights("uint4b8", 128, 8)
     b13, b2 = _weights("uint4b8", 128, 16, hidden=512, inter=256)
     for step in range(2):
-        for (w13, w2, e, t) in ((a13, a2, 8, 7), (b13, b2, 16, 300)):
+        for w13, w2, e, t in ((a13, a2, 8, 7), (b13, b2, 16, 300)):
             ids, tw = _routing(rng, t, 2, e)
             _check(cp, rng, seed, w13, w2, ids, tw, "float16", what=f"moe shared workspaces E={e} step {step}")
     assert any(k[2] == "h" for k in moe_ops._workspaces)

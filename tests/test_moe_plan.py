@@ -1,6 +1,7 @@
 """MoE plans for the six models' expert shapes on every profile: shared memory within the GPU's
 limit, grids sized for the worst routing, and (slow) every planned kernel compiled by NVRTC for
 the profile's arch without spills."""
+
 from __future__ import annotations
 
 import pytest
@@ -24,8 +25,15 @@ def _model(name):
 
 
 MODELS = {name: _model(name) for name in MOE_MODELS}
-PROFILES = [("v100", "float16"), ("t4", "float16"), ("a100", "bfloat16"), ("h100", "float16"),
-            ("h100", "bfloat16"), ("rtx-pro-6000", "bfloat16"), ("b200", "float16")]
+PROFILES = [
+    ("v100", "float16"),
+    ("t4", "float16"),
+    ("a100", "bfloat16"),
+    ("h100", "float16"),
+    ("h100", "bfloat16"),
+    ("rtx-pro-6000", "bfloat16"),
+    ("b200", "float16"),
+]
 TOKENS = (1, 16, 256, 4096)
 
 
@@ -78,6 +86,11 @@ def test_moe_kernels_compile_without_spills(profile, act):
         assert r["spill_stores"] == 0 and r["spill_loads"] == 0, (spec.name, r)
         if not isinstance(spec, MoERouteSpec):
             assert spec.smem_bytes() + r["static_shared_bytes"] <= prof.smem_per_block
-            mma = ("wgmma.mma_async" if spec.path == "sm90" else
-                   "mma.sync.aligned.m8n8k4" if prof.path == "sm70" else "mma.sync.aligned.m16n8")
+            mma = (
+                "wgmma.mma_async"
+                if spec.path == "sm90"
+                else "mma.sync.aligned.m8n8k4"
+                if prof.path == "sm70"
+                else "mma.sync.aligned.m16n8"
+            )
             assert mma in art.ptx

@@ -1,6 +1,7 @@
 """MoEWeight (stacked experts): the gate/up interleave is exact, quantize_moe / dequantize_moe agree
 bit for bit with per-expert quantize / dequantize in logical row order, bias is padded and
 interleaved, every refusal; and moe_reference against an explicit per-token loop."""
+
 import math
 from dataclasses import replace
 
@@ -15,12 +16,30 @@ from jitmarlin.weights.moe import gate_up_rows, logical_bias
 from jitmarlin.weights.quant import from_codes
 
 # (qtype, group_size): every qtype, per-channel (-1) where the qtype takes it
-CASES = [("uint4b8", 128), ("uint4b8", -1), ("uint4", 64), ("uint4", -1), ("uint8b128", 32), ("uint8b128", -1),
-         ("uint8", -1), ("float8_e4m3fn", -1), ("float8_e4m3fn", 64), ("nvfp4", 16), ("mxfp4", 32)]
+CASES = [
+    ("uint4b8", 128),
+    ("uint4b8", -1),
+    ("uint4", 64),
+    ("uint4", -1),
+    ("uint8b128", 32),
+    ("uint8b128", -1),
+    ("uint8", -1),
+    ("float8_e4m3fn", -1),
+    ("float8_e4m3fn", 64),
+    ("nvfp4", 16),
+    ("mxfp4", 32),
+]
 # relative round-trip error that quantization stays under for Gaussian weights
-ROUND_TRIP = {"uint4b8": 0.15, "uint4": 0.15, "uint8b128": 0.01, "uint8": 0.01, "float8_e4m3fn": 0.05,
-              "nvfp4": 0.15, "mxfp4": 0.2}
-E, I, K = 3, 24, 96        # I = 24: the last interleave block is a lone 8; 2I = 48 and K = 96 are padded
+ROUND_TRIP = {
+    "uint4b8": 0.15,
+    "uint4": 0.15,
+    "uint8b128": 0.01,
+    "uint8": 0.01,
+    "float8_e4m3fn": 0.05,
+    "nvfp4": 0.15,
+    "mxfp4": 0.2,
+}
+E, I, K = 3, 24, 96  # I = 24: the last interleave block is a lone 8; 2I = 48 and K = 96 are padded
 
 
 def _interleave(gate, up):
@@ -39,8 +58,10 @@ def _gate_up(rng, qtype, gs, scale_dtype="float16"):
     if qtype == "nvfp4":
         full = [jitmarlin.quantize(w[e], qtype, gs, scale_dtype=scale_dtype) for e in range(E)]
         return [f.shard(0, 0, 2) for f in full], [f.shard(0, 1, 2) for f in full]
-    return ([jitmarlin.quantize(w[e, :I], qtype, gs, scale_dtype=scale_dtype) for e in range(E)],
-            [jitmarlin.quantize(w[e, I:], qtype, gs, scale_dtype=scale_dtype) for e in range(E)])
+    return (
+        [jitmarlin.quantize(w[e, :I], qtype, gs, scale_dtype=scale_dtype) for e in range(E)],
+        [jitmarlin.quantize(w[e, I:], qtype, gs, scale_dtype=scale_dtype) for e in range(E)],
+    )
 
 
 @pytest.mark.parametrize("qtype,gs", CASES, ids=[f"{q}-g{g}" for q, g in CASES])
@@ -60,7 +81,7 @@ def test_stack_gate_up_interleave_is_exact(rng, qtype, gs):
     assert np.array_equal(logical[:, I:], np.stack([jitmarlin.dequantize(u, dtype=np.float64) for u in ups]))
     # the other activation dtype's scale rounding goes through the same rows
     other = "bfloat16" if sdt == "float16" else "float16"
-    if qtype != "mxfp4":     # e8m0 scales below float16's range do not fit it (refused, as for one weight)
+    if qtype != "mxfp4":  # e8m0 scales below float16's range do not fit it (refused, as for one weight)
         assert np.array_equal(dequantize_moe(mw, other)[:, I:], np.stack([jitmarlin.dequantize(u, other) for u in ups]))
 
 
@@ -80,13 +101,20 @@ def test_quantize_moe_matches_per_expert_quantize(rng, qtype, gs):
         got = dequantize_moe(mw)
         assert got.dtype == np.float32 and got.shape == w.shape
         # logical order, exactly the per-expert quantization of w13 as one tensor
-        assert np.array_equal(got, np.stack([jitmarlin.dequantize(jitmarlin.quantize(w[e], qtype, gs))
-                                             for e in range(E)]))
+        assert np.array_equal(
+            got, np.stack([jitmarlin.dequantize(jitmarlin.quantize(w[e], qtype, gs)) for e in range(E)])
+        )
         assert np.linalg.norm(got - w) / np.linalg.norm(w) < ROUND_TRIP[qtype]
-    if qtype != "nvfp4":     # scales are per row: the same as quantizing gate and up apart
-        halves_apart = [np.concatenate([jitmarlin.dequantize(jitmarlin.quantize(w[e, :I], qtype, gs)),
-                                        jitmarlin.dequantize(jitmarlin.quantize(w[e, I:], qtype, gs))])
-                        for e in range(E)]
+    if qtype != "nvfp4":  # scales are per row: the same as quantizing gate and up apart
+        halves_apart = [
+            np.concatenate(
+                [
+                    jitmarlin.dequantize(jitmarlin.quantize(w[e, :I], qtype, gs)),
+                    jitmarlin.dequantize(jitmarlin.quantize(w[e, I:], qtype, gs)),
+                ]
+            )
+            for e in range(E)
+        ]
         assert np.array_equal(got, np.stack(halves_apart))
     else:
         assert mw.global_scales.dtype == np.float32 and mw.global_scales.shape == (E,)
@@ -96,7 +124,7 @@ def test_quantize_moe_matches_per_expert_quantize(rng, qtype, gs):
 def test_quantize_moe_nvfp4_experts_keep_their_own_global_scale(rng):
     w = rng.standard_normal((2, 32, 64)) * np.array([1.0, 100.0])[:, None, None]
     mw = quantize_moe(w, "nvfp4", gated=True)
-    for e in range(2):       # quantize's rule, over the whole w13 of the expert
+    for e in range(2):  # quantize's rule, over the whole w13 of the expert
         assert mw.global_scales[e] == np.float32(np.abs(w[e]).max() / (448 * 6))
     assert np.linalg.norm(dequantize_moe(mw)[1] - w[1]) / np.linalg.norm(w[1]) < 0.15
 
@@ -121,10 +149,11 @@ def test_bias_is_padded_interleaved_and_round_trips(rng):
     b = rng.standard_normal((E, 2 * I))
     mw = quantize_moe(w, gated=True, bias=b)
     assert mw.bias.dtype == np.float32 and mw.bias.shape == (E, 64) and mw.bias.flags.c_contiguous
-    assert np.all(mw.bias[:, 2 * I:] == 0)
+    assert np.all(mw.bias[:, 2 * I :] == 0)
     for e in range(E):
-        assert np.array_equal(mw.bias[e], np.concatenate([_interleave(b[e, :I], b[e, I:]), np.zeros(64 - 2 * I)])
-                              .astype(np.float32))
+        assert np.array_equal(
+            mw.bias[e], np.concatenate([_interleave(b[e, :I], b[e, I:]), np.zeros(64 - 2 * I)]).astype(np.float32)
+        )
     assert np.array_equal(logical_bias(mw), b.astype(np.float32).astype(np.float64))
     # stack_gate_up with only an up bias: gate entries are zeros
     gates, ups = _gate_up(rng, "uint4b8", 128)
@@ -144,11 +173,13 @@ def test_bias_is_padded_interleaved_and_round_trips(rng):
 def test_stack_names_the_expert_and_field_that_differ(rng):
     x = rng.standard_normal((64, 128))
     base = jitmarlin.quantize(x, "uint4b8", 128)
-    cases = [(jitmarlin.quantize(x, "uint4b8", 64), "group_size"),
-             (jitmarlin.quantize(x, "uint8b128", 128), "qtype"),
-             (jitmarlin.quantize(x, "uint4b8", 128, scale_dtype="bfloat16"), "scale_dtype"),
-             (jitmarlin.quantize(x[:56], "uint4b8", 128), "out_features"),
-             (jitmarlin.quantize(x[:, :120], "uint4b8", 128), "in_features")]
+    cases = [
+        (jitmarlin.quantize(x, "uint4b8", 64), "group_size"),
+        (jitmarlin.quantize(x, "uint8b128", 128), "qtype"),
+        (jitmarlin.quantize(x, "uint4b8", 128, scale_dtype="bfloat16"), "scale_dtype"),
+        (jitmarlin.quantize(x[:56], "uint4b8", 128), "out_features"),
+        (jitmarlin.quantize(x[:, :120], "uint4b8", 128), "in_features"),
+    ]
     for other, fld in cases:
         with pytest.raises(InputError, match=rf"expert 2 differs from expert 0 in {fld}"):
             MoEWeight.stack([base, base, other, base])
@@ -198,7 +229,7 @@ def test_gated_intermediate_must_be_a_multiple_of_8(rng):
 
 
 def test_constructor_checks_every_array(rng):
-    mw = quantize_moe(rng.standard_normal((2, 40, 72)), "uint4", 32)     # n 64, k 128: packed (2, 8, 128)
+    mw = quantize_moe(rng.standard_normal((2, 40, 72)), "uint4", 32)  # n 64, k 128: packed (2, 8, 128)
     ok = dict(global_scales=np.ones(2, np.float32), bias=np.zeros((2, 64), np.float32))
     replace(mw, **ok)
     bad = [
@@ -276,17 +307,18 @@ def _moe(rng, num_experts=3, inter=16, bias=True, scale=0.3):
     w2 = rng.standard_normal((num_experts, H, inter)) * scale
     b13 = rng.standard_normal((num_experts, 2 * inter)) if bias else None
     b2 = rng.standard_normal((num_experts, H)) * 0.1 if bias else None
-    return (quantize_moe(w13, "uint4b8", 32, gated=True, bias=b13), quantize_moe(w2, "uint8b128", -1, bias=b2),
-            w13, w2)
+    return (quantize_moe(w13, "uint4b8", 32, gated=True, bias=b13), quantize_moe(w2, "uint8b128", -1, bias=b2), w13, w2)
 
 
 def _slow(x, qw13, qw2, w13, w2, ids, wts, activation, act, emap=None, on_input=False, rounding=True):
     """One token and one slot at a time, from per-expert quantize + dequantize of the float weights."""
     inter = w13.shape[1] // 2
-    W13 = [jitmarlin.dequantize(jitmarlin.quantize(w13[e], "uint4b8", 32), act).astype(np.float64)
-           for e in range(len(w13))]
-    W2 = [jitmarlin.dequantize(jitmarlin.quantize(w2[e], "uint8b128", -1), act).astype(np.float64)
-          for e in range(len(w2))]
+    W13 = [
+        jitmarlin.dequantize(jitmarlin.quantize(w13[e], "uint4b8", 32), act).astype(np.float64) for e in range(len(w13))
+    ]
+    W2 = [
+        jitmarlin.dequantize(jitmarlin.quantize(w2[e], "uint8b128", -1), act).astype(np.float64) for e in range(len(w2))
+    ]
     b13 = logical_bias(qw13)
     b2 = logical_bias(qw2)
     sig = lambda z: 1 / (1 + math.exp(-z)) if z > -700 else 0.0
@@ -311,8 +343,9 @@ def _slow(x, qw13, qw2, w13, w2, ids, wts, activation, act, emap=None, on_input=
             if rounding:
                 # via float32, as the kernels round their fp32 activation (rounding float64 straight
                 # to float16 differs where float32's own rounding crosses a float16 tie)
-                a = (a.astype(np.float32).astype(np.float16) if act == "float16"
-                     else halves.round_to(a, act)).astype(np.float64)
+                a = (a.astype(np.float32).astype(np.float16) if act == "float16" else halves.round_to(a, act)).astype(
+                    np.float64
+                )
             y = W2[e] @ a + (0 if b2 is None else b2[e])
             out[t] += y if on_input else wts[t, j] * y
     return out
@@ -322,7 +355,7 @@ def _slow(x, qw13, qw2, w13, w2, ids, wts, activation, act, emap=None, on_input=
 @pytest.mark.parametrize("act", ["float16", "bfloat16"])
 def test_moe_reference_matches_a_per_token_loop(rng, activation, act):
     qw13, qw2, w13, w2 = _moe(rng)
-    x = rng.standard_normal((7, H)) * (3 if activation == "swigluoai" else 1)   # reach the clamps
+    x = rng.standard_normal((7, H)) * (3 if activation == "swigluoai" else 1)  # reach the clamps
     xa = x.astype(np.float16) if act == "float16" else halves.round_to(x, "bfloat16")
     ids = rng.integers(0, 3, (7, 2))
     wts = rng.uniform(0.1, 1, (7, 2))
@@ -334,21 +367,29 @@ def test_moe_reference_matches_a_per_token_loop(rng, activation, act):
 
 def test_moe_reference_expert_map_skips_other_ranks(rng):
     qw13, qw2, w13, w2 = _moe(rng)
-    emap = np.array([-1, 2, -1, 0, 1, -1])              # 6 global experts, 3 local
+    emap = np.array([-1, 2, -1, 0, 1, -1])  # 6 global experts, 3 local
     x = rng.standard_normal((9, H)).astype(np.float16)
     ids = rng.integers(0, 6, (9, 3))
-    ids[0] = [0, 2, 5]                                  # token 0: every expert elsewhere
+    ids[0] = [0, 2, 5]  # token 0: every expert elsewhere
     wts = rng.uniform(0.1, 1, (9, 3))
     ref = moe_reference(x, qw13, qw2, wts, ids, expert_map=emap)
-    np.testing.assert_allclose(ref, _slow(x, qw13, qw2, w13, w2, ids, wts, "silu", "float16", emap=emap),
-                               rtol=1e-9, atol=1e-9 * np.abs(ref).max())
+    np.testing.assert_allclose(
+        ref,
+        _slow(x, qw13, qw2, w13, w2, ids, wts, "silu", "float16", emap=emap),
+        rtol=1e-9,
+        atol=1e-9 * np.abs(ref).max(),
+    )
     assert np.all(ref[0] == 0)
     # ids outside the map, or (without one) outside the experts, add nothing (jitmarlin.moe's contract)
     assert np.all(moe_reference(x, qw13, qw2, wts, ids + 6, expert_map=emap) == 0)
     local = np.where(ids < 3, ids, 7)
     kept = np.where(ids < 3, wts, 0.0)
-    np.testing.assert_allclose(moe_reference(x, qw13, qw2, wts, local), moe_reference(x, qw13, qw2, kept, ids % 3),
-                               rtol=1e-12, atol=1e-12 * np.abs(ref).max())
+    np.testing.assert_allclose(
+        moe_reference(x, qw13, qw2, wts, local),
+        moe_reference(x, qw13, qw2, kept, ids % 3),
+        rtol=1e-12,
+        atol=1e-12 * np.abs(ref).max(),
+    )
 
 
 def test_moe_reference_router_weight_on_input(rng):
@@ -357,10 +398,14 @@ def test_moe_reference_router_weight_on_input(rng):
     ids = rng.integers(0, 3, (6, 1))
     wts = rng.uniform(0.2, 0.9, (6, 1))
     on = moe_reference(x, qw13, qw2, wts, ids, apply_router_weight_on_input=True)
-    np.testing.assert_allclose(on, _slow(x, qw13, qw2, w13, w2, ids, wts, "silu", "float16", on_input=True),
-                               rtol=1e-9, atol=1e-9 * np.abs(on).max())
+    np.testing.assert_allclose(
+        on,
+        _slow(x, qw13, qw2, w13, w2, ids, wts, "silu", "float16", on_input=True),
+        rtol=1e-9,
+        atol=1e-9 * np.abs(on).max(),
+    )
     off = moe_reference(x, qw13, qw2, wts, ids)
-    assert not np.allclose(on, off, rtol=1e-2)          # silu is not linear: where the weight goes matters
+    assert not np.allclose(on, off, rtol=1e-2)  # silu is not linear: where the weight goes matters
 
 
 def test_moe_reference_round_intermediate(rng):
@@ -369,14 +414,18 @@ def test_moe_reference_round_intermediate(rng):
     ids = rng.integers(0, 3, (5, 2))
     wts = rng.uniform(0.1, 1, (5, 2))
     exact = moe_reference(x, qw13, qw2, wts, ids, round_intermediate=False)
-    np.testing.assert_allclose(exact, _slow(x, qw13, qw2, w13, w2, ids, wts, "silu", "float16", rounding=False),
-                               rtol=1e-9, atol=1e-9 * np.abs(exact).max())
+    np.testing.assert_allclose(
+        exact,
+        _slow(x, qw13, qw2, w13, w2, ids, wts, "silu", "float16", rounding=False),
+        rtol=1e-9,
+        atol=1e-9 * np.abs(exact).max(),
+    )
     rounded = moe_reference(x, qw13, qw2, wts, ids)
     bf = moe_reference(x, qw13, qw2, wts, ids, act="bfloat16")
     scale = np.abs(exact).max()
-    for got, u in ((rounded, 2.0 ** -11), (bf, 2.0 ** -8)):
+    for got, u in ((rounded, 2.0**-11), (bf, 2.0**-8)):
         diff = np.abs(got - exact).max()
-        assert 1e-3 * u * scale < diff < 20 * u * scale    # differs, by roundings of the dtype
+        assert 1e-3 * u * scale < diff < 20 * u * scale  # differs, by roundings of the dtype
 
 
 def test_moe_reference_refusals(rng):

@@ -67,8 +67,8 @@ def test_wgmma_kind_from_16_rows_an_expert_on_sm90():
     assert moe_wgmma.WGMMA_DEFAULT is None and moe_wgmma.WGMMA_RULE is True
     h, a = get_profile("h100"), get_profile("a100")
     for t, kind in ((1, "gemv"), (32, "gemv"), (60, "mma"), (64, "wgmma"), (4096, "wgmma")):
-        plan = plan_moe(h, _problem(t, 2, 8, 4096, 14336, "float16", "uint4b8", 128))   # 2t/8 rows an expert
-        assert (("wgmma" if plan.wgmma else "gemv" if plan.gemv else "mma") == kind), (t, plan)
+        plan = plan_moe(h, _problem(t, 2, 8, 4096, 14336, "float16", "uint4b8", 128))  # 2t/8 rows an expert
+        assert ("wgmma" if plan.wgmma else "gemv" if plan.gemv else "mma") == kind, (t, plan)
         assert not plan_moe(a, _problem(t, 2, 8, 4096, 14336, "float16", "uint4b8", 128)).wgmma
 
 

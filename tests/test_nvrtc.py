@@ -1,5 +1,6 @@
 """Render + NVRTC compile for every architecture this NVRTC supports, with PTX and resource
 checks. Compiles are shared through the session's cache."""
+
 from dataclasses import replace
 
 import pytest
@@ -33,19 +34,19 @@ def test_sm80_path_compiles_with_expected_instructions(arch, m, act, group):
     prof, p, art = _build(arch, m, act, group)
     assert art.cubin[:4] == b"\x7fELF"
     ptx = art.ptx
-    if p.spec.wgmma:   # sm_90 from M = 17: the warpgroup kernel (more in test_wgmma.py)
+    if p.spec.wgmma:  # sm_90 from M = 17: the warpgroup kernel (more in test_wgmma.py)
         assert arch == "sm_90" and m >= 17 and art.arch == "sm_90a"
         assert "wgmma.mma_async.sync.aligned" in ptx and "mma.sync" not in ptx
-    elif isinstance(p.spec, GemvSpec):   # decode without split tiles (more in test_gemv.py)
+    elif isinstance(p.spec, GemvSpec):  # decode without split tiles (more in test_gemv.py)
         assert m <= 8 and "mma.sync.aligned.m16n8k16.row.col.f32" in ptx
         assert "ld.global.nc.L1::no_allocate.v4" in ptx and "ldmatrix" not in ptx
     else:
         assert "mma.sync.aligned.m16n8k16.row.col.f32" in ptx
         assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx
     assert ("bf16.bf16" if act == "bfloat16" else "f16.f16") in ptx
-    if p.spec.wgmma and p.spec.occupancy == 1:   # one-block wgmma kernels load every stage by TMA
+    if p.spec.wgmma and p.spec.occupancy == 1:  # one-block wgmma kernels load every stage by TMA
         assert "cp.async.bulk.tensor.2d" in ptx and "mbarrier.try_wait.parity" in ptx
-    elif isinstance(p.spec, GemvSpec):   # registers straight from global memory, no copy pipeline
+    elif isinstance(p.spec, GemvSpec):  # registers straight from global memory, no copy pipeline
         assert "cp.async" not in ptx
     else:
         assert "cp.async.cg.shared.global" in ptx
@@ -93,21 +94,27 @@ def test_l2_policies_of_the_mma_kernel_from_sm80(prof, arch):
     p = plan(get_profile(prof), Problem(16, 4096, 14336, "float16", "uint4b8", 128))
     assert not p.spec.wgmma and p.iters % p.k_tiles, "the plan must split tiles over blocks"
     ptx = default_cache().get(p.spec, arch)[0].ptx
-    kept = ("createpolicy.fractional.L2::evict_last" in ptx, "st.global.cg.L2::cache_hint.v4.f32" in ptx,
-            "ld.global.cg.L2::cache_hint.v4.f32" in ptx)
+    kept = (
+        "createpolicy.fractional.L2::evict_last" in ptx,
+        "st.global.cg.L2::cache_hint.v4.f32" in ptx,
+        "ld.global.cg.L2::cache_hint.v4.f32" in ptx,
+    )
     assert kept == ((True,) * 3 if arch != "sm_75" else (False,) * 3), kept
     # (on sm_90 the plan takes its weights by TMA boxes, KernelSpec.bulk: the policy is the box's)
     w_copy = "complete_tx::bytes.L2::cache_hint" if p.spec.bulk else "cp.async.cg.shared.global.L2::cache_hint"
     assert p.spec.bulk == (arch == "sm_90")
-    streamed = ("createpolicy.fractional.L2::evict_first" in ptx, "createpolicy.fractional.L2::evict_normal" in ptx,
-                w_copy in ptx)
+    streamed = (
+        "createpolicy.fractional.L2::evict_first" in ptx,
+        "createpolicy.fractional.L2::evict_normal" in ptx,
+        w_copy in ptx,
+    )
     assert streamed == ((True,) * 3 if arch != "sm_75" else (False,) * 3), streamed
     if arch == "sm_90":
         w = plan(get_profile(prof), Problem(256, 4096, 4096, "float16", "uint4b8", 128))
         wptx = default_cache().get(w.spec, arch)[0].ptx
         assert w.spec.wgmma and "createpolicy.fractional.L2::evict_last" not in wptx
-        assert "cg.L2::cache_hint" not in wptx                             # partial sums: plain .cg
-        assert "complete_tx::bytes.L2::cache_hint" in wptx and "L2::evict_first" in wptx   # weights
+        assert "cg.L2::cache_hint" not in wptx  # partial sums: plain .cg
+        assert "complete_tx::bytes.L2::cache_hint" in wptx and "L2::evict_first" in wptx  # weights
 
 
 def test_partials_select_per_path():
@@ -155,8 +162,14 @@ ptxas         .     8 bytes stack frame, 4 bytes spill stores, 12 bytes spill lo
 ptxas info    : Used 96 registers, used 1 barriers, 2048 bytes smem, 412 bytes cmem[0]
 """
     r = nvrtc.parse_resources(log, "k1")
-    assert r == {"registers": 96, "spill_stores": 4, "spill_loads": 12, "stack_bytes": 8,
-                 "static_shared_bytes": 2048, "param_bytes": 412}
+    assert r == {
+        "registers": 96,
+        "spill_stores": 4,
+        "spill_loads": 12,
+        "stack_bytes": 8,
+        "static_shared_bytes": 2048,
+        "param_bytes": 412,
+    }
 
 
 def test_sm70_needs_cuda12_nvrtc(monkeypatch):
@@ -183,10 +196,14 @@ def test_cluster_decode_compiles_for_sm90(act, k, n):
     assert art.arch == "sm_90"
     ptx = art.ptx
     assert ".explicitcluster" in ptx and ".reqnctapercluster 2, 1, 1" in ptx
-    for instr in ("mapa.shared::cluster", "st.shared::cluster.v4.f32",
-                  "mbarrier.arrive.release.cluster.shared::cluster.b64",
-                  "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64",
-                  "barrier.cluster.arrive.release", "barrier.cluster.wait.acquire"):
+    for instr in (
+        "mapa.shared::cluster",
+        "st.shared::cluster.v4.f32",
+        "mbarrier.arrive.release.cluster.shared::cluster.b64",
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64",
+        "barrier.cluster.arrive.release",
+        "barrier.cluster.wait.acquire",
+    ):
         assert instr in ptx, instr
     assert "atom.global" not in ptx and "ld.global.acquire" not in ptx and "membar" not in ptx
     r = art.resources
@@ -208,9 +225,9 @@ def test_stream_k_contributors_count_in_with_one_release(path, arch, m):
     if arch not in nvrtc.supported_archs():
         pytest.skip(f"NVRTC {nvrtc.version()} cannot target {arch}")
     if path == "sm90":
-        spec = KernelSpec("sm90", "uint4b8", "float16", 8, 8, 8, 4, 6)          # 128 x 128, Stream-K
+        spec = KernelSpec("sm90", "uint4b8", "float16", 8, 8, 8, 4, 6)  # 128 x 128, Stream-K
     else:
-        spec = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 16, 16, 3)        # decode Stream-K
+        spec = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 16, 16, 3)  # decode Stream-K
     p = plan(get_profile(arch), Problem(m, 6144, 4096, "float16", "uint4b8", 128), spec)
     assert any(p.block_ranges(b)[-1][1] % p.k_tiles for b in range(p.grid)), "no split tile"
     ptx = default_cache().get(p.spec, arch)[0].ptx
@@ -234,8 +251,9 @@ def test_k512_tiles_compile_clean(arch, act):
         spec = plan(prof, Problem(16, 6144, 4096, act, "uint4b8", 128)).spec
         assert (spec.tn, spec.tk, spec.whole) == (4, 32, True)
     else:
-        spec = next(s for st in (8, 6, 5, 4, 3, 2)
-                    if _fits(prof, s := KernelSpec("sm80", "uint4b8", act, 8, 1, 4, 32, st)))
+        spec = next(
+            s for st in (8, 6, 5, 4, 3, 2) if _fits(prof, s := KernelSpec("sm80", "uint4b8", act, 8, 1, 4, 32, st))
+        )
     art, _, _ = default_cache().get(spec, arch)
     assert "mma.sync.aligned.m16n8k16.row.col.f32" in art.ptx and "cp.async.cg.shared.global" in art.ptx
     r = art.resources
@@ -256,8 +274,8 @@ def test_bulk_weight_boxes_compile_for_sm90(act):
     ptx = art.ptx
     assert "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes" in ptx
     assert "prefetch.tensormap" in ptx and "mbarrier.try_wait.parity" in ptx
-    assert "cp.async.cg.shared.global" in ptx                     # the scales (and x without xbox)
-    assert ptx.count(".param .align 64 .b8") == (2 if p.spec.xbox else 1)   # the maps, by value
+    assert "cp.async.cg.shared.global" in ptx  # the scales (and x without xbox)
+    assert ptx.count(".param .align 64 .b8") == (2 if p.spec.xbox else 1)  # the maps, by value
     r = art.resources
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0, (p.spec.name, r)
     plain = default_cache().get(replace(p.spec, bulk=False, xbox=False), "sm_90")[0].ptx

@@ -1,4 +1,5 @@
 """The packed weight layout against an oracle written from the PTX ISA's fragment layout."""
+
 import numpy as np
 import pytest
 
@@ -19,9 +20,9 @@ def _dequant_word_like_the_kernel(word: int):
     out = []
     for shift in (0, 8):
         w = word >> shift
-        out.append((w & 0xF, (w >> 16) & 0xF))                 # fragment reg 0 of sub-tile
-        out.append(((w >> 4) & 0xF, (w >> 20) & 0xF))          # fragment reg 1 of sub-tile
-    return out   # [b0.r0, b0.r1, b1.r0, b1.r1]
+        out.append((w & 0xF, (w >> 16) & 0xF))  # fragment reg 0 of sub-tile
+        out.append(((w >> 4) & 0xF, (w >> 20) & 0xF))  # fragment reg 1 of sub-tile
+    return out  # [b0.r0, b0.r1, b1.r0, b1.r1]
 
 
 def test_lane_words_hold_mma_b_fragments(rng):
@@ -37,7 +38,7 @@ def test_lane_words_hold_mma_b_fragments(rng):
                 g, t = lane // 4, lane % 4
                 for j in range(4):
                     regs = _dequant_word_like_the_kernel(int(words[kb, nb, lane, j]))
-                    for h in range(2):                       # sub-tile 2j + h
+                    for h in range(2):  # sub-tile 2j + h
                         col = nb * 64 + 8 * (2 * j + h) + g
                         r0, r1 = regs[2 * h], regs[2 * h + 1]
                         rows0 = (kb * 16 + 2 * t, kb * 16 + 2 * t + 1)
@@ -53,7 +54,7 @@ def test_scale_permutation_serves_each_lane_its_columns(rng):
     for wn in range(n // 64):
         for lane_g in range(8):
             # the kernel loads 8 halves at chunk wn*8 + g: positions 64 wn + 8 g + s
-            got = p[:, wn * 64 + lane_g * 8: wn * 64 + lane_g * 8 + 8]
+            got = p[:, wn * 64 + lane_g * 8 : wn * 64 + lane_g * 8 + 8]
             want = s[:, [wn * 64 + 8 * sub + lane_g for sub in range(8)]]
             assert np.array_equal(got, want)
     assert np.array_equal(packing.unpermute_scales(p), s)

@@ -42,11 +42,11 @@ def test_every_plan_fits_the_profile(prof):
         s = p.spec
         assert p.route == ("dequant" if dequant_route(prof, p.problem) else "fused")
         big = m >= dequant_min_m(prof) or (m >= 256 and 2 * m * k > prof.l2_bytes)
-        if big and prof.cc == (9, 0):   # unless the wgmma plan has whole tiles a block
+        if big and prof.cc == (9, 0):  # unless the wgmma plan has whole tiles a block
             fused = plan(prof, p.problem, choose_fused_spec(prof, p.problem))
             big = fused.iters % fused.k_tiles != 0 and not fused.whole
         assert dequant_route(prof, p.problem) == big
-        if p.route == "dequant":   # a warp per 16 x 64 block of the weight, no shared memory
+        if p.route == "dequant":  # a warp per 16 x 64 block of the weight, no shared memory
             assert s.path == prof.path
             assert p.grid * s.threads // 32 >= (k // 16) * (n // 64) > (p.grid - 1) * s.threads // 32
             assert p.smem_bytes == 0 and s.group_blocks == (-1 if g < 0 else g // 16)
@@ -54,9 +54,9 @@ def test_every_plan_fits_the_profile(prof):
         wgmma = prof.cc == (9, 0) and m >= WGMMA_MIN_M
         assert s.path == ("sm90" if wgmma else prof.path)
         assert s.smem_bytes() <= prof.smem_per_block
-        if isinstance(s, GemvSpec):   # decode without split tiles: one wave, column blocks on chip
+        if isinstance(s, GemvSpec):  # decode without split tiles: one wave, column blocks on chip
             assert m <= GEMV_PLAN_MAX_M and prof.path == "sm80"
-            if s.spread == 2:   # hybrid: a block an SM, each owning one column block, the rest shared
+            if s.spread == 2:  # hybrid: a block an SM, each owning one column block, the rest shared
                 whole = prof.sms
                 assert prof.sms < n // 64 < 2 * prof.sms and s.cluster == 1 and s.max_m == 8
             elif s.spread:
@@ -64,10 +64,11 @@ def test_every_plan_fits_the_profile(prof):
             else:
                 whole = -(-(n // 64) // s.col_blocks) * s.cluster
             assert p.grid == whole <= prof.sms * s.occupancy
-            if s.occupancy == 1:   # a hybrid plan's alternative may fill less where it scales the sums
-                assert _gemv_fill(prof, s, n // 64) >= (GEMV_SCALED_MIN_FILL if s.scale_sums and prof.sms < n // 64
-                                                        else GEMV_MIN_FILL)
-            else:   # more column blocks than SMs, two 8-warp blocks an SM
+            if s.occupancy == 1:  # a hybrid plan's alternative may fill less where it scales the sums
+                assert _gemv_fill(prof, s, n // 64) >= (
+                    GEMV_SCALED_MIN_FILL if s.scale_sums and prof.sms < n // 64 else GEMV_MIN_FILL
+                )
+            else:  # more column blocks than SMs, two 8-warp blocks an SM
                 assert prof.sms < p.grid <= 2 * prof.sms and s.warps == 8 and s.smem_per_sm() <= prof.smem_per_sm
             assert s.threads <= prof.max_threads_per_sm and s.cluster in ((1, 2) if prof.clusters else (1,))
             assert k % s.tile_k == 0
@@ -81,28 +82,28 @@ def test_every_plan_fits_the_profile(prof):
         assert k % s.tile_k == 0
         assert 1 <= p.grid <= prof.sms * s.occupancy
         assert s.occupancy == 1 or (wgmma and m <= 64)
-        if s.cluster > 1 and wgmma:   # a half-tile plan: blocks 2j, 2j + 1 halve the striped tiles
+        if s.cluster > 1 and wgmma:  # a half-tile plan: blocks 2j, 2j + 1 halve the striped tiles
             assert prof.clusters and s.cluster == 2 and s.tm >= 8 and p.grid % 2 == 0
             assert 2 * p.iters == p.k_tiles and p.grid // 2 <= prof.cluster_capacity(2)
             assert (p.whole * p.grid + p.grid // 2) * p.k_tiles == p.total_iters
-        elif s.cluster > 1:   # whole tiles per cluster, no idle cluster
+        elif s.cluster > 1:  # whole tiles per cluster, no idle cluster
             assert prof.clusters and m <= 16 and s.path == "sm80"
             assert p.grid % s.cluster == 0 and (s.cluster * p.iters) % p.k_tiles == 0
             assert p.grid // s.cluster <= prof.cluster_capacity(s.cluster)
             assert p.grid * p.iters >= p.total_iters > (p.grid - s.cluster) * p.iters
-        elif p.whole:   # hybrid: every block takes its whole tiles, the striped rest covers the work
+        elif p.whole:  # hybrid: every block takes its whole tiles, the striped rest covers the work
             assert wgmma and s.tm >= 8 and p.whole * p.grid * p.k_tiles < p.total_iters
             assert p.whole * p.grid * p.k_tiles + p.grid * p.iters >= p.total_iters
         else:
-            assert p.grid * p.iters >= p.total_iters > (p.grid - 1) * p.iters   # no idle block
+            assert p.grid * p.iters >= p.total_iters > (p.grid - 1) * p.iters  # no idle block
         if not wgmma:
-            assert s.tm == min(2 if prof.path == "sm70" else 4, -(-m // 16))   # 4-bit codes
+            assert s.tm == min(2 if prof.path == "sm70" else 4, -(-m // 16))  # 4-bit codes
         if prof.path != "sm80":
             assert s.stages == 2
 
 
 def test_decode_tiles_follow_layer_size(monkeypatch):
-    monkeypatch.setattr(mma_plan, "WHOLE_DECODE", False)    # (the Stream-K tile choice)
+    monkeypatch.setattr(mma_plan, "WHOLE_DECODE", False)  # (the Stream-K tile choice)
     h100 = get_profile("h100")
     # (M <= 8 takes the gemv kernel on these layers: tests/test_gemv.py)
     small = plan(h100, Problem(16, 6144, 4096, "float16", "uint4b8", 128))
@@ -117,15 +118,23 @@ def test_decode_tiles_follow_layer_size(monkeypatch):
 
 # Llama layers (K, N) of tools/bench; on H100 the planner deals whole tiles to clusters of 2 for
 # the three 70B layers whose tiles spread evenly over 66 clusters (tools/PERF.md entries 25, 29)
-BENCH_LAYERS = {"8B qkv": (4096, 6144), "8B o": (4096, 4096), "8B gate_up": (4096, 28672),
-                "8B down": (14336, 4096), "70B qkv": (8192, 10240), "70B o": (8192, 8192),
-                "70B gate_up": (8192, 57344), "70B down": (28672, 8192)}
+BENCH_LAYERS = {
+    "8B qkv": (4096, 6144),
+    "8B o": (4096, 4096),
+    "8B gate_up": (4096, 28672),
+    "8B down": (14336, 4096),
+    "70B qkv": (8192, 10240),
+    "70B o": (8192, 8192),
+    "70B gate_up": (8192, 57344),
+    "70B down": (28672, 8192),
+}
 
 
-@pytest.mark.parametrize("m", [9, 16])   # (M <= 8: the gemv kernel on these layers)
+@pytest.mark.parametrize("m", [9, 16])  # (M <= 8: the gemv kernel on these layers)
 @pytest.mark.parametrize("act", ["float16", "bfloat16"])
 def test_decode_clusters_where_tiles_deal_evenly(m, act, monkeypatch):
     from jitmarlin.kernels import planner
+
     h100 = get_profile("h100")
     # off by default (measured slower on H100, tools/PERF.md entry 29): Stream-K everywhere
     for k, n in BENCH_LAYERS.values():
@@ -158,11 +167,15 @@ def test_cluster_specs_are_checked():
     assert s.name == "jm_sm80_uint4b8_f16_g128_m1n8k16s8c2"
     assert '"cluster":2' in s.canonical() and spec_from_canonical(s.canonical()) == s
     plain = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 8, 16, 8)
-    assert "cluster" not in plain.canonical()   # pre-cluster cache keys and bundles stay valid
+    assert "cluster" not in plain.canonical()  # pre-cluster cache keys and bundles stay valid
     assert s.smem_bytes() == plain.smem_bytes() + s.slot_bytes() + 16
-    for bad, msg in [(dict(cluster=3), "cluster"), (dict(path="sm90", tk=4, tm=4, cluster=4), "clusters of 2"),
-                     (dict(path="sm90", tk=4, tm=4, stages=4, cluster=2, occupancy=2), "clusters of 2"),
-                     (dict(path="sm75", stages=2, cluster=2), "mma.sync"), (dict(tk=64), "tk")]:
+    for bad, msg in [
+        (dict(cluster=3), "cluster"),
+        (dict(path="sm90", tk=4, tm=4, cluster=4), "clusters of 2"),
+        (dict(path="sm90", tk=4, tm=4, stages=4, cluster=2, occupancy=2), "clusters of 2"),
+        (dict(path="sm75", stages=2, cluster=2), "mma.sync"),
+        (dict(tk=64), "tk"),
+    ]:
         with pytest.raises(ValueError, match=msg):
             replace(s, **bad).check()
     # a cluster kernel on a GPU without clusters: a clear error before anything compiles
@@ -181,11 +194,17 @@ def test_bf16_on_old_gpus_is_clear(prof, act, msg):
         plan(get_profile(prof), Problem(16, 4096, 4096, act, "uint4b8", 128))
 
 
-@pytest.mark.parametrize("kw,msg", [
-    (dict(n=96), "multiple of 64"), (dict(k=96), "multiple of 64"), (dict(m=0), ">= 1"),
-    (dict(group_size=48), "group_size"), (dict(qtype="nvfp4"), "groups of 16"),
-    (dict(k=192, group_size=128), "multiple of group_size"),
-])
+@pytest.mark.parametrize(
+    "kw,msg",
+    [
+        (dict(n=96), "multiple of 64"),
+        (dict(k=96), "multiple of 64"),
+        (dict(m=0), ">= 1"),
+        (dict(group_size=48), "group_size"),
+        (dict(qtype="nvfp4"), "groups of 16"),
+        (dict(k=192, group_size=128), "multiple of group_size"),
+    ],
+)
 def test_bad_problems(kw, msg):
     base = dict(m=4, n=256, k=256, act="float16", qtype="uint4b8", group_size=128)
     base.update(kw)
@@ -211,24 +230,40 @@ def test_pre_volta_is_rejected():
 
 # ---- route choice: fused kernel below the threshold, dequant + cuBLAS at or above it ------------
 
-@pytest.mark.parametrize("prof,threshold", [("h100", 2048), ("h200", 2048), ("a100", 1024), ("rtx-pro-6000", 1024),
-                                            ("gb10", 1024), ("v100", 256), ("t4", 256)])
+
+@pytest.mark.parametrize(
+    "prof,threshold",
+    [
+        ("h100", 2048),
+        ("h200", 2048),
+        ("a100", 1024),
+        ("rtx-pro-6000", 1024),
+        ("gb10", 1024),
+        ("v100", 256),
+        ("t4", 256),
+    ],
+)
 def test_route_follows_the_m_threshold(prof, threshold):
     pr = get_profile(prof)
     assert dequant_min_m(pr) == threshold
     # on sm_90, N = 896: 7 wgmma tiles wide, 56 / 112 tiles at 2048 / 4096 rows: less than one
     # wave of 132 SMs, and not close enough to 128 to deal whole
     n = 896 if pr.cc == (9, 0) else 4096
-    for m, route in [(1, "fused"), (threshold - 1, "fused"), (threshold, "dequant"),
-                     (threshold + 1, "dequant"), (4096, "dequant")]:
+    for m, route in [
+        (1, "fused"),
+        (threshold - 1, "fused"),
+        (threshold, "dequant"),
+        (threshold + 1, "dequant"),
+        (4096, "dequant"),
+    ]:
         p = plan(pr, Problem(m, n, 4096, "float16", "uint8", 64))
         assert p.route == route, (m, p.spec.name)
-    if pr.cc == (9, 0):   # 4096 x 4096 at 2048 and 4096 rows: 256 / 512 tiles, whole to 128 blocks
+    if pr.cc == (9, 0):  # 4096 x 4096 at 2048 and 4096 rows: 256 / 512 tiles, whole to 128 blocks
         for m in (threshold, 4096):
             p = plan(pr, Problem(m, 4096, 4096, "float16", "uint8", 64))
             assert p.spec.wgmma and p.grid == 128 and p.iters % p.k_tiles == 0 and not p.whole
     p = plan(pr, Problem(4096, n, 4096, "float16", "uint4", -1))
-    assert p.spec == DequantSpec(pr.path, "uint4", "float16", 0)       # zero points: permuted
+    assert p.spec == DequantSpec(pr.path, "uint4", "float16", 0)  # zero points: permuted
     assert p.spec.name == f"jm_dq_{pr.path}_uint4_f16_gk"
 
 
@@ -246,14 +281,14 @@ def test_candidate_specs_offer_the_dequant_route_from_256_rows():
         dq = [c for c in cands if c.route == "dequant"]
         assert dq == ([DequantSpec("sm80", "nvfp4", "bfloat16", 1)] if offered else [])
         assert any(c.route == "fused" for c in cands)
-        for c in cands:   # every candidate plans (what an autotuner does with it)
+        for c in cands:  # every candidate plans (what an autotuner does with it)
             assert plan(h100, Problem(m, 4096, 4096, "bfloat16", "nvfp4", 16), c).spec == c
 
 
 def test_forced_spec_must_match_the_problem():
     h100 = get_profile("h100")
     p = Problem(64, 4096, 4096, "float16", "uint4b8", 128)
-    forced = plan(h100, p, DequantSpec("sm80", "uint4b8", "float16", 8))   # any M
+    forced = plan(h100, p, DequantSpec("sm80", "uint4b8", "float16", 8))  # any M
     assert forced.route == "dequant" and forced.grid == (4096 // 16) * (4096 // 64) // 8
     with pytest.raises(InputError, match="not a kernel for"):
         plan(h100, p, DequantSpec("sm80", "uint4b8", "float16", 4))
@@ -268,9 +303,14 @@ def test_dequant_spec_identity_and_checks():
     k = KernelSpec("sm80", "uint4", "bfloat16", 8, 1, 8, 8, 4)
     assert spec_from_canonical(k.canonical()) == k and "route" not in k.canonical()
     assert d.name == "jm_dq_sm80_uint4_bf16_g128" and d.smem_bytes() == 0
-    for bad in [DequantSpec("sm90", "uint4", "float16", 8), DequantSpec("sm80", "int3", "float16", 8),
-                DequantSpec("sm75", "uint4b8", "bfloat16", 8), DequantSpec("sm80", "uint4", "float16", -1),
-                DequantSpec("sm80", "uint4b8", "float16", 0), DequantSpec("sm80", "uint4b8", "float16", 8, 128)]:
+    for bad in [
+        DequantSpec("sm90", "uint4", "float16", 8),
+        DequantSpec("sm80", "int3", "float16", 8),
+        DequantSpec("sm75", "uint4b8", "bfloat16", 8),
+        DequantSpec("sm80", "uint4", "float16", -1),
+        DequantSpec("sm80", "uint4b8", "float16", 0),
+        DequantSpec("sm80", "uint4b8", "float16", 8, 128),
+    ]:
         with pytest.raises(ValueError):
             bad.check()
     with pytest.raises(ValueError, match="not a kernel spec"):
@@ -278,6 +318,7 @@ def test_dequant_spec_identity_and_checks():
 
 
 # ---- whole-tile plans of the mma.sync kernel (KernelSpec.whole: an autotuner candidate) -------
+
 
 def test_whole_tile_spec_identity_and_checks():
     s = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 4, 16, 8, whole=True)
@@ -293,12 +334,12 @@ def test_whole_tile_spec_identity_and_checks():
 
 def test_whole_tile_plans_deal_tiles_whole():
     h = get_profile("h100")
-    p = Problem(16, 6144, 4096, "float16", "uint4b8", 128)      # 96 tiles 64 wide, 16 K-tiles
+    p = Problem(16, 6144, 4096, "float16", "uint4b8", 128)  # 96 tiles 64 wide, 16 K-tiles
     s = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 4, 16, 8)
     stream, whole = plan(h, p, s), plan(h, p, replace(s, whole=True))
-    assert (stream.grid, stream.iters) == (128, 12)              # tiles split over blocks
-    assert (whole.grid, whole.iters) == (96, 16)                 # one whole tile a block
-    p = Problem(16, 57344, 8192, "float16", "uint4b8", 128)     # 896 tiles over 132 SMs: 7 a block
+    assert (stream.grid, stream.iters) == (128, 12)  # tiles split over blocks
+    assert (whole.grid, whole.iters) == (96, 16)  # one whole tile a block
+    p = Problem(16, 57344, 8192, "float16", "uint4b8", 128)  # 896 tiles over 132 SMs: 7 a block
     pl = plan(h, p, replace(s, whole=True))
     assert (pl.grid, pl.iters) == (128, 7 * 32) and pl.iters % 32 == 0
 
@@ -311,7 +352,7 @@ def test_whole_tile_candidates_only_where_the_load_stays_close():
         whole = [c for c in cands if getattr(c, "whole", False)]
         assert bool(whole) == expect, (k, n, [c.name for c in whole])
         for c in whole:
-            assert replace(c, whole=False) in cands                  # beside its Stream-K plan
+            assert replace(c, whole=False) in cands  # beside its Stream-K plan
             assert plan(h, p, c).iters <= 1.5 * plan(h, p, replace(c, whole=False)).iters
     # the planner's own whole-tile decode plan (planner._whole_decode) is one of them
     p = Problem(16, 6144, 4096, "float16", "uint4b8", 128)
@@ -321,12 +362,13 @@ def test_whole_tile_candidates_only_where_the_load_stays_close():
 
 # ---- late publish (KernelSpec.late) ------------------------------------------------------------
 
+
 def test_late_spec_identity_and_checks():
     s = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 16, 16, 3, late=True)
     assert s.name == "jm_sm80_uint4b8_f16_g128_m1n16k16s3l"
     assert spec_from_canonical(s.canonical()) == s and '"late":true' in s.canonical()
-    assert "late" not in replace(s, late=False).canonical()      # older specs keep their text
-    assert s.kernel_spec() is s                                    # code, not a plan choice
+    assert "late" not in replace(s, late=False).canonical()  # older specs keep their text
+    assert s.kernel_spec() is s  # code, not a plan choice
     for bad in (dict(cluster=2), dict(tm=2), dict(whole=True), dict(path="sm90", tn=8, tk=4, stages=4)):
         with pytest.raises(ValueError, match="late publishing"):
             replace(s, **bad).check()
@@ -353,11 +395,19 @@ def _late_blocks_by_simulation(p, spec, grid, iters):
 
 def test_late_publish_where_short_runs_go_on_past_a_split_tile(monkeypatch):
     from jitmarlin.kernels import planner
-    monkeypatch.setattr(mma_plan, "WHOLE_DECODE", False)     # (8B qkv and gate_up take whole tiles)
+
+    monkeypatch.setattr(mma_plan, "WHOLE_DECODE", False)  # (8B qkv and gate_up take whole tiles)
     h = get_profile("h100")
-    layers = {"8B qkv": (4096, 6144), "8B o": (4096, 4096), "8B gate_up": (4096, 28672),
-              "8B down": (14336, 4096), "70B qkv": (8192, 10240), "70B o": (8192, 8192),
-              "70B gate_up": (8192, 57344), "70B down": (28672, 8192)}
+    layers = {
+        "8B qkv": (4096, 6144),
+        "8B o": (4096, 4096),
+        "8B gate_up": (4096, 28672),
+        "8B down": (14336, 4096),
+        "70B qkv": (8192, 10240),
+        "70B o": (8192, 8192),
+        "70B gate_up": (8192, 57344),
+        "70B down": (28672, 8192),
+    }
     late = set()
     for name, (k, n) in layers.items():
         for m, act in ((16, "float16"), (16, "bfloat16"), (9, "float16")):
@@ -395,7 +445,7 @@ def test_k512_tiles_for_64_wide_whole_decode_plans(monkeypatch):
         for act in ("float16", "bfloat16"):
             pl = plan(h, Problem(m, 6144, 4096, act, "uint4b8", 128))
             assert (pl.spec.tn, pl.spec.tk, pl.spec.stages, pl.spec.whole) == (4, 32, 6, True), pl.spec.name
-            assert (pl.grid, pl.iters) == (96, 8)                       # one 64 x 4096 tile a block
+            assert (pl.grid, pl.iters) == (96, 8)  # one 64 x 4096 tile a block
     # K a multiple of 256 but not of 512: K-tiles of 256
     odd = plan(h, Problem(16, 6144, 3840, "float16", "uint4b8", 128)).spec
     assert odd.whole and (odd.tn, odd.tk) == (4, 16)
@@ -405,10 +455,15 @@ def test_k512_tiles_for_64_wide_whole_decode_plans(monkeypatch):
     monkeypatch.setattr(mma_plan, "WHOLE_DECODE_TK32", False)
     assert plan(h, Problem(16, 6144, 4096, "float16", "uint4b8", 128)).spec.tk == 16
     # the autotuner weighs K-tiles of 512 at decode on the sm80 path, not from two m16 row blocks on
-    cands = [c for c in candidate_specs(h, Problem(16, 6144, 4096, "float16", "uint4b8", 128))
-             if isinstance(c, KernelSpec) and c.path == "sm80"]
+    cands = [
+        c
+        for c in candidate_specs(h, Problem(16, 6144, 4096, "float16", "uint4b8", 128))
+        if isinstance(c, KernelSpec) and c.path == "sm80"
+    ]
     assert any(c.tk == 32 for c in cands) and all(c.tm == 1 for c in cands)
-    assert not any(getattr(c, "tk", 0) == 32 for c in candidate_specs(h, Problem(33, 6144, 4096, "float16", "uint4b8", 128)))
+    assert not any(
+        getattr(c, "tk", 0) == 32 for c in candidate_specs(h, Problem(33, 6144, 4096, "float16", "uint4b8", 128))
+    )
     # the spec: sm80 path only (the register-staged sm70 / sm75 kernels keep tk <= 16)
     KernelSpec("sm80", "uint4b8", "float16", 8, 1, 4, 32, 5, whole=True).check()
     with pytest.raises(ValueError, match="tk must be"):
@@ -429,8 +484,8 @@ def test_narrow_deep_tiles_where_a_tile_splits_over_eight_blocks(monkeypatch):
                 old = plan(h, Problem(m, n, k, act, "uint4b8", 128))
                 monkeypatch.setattr(mma_plan, "NARROW_DEEP_DECODE", True)
                 assert (old.spec.tn, old.spec.tk) == (16, 16)
-                assert pl.iters == old.iters                             # the same K-steps a block
-                assert k // old.spec.tile_k >= 8 * old.iters > k // pl.spec.tile_k    # 8+ blocks a tile -> fewer
+                assert pl.iters == old.iters  # the same K-steps a block
+                assert k // old.spec.tile_k >= 8 * old.iters > k // pl.spec.tile_k  # 8+ blocks a tile -> fewer
     # four to six blocks a tile (70B down, o, qkv; 13824 x 5120), K not a multiple of 512, M <= 8
     # (the gemv kernel) and other GPUs keep their plans
     for n, k in ((8192, 28672), (8192, 8192), (10240, 8192), (5120, 13824), (4096, 14080)):
@@ -442,8 +497,9 @@ def test_narrow_deep_tiles_where_a_tile_splits_over_eight_blocks(monkeypatch):
 
 def test_late_publish_is_a_candidate_beside_its_stream_k_plan(monkeypatch):
     from jitmarlin.kernels import planner
+
     h = get_profile("h100")
-    p = Problem(16, 28672, 4096, "float16", "uint4b8", 128)      # 8B gate_up: the planner says no
+    p = Problem(16, 28672, 4096, "float16", "uint4b8", 128)  # 8B gate_up: the planner says no
     assert not choose_fused_spec(h, p).late
     cands = candidate_specs(h, p)
     late = [c for c in cands if getattr(c, "late", False)]
@@ -455,16 +511,19 @@ def test_late_publish_is_a_candidate_beside_its_stream_k_plan(monkeypatch):
 
 def test_whole_tiles_at_decode_where_one_tile_a_block_stays_light(monkeypatch):
     from jitmarlin.kernels import planner
+
     h = get_profile("h100")
-    for k, n, tn in ((4096, 28672, 16),   # 8B gate_up: 112 tiles of 256 columns, 16 steps (1.14x)
-                     (2048, 28672, 16),   # 8 steps
-                     (4096, 6144, 4),     # 8B qkv: 96 tiles of 64 columns (1.33x)
-                     (4096, 14336, 8),    # 112 tiles of 128 columns
-                     (8192, 28672, None),  # 32 steps: streaming outweighs the sums
-                     (4096, 32768, None),  # Stream-K already deals whole tiles
-                     (8192, 57344, None),  # 224 tiles: two a block
-                     (4096, 4096, None),   # 8B o: 64 tiles of 64 columns, 2x
-                     (14336, 4096, None)):  # 8B down: deep tiles
+    for k, n, tn in (
+        (4096, 28672, 16),  # 8B gate_up: 112 tiles of 256 columns, 16 steps (1.14x)
+        (2048, 28672, 16),  # 8 steps
+        (4096, 6144, 4),  # 8B qkv: 96 tiles of 64 columns (1.33x)
+        (4096, 14336, 8),  # 112 tiles of 128 columns
+        (8192, 28672, None),  # 32 steps: streaming outweighs the sums
+        (4096, 32768, None),  # Stream-K already deals whole tiles
+        (8192, 57344, None),  # 224 tiles: two a block
+        (4096, 4096, None),  # 8B o: 64 tiles of 64 columns, 2x
+        (14336, 4096, None),
+    ):  # 8B down: deep tiles
         for m in (9, 16):
             p = Problem(m, n, k, "bfloat16", "uint4b8", 128)
             pl = plan(h, p)
@@ -475,12 +534,12 @@ def test_whole_tiles_at_decode_where_one_tile_a_block_stays_light(monkeypatch):
                 mp.setattr(mma_plan, "WHOLE_DECODE", False)
                 stream = plan(h, p)
             k_tiles = k // pl.spec.tile_k
-            assert pl.spec.tn == tn and (pl.grid, pl.iters) == (n // pl.spec.tile_n, k_tiles)   # one tile a block
+            assert pl.spec.tn == tn and (pl.grid, pl.iters) == (n // pl.spec.tile_n, k_tiles)  # one tile a block
             assert k_tiles <= planner.WHOLE_DECODE_MAX_STEPS and stream.iters % k_tiles
-            busiest = lambda q: q.iters * q.spec.tile_n * q.spec.tile_k        # weights, in elements
+            busiest = lambda q: q.iters * q.spec.tile_n * q.spec.tile_k  # weights, in elements
             assert busiest(pl) <= planner.WHOLE_DECODE_MAX_LOAD * busiest(stream)
     p = Problem(16, 28672, 4096, "float16", "uint4b8", 128)
-    for prof in ("a100", "rtx-pro-6000"):                  # measured on H100 only
+    for prof in ("a100", "rtx-pro-6000"):  # measured on H100 only
         assert not getattr(choose_fused_spec(get_profile(prof), p), "whole", False), prof
     monkeypatch.setattr(mma_plan, "WHOLE_DECODE", False)
     assert not choose_fused_spec(h, p).whole
@@ -501,12 +560,19 @@ def test_hybrid_plans_deal_every_k_step_once():
     the busiest block gets the even share, and the finisher the kernel derives for a striped tile
     (its first step's block) waits for the right number of contributors."""
     from jitmarlin.kernels import planner
+
     h = get_profile("h100")
     rng = np.random.default_rng(11)
     seen = 0
     for _ in range(600):
-        p = Problem(int(rng.integers(65, 9000)), 64 * int(rng.integers(1, 900)),
-                    64 * int(rng.integers(1, 200)), "float16", "uint4b8", -1)
+        p = Problem(
+            int(rng.integers(65, 9000)),
+            64 * int(rng.integers(1, 900)),
+            64 * int(rng.integers(1, 200)),
+            "float16",
+            "uint4b8",
+            -1,
+        )
         pl = plan(h, p, choose_fused_spec(h, p))
         tiles = pl.m_chunks * pl.n_tiles
         if p.m < planner.HYBRID_MIN_M or pl.spec.occupancy > 1 or tiles <= h.sms or tiles % h.sms == 0:
@@ -515,16 +581,16 @@ def test_hybrid_plans_deal_every_k_step_once():
             continue
         seen += 1
         assert planner.tiles_in_step(pl.whole, pl.n_tiles)
-        assert pl.iters * h.sms < pl.k_tiles * tiles   # only the last wave is striped
+        assert pl.iters * h.sms < pl.k_tiles * tiles  # only the last wave is striped
         kt, sk0 = pl.k_tiles, pl.whole * pl.grid * pl.k_tiles
-        if pl.grid < h.sms:     # a half-tile plan (test_half_tile_plans)
+        if pl.grid < h.sms:  # a half-tile plan (test_half_tile_plans)
             assert 2 * pl.iters == kt and 2 * tiles == pl.grid * (2 * pl.whole + 1)
         else:
             assert pl.whole == tiles // h.sms
         owner = np.full(pl.total_iters, -1)
         for b in range(pl.grid):
             runs = pl.block_ranges(b)
-            assert runs[0] == (b * pl.whole * kt, (b + 1) * pl.whole * kt)   # whole tiles first
+            assert runs[0] == (b * pl.whole * kt, (b + 1) * pl.whole * kt)  # whole tiles first
             for s, e in runs:
                 assert (owner[s:e] == -1).all()
                 owner[s:e] = b
@@ -532,12 +598,12 @@ def test_hybrid_plans_deal_every_k_step_once():
         busiest = max(sum(e - s for s, e in pl.block_ranges(b)) for b in range(pl.grid))
         stream = -(-pl.total_iters // h.sms)
         assert busiest == stream or (pl.grid < h.sms and busiest <= stream + planner.HALF_TILES_MAX_EXTRA)
-        for tile in range(sk0 // kt, tiles):                              # the striped tiles
+        for tile in range(sk0 // kt, tiles):  # the striped tiles
             first, last = owner[tile * kt], owner[tile * kt + kt - 1]
-            b_lo = (tile * kt - sk0) // pl.iters                          # as the kernel
+            b_lo = (tile * kt - sk0) // pl.iters  # as the kernel
             b_hi = (tile * kt - sk0 + kt - 1) // pl.iters
             assert (b_lo, b_hi) == (first, last)
-            assert set(owner[tile * kt:(tile + 1) * kt]) == set(range(b_lo, b_hi + 1))
+            assert set(owner[tile * kt : (tile + 1) * kt]) == set(range(b_lo, b_hi + 1))
     assert seen > 20
     # 70B qkv at 1024 rows: 320 tiles of 80 columns, 2 whole a block + 56 striped; Stream-K without
     p = Problem(1024, 10240, 8192, "float16", "uint4b8", 128)
@@ -557,11 +623,14 @@ def test_half_tile_plans():
     (Plan.block_ranges); never more than HALF_TILES_MAX_EXTRA K-steps (or HALF_TILES_MAX_LOAD x)
     over the even Stream-K share; never where a whole-tile plan is at hand."""
     from jitmarlin.kernels import planner
+
     h = get_profile("h100")
     # the bench rows it takes on a 132-SM H100 (tools/PERF.md entry 73)
-    for m, n, k, geom in [(1024, 6144, 4096, (128, 32, 1)),     # 8B qkv: 192 tiles = 128 x 1.5
-                          (256, 4096, 14336, (128, 112, 0)),    # 8B down: 64 tiles of 128 x 128
-                          (256, 8192, 28672, (128, 224, 0))]:   # 70B down: 64 tiles of 256 x 128
+    for m, n, k, geom in [
+        (1024, 6144, 4096, (128, 32, 1)),  # 8B qkv: 192 tiles = 128 x 1.5
+        (256, 4096, 14336, (128, 112, 0)),  # 8B down: 64 tiles of 128 x 128
+        (256, 8192, 28672, (128, 224, 0)),
+    ]:  # 70B down: 64 tiles of 256 x 128
         pl = plan(h, Problem(m, n, k, "bfloat16", "uint4b8", 128))
         assert (pl.grid, pl.iters, pl.whole) == geom, (m, n, k, pl.grid, pl.iters, pl.whole)
     # 70B qkv at 1024 rows: 128 x 2.5 tiles would cost 9 K-steps over Stream-K's share: hybrid
@@ -572,8 +641,14 @@ def test_half_tile_plans():
     rng = np.random.default_rng(36)
     seen = [0, 0]
     for _ in range(3000):
-        p = Problem(int(rng.integers(65, 4096)), 64 * int(rng.integers(1, 300)),
-                    128 * int(rng.integers(1, 100)), "float16", "uint4b8", -1)
+        p = Problem(
+            int(rng.integers(65, 4096)),
+            64 * int(rng.integers(1, 300)),
+            128 * int(rng.integers(1, 100)),
+            "float16",
+            "uint4b8",
+            -1,
+        )
         spec = choose_fused_spec(h, p)
         if not spec.wgmma:
             continue
@@ -582,7 +657,7 @@ def test_half_tile_plans():
             mp.setattr(mma_plan, "HALF_TILES", False)
             plain = plan(h, p, replace(spec, cluster=1))
             if (plain.grid, plain.iters) == (pl.grid, pl.iters):
-                continue      # (Stream-K's own plan, which may also halve every tile)
+                continue  # (Stream-K's own plan, which may also halve every tile)
         tiles, kt = pl.m_chunks * pl.n_tiles, pl.k_tiles
         assert 2 * pl.iters == kt and 2 * tiles == pl.grid * (2 * pl.whole + 1)
         seen[pl.whole > 0] += 1
@@ -602,9 +677,9 @@ def test_half_tile_plans():
         assert (owner >= 0).all()
         sk0 = pl.whole * pl.grid * kt
         for j, tile in enumerate(range(sk0 // kt, tiles)):
-            halves = owner[tile * kt:(tile + 1) * kt]
-            assert (halves[:kt // 2] == 2 * j).all() and (halves[kt // 2:] == 2 * j + 1).all()
-            b_lo = (tile * kt - sk0) // pl.iters                          # as the kernel
+            halves = owner[tile * kt : (tile + 1) * kt]
+            assert (halves[: kt // 2] == 2 * j).all() and (halves[kt // 2 :] == 2 * j + 1).all()
+            b_lo = (tile * kt - sk0) // pl.iters  # as the kernel
             b_hi = (tile * kt - sk0 + kt - 1) // pl.iters
             assert (b_lo, b_hi) == (2 * j, 2 * j + 1)
     assert seen[0] > 5 and seen[1] > 5, seen
@@ -615,15 +690,18 @@ def test_tall_tiles_where_no_tile_is_chained():
     is whole tiles a block or halves in clusters of two (planner._tall_unsplit), with at least
     TALL_UNSPLIT_MIN_STEPS K-steps a block; elsewhere 128 x 128 tiles as before."""
     from jitmarlin.kernels import planner
+
     h = get_profile("h100")
-    for m, n, k, geom in [(256, 8192, 8192, ("m16n8k4s4c2", 128, 64)),   # 70B o: 64 tiles in halves
-                          (160, 8192, 6144, ("m16n8k4s4c2", 128, 48)),
-                          (256, 16384, 4096, ("m16n8k4s4", 128, 64)),    # 128 whole tiles
-                          (256, 6144, 4096, ("m8n12k4s6c2", 128, 32)),   # 8B qkv: 48 tiles, no halves (192 wide: test_wide3_tiles)
-                          (256, 8192, 4096, ("m8n8k4s6", 128, 64))]:     # 32 steps a half: too few
+    for m, n, k, geom in [
+        (256, 8192, 8192, ("m16n8k4s4c2", 128, 64)),  # 70B o: 64 tiles in halves
+        (160, 8192, 6144, ("m16n8k4s4c2", 128, 48)),
+        (256, 16384, 4096, ("m16n8k4s4", 128, 64)),  # 128 whole tiles
+        (256, 6144, 4096, ("m8n12k4s6c2", 128, 32)),  # 8B qkv: 48 tiles, no halves (192 wide: test_wide3_tiles)
+        (256, 8192, 4096, ("m8n8k4s6", 128, 64)),
+    ]:  # 32 steps a half: too few
         pl = plan(h, Problem(m, n, k, "float16", "uint4b8", 128))
         assert (pl.spec.name.split("g128_")[1].rstrip("t"), pl.grid, pl.iters) == geom, (m, n, k)
-        assert pl.spec.tail == (m % pl.spec.tile_m != 0)      # a short row block: its own x boxes
+        assert pl.spec.tail == (m % pl.spec.tile_m != 0)  # a short row block: its own x boxes
         if pl.spec.tm == 16:
             assert pl.iters >= planner.TALL_UNSPLIT_MIN_STEPS
             assert pl.spec.cluster == 2 or pl.iters % pl.k_tiles == 0
@@ -641,18 +719,19 @@ def test_wide3_tiles_where_n_is_a_multiple_of_192():
     (planner._wide3); elsewhere the tiles it took before."""
     h = get_profile("h100")
     for m, n, k, qt, g, act, geom in [
-            (256, 6144, 4096, "uint4b8", 128, "float16", ("m8n12k4s6c2", 128, 32, 0)),   # 8B qkv: 64 tiles in halves
-            (256, 6144, 4096, "uint4", 128, "bfloat16", ("m8n12k4s6c2", 128, 32, 0)),
-            (200, 6144, 4096, "uint4b8", 128, "float16", ("m8n12k4s5c2t", 128, 32, 0)),  # a short row block: 5 stages
-            (512, 6144, 4096, "uint4b8", 128, "float16", ("m8n12k4s6", 128, 64, 0)),     # 128 whole tiles
-            (256, 6144, 8192, "uint4b8", 128, "float16", ("m8n12k4s6c2", 128, 64, 0)),
-            (320, 6144, 4096, "uint4b8", 128, "float16", None),    # 96 tiles: Stream-K, not taken
-            (1024, 6144, 4096, "uint4b8", 128, "float16", None),   # above WIDE3_MAX_M
-            (128, 6144, 4096, "uint4b8", 128, "float16", None),    # one row block
-            (256, 4608, 4096, "uint4b8", 128, "float16", None),    # 48 tiles: halves on 96 blocks
-            (256, 4096, 4096, "uint4b8", 128, "float16", None),    # N not a multiple of 192
-            (256, 6144, 4096, "uint4b8", 64, "float16", None),     # groups of 64 (spill in clusters)
-            (256, 6144, 4096, "float8_e4m3fn", 128, "float16", None)]:
+        (256, 6144, 4096, "uint4b8", 128, "float16", ("m8n12k4s6c2", 128, 32, 0)),  # 8B qkv: 64 tiles in halves
+        (256, 6144, 4096, "uint4", 128, "bfloat16", ("m8n12k4s6c2", 128, 32, 0)),
+        (200, 6144, 4096, "uint4b8", 128, "float16", ("m8n12k4s5c2t", 128, 32, 0)),  # a short row block: 5 stages
+        (512, 6144, 4096, "uint4b8", 128, "float16", ("m8n12k4s6", 128, 64, 0)),  # 128 whole tiles
+        (256, 6144, 8192, "uint4b8", 128, "float16", ("m8n12k4s6c2", 128, 64, 0)),
+        (320, 6144, 4096, "uint4b8", 128, "float16", None),  # 96 tiles: Stream-K, not taken
+        (1024, 6144, 4096, "uint4b8", 128, "float16", None),  # above WIDE3_MAX_M
+        (128, 6144, 4096, "uint4b8", 128, "float16", None),  # one row block
+        (256, 4608, 4096, "uint4b8", 128, "float16", None),  # 48 tiles: halves on 96 blocks
+        (256, 4096, 4096, "uint4b8", 128, "float16", None),  # N not a multiple of 192
+        (256, 6144, 4096, "uint4b8", 64, "float16", None),  # groups of 64 (spill in clusters)
+        (256, 6144, 4096, "float8_e4m3fn", 128, "float16", None),
+    ]:
         p = Problem(m, n, k, act, qt, g)
         pl = plan(h, p)
         s = pl.spec
@@ -666,10 +745,14 @@ def test_wide3_tiles_where_n_is_a_multiple_of_192():
             mp.setattr(wgmma_plan, "WIDE3", False)
             assert getattr(plan(h, p).spec, "tn", 0) != 12
     # the tuner's candidates carry them where N is a multiple of 192, one block an SM
-    cands = [c for c in candidate_specs(h, Problem(256, 6144, 4096, "float16", "uint4b8", 128)) if c.wgmma and c.tn == 12]
+    cands = [
+        c for c in candidate_specs(h, Problem(256, 6144, 4096, "float16", "uint4b8", 128)) if c.wgmma and c.tn == 12
+    ]
     assert cands and all(c.threads == 384 and c.occupancy == 1 and c.tm <= 8 for c in cands)
     assert any(c.cluster == 2 for c in cands)
-    assert not [c for c in candidate_specs(h, Problem(256, 4096, 4096, "float16", "uint4b8", 128)) if getattr(c, "tn", 0) == 12]
+    assert not [
+        c for c in candidate_specs(h, Problem(256, 4096, 4096, "float16", "uint4b8", 128)) if getattr(c, "tn", 0) == 12
+    ]
 
 
 def test_whole_tile_plans_keep_the_blocks_in_step():
@@ -677,6 +760,7 @@ def test_whole_tile_plans_keep_the_blocks_in_step():
     that keep the blocks on the same weight columns (planner.tiles_in_step): 70B gate_up at 4096
     rows, 7168 tiles of 448 columns, 56 a block on 128 blocks instead of 55 on 131."""
     from jitmarlin.kernels import planner
+
     h = get_profile("h100")
     pl = plan(h, Problem(4096, 57344, 8192, "float16", "uint4b8", 128))
     assert (pl.grid, pl.iters, pl.whole) == (128, 56 * 128, 0)
@@ -684,8 +768,14 @@ def test_whole_tile_plans_keep_the_blocks_in_step():
     assert planner.tiles_in_step(896, 448) and planner.tiles_in_step(7, 224)
     rng = np.random.default_rng(12)
     for _ in range(400):
-        p = Problem(int(rng.integers(129, 9000)), 64 * int(rng.integers(1, 900)),
-                    64 * int(rng.integers(1, 200)), "float16", "uint4b8", -1)
+        p = Problem(
+            int(rng.integers(129, 9000)),
+            64 * int(rng.integers(1, 900)),
+            64 * int(rng.integers(1, 200)),
+            "float16",
+            "uint4b8",
+            -1,
+        )
         pl = plan(h, p, choose_fused_spec(h, p))
         if pl.whole or pl.iters % pl.k_tiles or pl.spec.occupancy > 1:
             continue
@@ -697,17 +787,22 @@ def test_whole_tile_plans_keep_the_blocks_in_step():
 
 # ---- TMA weight boxes at decode (KernelSpec.bulk, planner.bulk_spec) ---------------------------
 
+
 def test_bulk_spec_identity_and_checks():
     s = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 16, 16, 3, bulk=True)
     assert s.name == "jm_sm80_uint4b8_f16_g128_m1n16k16s3b"
     assert spec_from_canonical(s.canonical()) == s and '"bulk":true' in s.canonical()
-    assert "bulk" not in replace(s, bulk=False).canonical()      # older specs keep their text
-    assert s.smem_bytes() == replace(s, bulk=False).smem_bytes() + 8 * s.stages + 128   # mbarriers, alignment
-    for bad in (dict(cluster=2), dict(path="sm75", stages=2), dict(qtype="uint8b128"),
-                dict(path="sm90", tn=8, tk=4, stages=4)):
+    assert "bulk" not in replace(s, bulk=False).canonical()  # older specs keep their text
+    assert s.smem_bytes() == replace(s, bulk=False).smem_bytes() + 8 * s.stages + 128  # mbarriers, alignment
+    for bad in (
+        dict(cluster=2),
+        dict(path="sm75", stages=2),
+        dict(qtype="uint8b128"),
+        dict(path="sm90", tn=8, tk=4, stages=4),
+    ):
         with pytest.raises(ValueError, match="TMA weight boxes"):
             replace(s, **bad).check()
-    replace(s, qtype="uint8b128", tn=8).check()                    # 128 words a k16 row: one box
+    replace(s, qtype="uint8b128", tn=8).check()  # 128 words a k16 row: one box
 
 
 def test_xbox_spec_identity_and_checks():
@@ -718,7 +813,7 @@ def test_xbox_spec_identity_and_checks():
     assert "xbox" not in replace(s, xbox=False).canonical()
     # stages on 1024-byte boundaries (x's swizzled boxes), mbarriers, 1024 bytes to align the base
     assert s.smem_bytes() == 3 * s.stage_bytes() + 8 * s.stages + 1024
-    b8 = replace(s, qtype="uint8b128", tn=8)   # 8 KB of x, 32 KB of codes, 512 bytes of scales
+    b8 = replace(s, qtype="uint8b128", tn=8)  # 8 KB of x, 32 KB of codes, 512 bytes of scales
     assert replace(b8, bulk=False, xbox=False).stage_bytes() == 41472 and b8.stage_bytes() == 41 * 1024
     for bad in (dict(bulk=False), dict(tm=2), dict(tk=2, tn=8), dict(tk=6)):
         with pytest.raises(ValueError, match="xbox"):
@@ -726,8 +821,17 @@ def test_xbox_spec_identity_and_checks():
     replace(s, tk=32, tn=8).check()
 
 
-@pytest.mark.parametrize("k,n,bulk", [(4096, 28672, True), (14336, 4096, True), (8192, 10240, True),
-                                      (8192, 57344, True), (4096, 4096, False), (4096, 6144, False)])
+@pytest.mark.parametrize(
+    "k,n,bulk",
+    [
+        (4096, 28672, True),
+        (14336, 4096, True),
+        (8192, 10240, True),
+        (8192, 57344, True),
+        (4096, 4096, False),
+        (4096, 6144, False),
+    ],
+)
 def test_bulk_weights_where_a_stage_holds_32_kb(k, n, bulk):
     """On H100 the decode plans whose stages hold >= 32 KB of weights take TMA boxes (256-wide tiles
     of K 256, 128 x 512); the 16 KB stages of 8B o (128 x 256) and 8B qkv (64 x 512) do not."""
@@ -737,7 +841,7 @@ def test_bulk_weights_where_a_stage_holds_32_kb(k, n, bulk):
         p = Problem(16, n, k, act, "uint4b8", 128)
         s = choose_fused_spec(PROFILES["h100"], p)
         assert s.bulk == bulk, s.name
-        assert s.xbox == (bulk and act == "bfloat16"), s.name     # x's boxes in bf16 only (entry 93)
+        assert s.xbox == (bulk and act == "bfloat16"), s.name  # x's boxes in bf16 only (entry 93)
         assert (s.tile_k * s.tile_n // 2 >= BULK_MIN_STAGE_BYTES) == bulk
         assert plan(PROFILES["h100"], p).smem_bytes == s.smem_bytes()
         # other GPUs keep cp.async (not measured); so do the gemv (M <= 8) and wgmma (M >= 17) plans
@@ -750,13 +854,13 @@ def test_bulk_is_a_candidate_on_sm90_only():
     p = Problem(16, 4096, 4096, "bfloat16", "uint4b8", 128)
     h = candidate_specs(PROFILES["h100"], p)
     bulk = [c for c in h if getattr(c, "bulk", False)]
-    assert bulk and all(replace(c, bulk=False, xbox=False) in h for c in bulk)   # beside its cp.async twin
-    xbox = [c for c in bulk if c.xbox]   # x's boxes: a candidate beside its weights-only twin in either dtype
+    assert bulk and all(replace(c, bulk=False, xbox=False) in h for c in bulk)  # beside its cp.async twin
+    xbox = [c for c in bulk if c.xbox]  # x's boxes: a candidate beside its weights-only twin in either dtype
     assert xbox and all(replace(c, xbox=False) in h for c in xbox)
     assert {c.tk for c in xbox} == {c.tk for c in bulk if c.tk % 4 == 0}
     f16 = candidate_specs(PROFILES["h100"], replace(p, act="float16"))
     assert any(getattr(c, "xbox", False) for c in f16)
-    for other in ("a100", "rtx-pro-6000"):   # (sm_120 has TMA too, but boxes are measured on sm_90 only)
+    for other in ("a100", "rtx-pro-6000"):  # (sm_120 has TMA too, but boxes are measured on sm_90 only)
         assert not any(getattr(c, "bulk", False) for c in candidate_specs(PROFILES[other], p))
     with pytest.raises(UnsupportedError, match="needs sm_90"):
         plan(PROFILES["a100"], p, bulk[0])

@@ -25,9 +25,12 @@ def test_quantize_dequantize(rng, group, sdt):
     # is s rounded to the scale dtype (relative error <= u), which can put the group's largest
     # weight up to 7.5 u steps past the top code: half a step plus 7.5 u, never a whole step.
     gs = k if group == -1 else group
-    step = np.repeat(halves.from_bits(
-        qw.scales if group == -1 else packing.unpermute_scales(qw.scales).T, sdt).reshape(n, -1), gs, axis=1)
-    u = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}[sdt]
+    step = np.repeat(
+        halves.from_bits(qw.scales if group == -1 else packing.unpermute_scales(qw.scales).T, sdt).reshape(n, -1),
+        gs,
+        axis=1,
+    )
+    u = {"float16": 2.0**-11, "bfloat16": 2.0**-8}[sdt]
     err = np.abs(d.astype(np.float64) - w)
     assert np.all(err <= step * (0.5 + 7.5 * u) + 1e-9), float((err / step).max())
 
@@ -64,13 +67,22 @@ def test_every_type_quantizes_within_its_step(qtype, rng):
     d = jitmarlin.dequantize(qw).astype(np.float64)
     assert d.shape == w.shape and np.all(np.isfinite(d))
     rel = np.linalg.norm(d - w) / np.linalg.norm(w)
-    bound = {"uint4b8": 0.12, "uint4": 0.12, "uint8b128": 0.01, "uint8": 0.01,
-             "float8_e4m3fn": 0.04, "nvfp4": 0.15, "mxfp4": 0.2}[qtype]
+    bound = {
+        "uint4b8": 0.12,
+        "uint4": 0.12,
+        "uint8b128": 0.01,
+        "uint8": 0.01,
+        "float8_e4m3fn": 0.04,
+        "nvfp4": 0.15,
+        "mxfp4": 0.2,
+    }[qtype]
     assert rel < bound, rel
 
 
-@pytest.mark.parametrize("qtype,bits", [("uint4b8", 4), ("uint4", 4), ("uint8b128", 8), ("uint8", 8),
-                                        ("float8_e4m3fn", 8), ("nvfp4", 4), ("mxfp4", 4)])
+@pytest.mark.parametrize(
+    "qtype,bits",
+    [("uint4b8", 4), ("uint4", 4), ("uint8b128", 8), ("uint8", 8), ("float8_e4m3fn", 8), ("nvfp4", 4), ("mxfp4", 4)],
+)
 def test_dequantize_is_the_formula_on_the_codes(qtype, bits, rng):
     """dequantize(from_codes(...)) equals decode(q) * s + m computed here from the raw inputs,
     on a shape that needs padding (N=72, K=208) and, for mxfp4, a partial last group."""
@@ -97,13 +109,13 @@ def test_dequantize_is_the_formula_on_the_codes(qtype, bits, rng):
     else:
         v = E2M1[codes]
     want = v * s
-    if zeros is not None:                    # m = (bias - z) * s, stored in the scale dtype
+    if zeros is not None:  # m = (bias - z) * s, stored in the scale dtype
         m = halves.round_to((bias - zeros) * halves.round_to(scales, "float16"), "float16")
         m_full = np.repeat(m.astype(np.float64).T, g, axis=1)[:, :k]
         want = want + m_full
         exact = (codes - np.repeat(zeros.T, g, axis=1)[:, :k]) * s
         # (q - z) * s, up to the rounding of m to fp16 (half an ulp)
-        assert np.all(np.abs(want - exact) <= 2.0 ** -11 * np.abs(m_full) + 2.0 ** -25)  # + subnormal ulp/2
+        assert np.all(np.abs(want - exact) <= 2.0**-11 * np.abs(m_full) + 2.0**-25)  # + subnormal ulp/2
     assert np.array_equal(jitmarlin.dequantize(qw), (want * gscale).astype(np.float32))
 
 

@@ -3,6 +3,7 @@
 CPU tests cover the fake (meta) implementation, tracing under torch.compile, quantization in
 from_linear, layer selection and error propagation; GPU tests check numbers against a float64
 reference built from jitmarlin.dequantize (the exact oracle of the packed layout)."""
+
 import copy
 import gc
 import logging
@@ -29,6 +30,7 @@ def _linear(k, n, dtype=torch.float16, bias=True, seed=0):
 
 # ---- CPU: registry, fake implementation, tracing ---------------------------------------------
 
+
 def test_jitmarlin_imports_without_torch():
     """`import jitmarlin` neither needs torch nor imports jitmarlin.torch (checked in a fresh
     interpreter where `import torch` fails)."""
@@ -37,8 +39,7 @@ def test_jitmarlin_imports_without_torch():
     import sys
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(jitmarlin.__file__)))
-    code = ("import sys; sys.modules['torch'] = None; import jitmarlin; "
-            "assert 'jitmarlin.torch' not in sys.modules")
+    code = "import sys; sys.modules['torch'] = None; import jitmarlin; assert 'jitmarlin.torch' not in sys.modules"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
 
@@ -49,7 +50,7 @@ def test_fake_impl_on_meta_tensors(dtype):
     x = torch.empty(3, 5, 256, dtype=dtype, device="meta")
     y = OP(x, m._handle, 128, None)
     assert y.shape == (3, 5, 128) and y.dtype == dtype and y.device.type == "meta"
-    y = m.to("meta")(x)            # the module moves its bias; the weight stays on the host
+    y = m.to("meta")(x)  # the module moves its bias; the weight stays on the host
     assert m.bias.device.type == "meta"
     assert y.shape == (3, 5, 128) and y.dtype == dtype
 
@@ -59,7 +60,7 @@ def test_fake_impl_under_fake_tensor_mode():
 
     m = jmt.MarlinLinear.from_linear(_linear(256, 128, bias=False))
     with FakeTensorMode():
-        x = torch.empty(4, 256, dtype=torch.bfloat16, device="cuda")   # fake: no GPU needed
+        x = torch.empty(4, 256, dtype=torch.bfloat16, device="cuda")  # fake: no GPU needed
         y = OP(x, m._handle, 128, None)
     assert y.shape == (4, 128) and y.dtype == torch.bfloat16 and y.device.type == "cuda"
 
@@ -75,8 +76,11 @@ def test_opcheck_on_meta_tensors():
 
 
 def _two_layer_model(dtype=torch.float16):
-    return nn.Sequential(jmt.MarlinLinear.from_linear(_linear(256, 128, dtype, seed=1)), nn.GELU(),
-                         jmt.MarlinLinear.from_linear(_linear(128, 64, dtype, seed=2)))
+    return nn.Sequential(
+        jmt.MarlinLinear.from_linear(_linear(256, 128, dtype, seed=1)),
+        nn.GELU(),
+        jmt.MarlinLinear.from_linear(_linear(128, 64, dtype, seed=2)),
+    )
 
 
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
@@ -90,10 +94,10 @@ def test_compile_fullgraph_traces_on_meta(backend):
 
     model = _two_layer_model().to("meta")
     compiled = torch.compile(model, fullgraph=True, backend=record if backend == "eager" else backend)
-    for shape in ((3, 256), (5, 256), (7, 2, 256)):   # (5, 256): recompiled with a dynamic batch
+    for shape in ((3, 256), (5, 256), (7, 2, 256)):  # (5, 256): recompiled with a dynamic batch
         y = compiled(torch.empty(shape, dtype=torch.float16, device="meta"))
         assert y.shape == shape[:-1] + (64,)
-    if backend == "eager":   # the op stays one opaque node per layer in the traced graph
+    if backend == "eager":  # the op stays one opaque node per layer in the traced graph
         calls = [n for n in graphs[0].graph.nodes if n.target is OP or n.target is OP.default]
         assert len(calls) == 2
 
@@ -106,7 +110,7 @@ def test_errors_propagate_unchanged(monkeypatch):
     def fail(x, qw, bias=None, out=None):
         raise err
 
-    monkeypatch.setattr(jmt.api, "linear", fail)   # the module jitmarlin.torch calls (ops.linear)
+    monkeypatch.setattr(jmt.api, "linear", fail)  # the module jitmarlin.torch calls (ops.linear)
     m = jmt.MarlinLinear.from_linear(_linear(256, 128))
     x = torch.zeros(2, 256, dtype=torch.float16)
     with pytest.raises(CaptureError) as info:
@@ -127,8 +131,8 @@ def test_cpu_input_is_a_clear_error():
 def test_registry_follows_module_lifetime():
     m = jmt.MarlinLinear.from_linear(_linear(256, 128))
     h = m._handle
-    m.qweight.__dict__["_launchers"] = {"used": threading.Lock()}   # stands in for CuPy state
-    c = copy.deepcopy(m)              # the copy registers its own handle, shares the weight
+    m.qweight.__dict__["_launchers"] = {"used": threading.Lock()}  # stands in for CuPy state
+    c = copy.deepcopy(m)  # the copy registers its own handle, shares the weight
     assert c._handle != h and jmt._weights[c._handle] is c.qweight is m.qweight
     assert c.bias is not m.bias and torch.equal(c.bias, m.bias)
     del m
@@ -142,8 +146,10 @@ def test_registry_follows_module_lifetime():
 
 # ---- CPU: from_linear / from_quantized ---------------------------------------------------------
 
-@pytest.mark.parametrize("dtype,scale_dtype", [(torch.float16, "float16"), (torch.bfloat16, "bfloat16"),
-                                               (torch.float32, "float16")])
+
+@pytest.mark.parametrize(
+    "dtype,scale_dtype", [(torch.float16, "float16"), (torch.bfloat16, "bfloat16"), (torch.float32, "float16")]
+)
 @pytest.mark.parametrize("group_size", [128, -1])
 def test_from_linear_quantizes_within_rtn_bounds(dtype, scale_dtype, group_size):
     lin = _linear(512, 192, dtype)
@@ -157,12 +163,12 @@ def test_from_linear_quantizes_within_rtn_bounds(dtype, scale_dtype, group_size)
     # Round to nearest on scale s = absmax/7.5: at most half a step, s/2 = absmax/15, per
     # element; the stored scale is s(1 + d) with |d| <= eps of its 16-bit format, and an element
     # at absmax may then clip to 7 steps: error <= s/2 + 7.5 s |d| = absmax/15 (1 + 15 eps).
-    eps = 2.0 ** -8 if scale_dtype == "bfloat16" else 2.0 ** -11
+    eps = 2.0**-8 if scale_dtype == "bfloat16" else 2.0**-11
     absmax = np.abs(w.reshape(192, -1, gs)).max(axis=2, keepdims=True)
     bound = np.broadcast_to(absmax / 15 * (1 + 15 * eps), (192, 512 // gs, gs)).reshape(192, 512)
     assert np.all(err <= bound + 1e-7)
     assert m.bias.dtype == dtype and torch.equal(m.bias, lin.bias)
-    assert m.bias.data_ptr() != lin.bias.data_ptr()   # a copy, not the trained parameter
+    assert m.bias.data_ptr() != lin.bias.data_ptr()  # a copy, not the trained parameter
 
 
 def test_from_linear_without_bias_and_repr():
@@ -189,22 +195,25 @@ def test_from_quantized():
 
 # ---- CPU: quantize_model -----------------------------------------------------------------------
 
+
 class Block(nn.Module):
     def __init__(self):
         super().__init__()
         self.proj = nn.Linear(128, 256)
-        self.gate = nn.Linear(128, 64)      # skipped by pattern "*.gate"
-        self.odd = nn.Linear(128, 100)      # out_features not a multiple of 8
-        self.wide = nn.Linear(192, 64)      # in_features 192: fine for group 64, not for 128
+        self.gate = nn.Linear(128, 64)  # skipped by pattern "*.gate"
+        self.odd = nn.Linear(128, 100)  # out_features not a multiple of 8
+        self.wide = nn.Linear(192, 64)  # in_features 192: fine for group 64, not for 128
 
 
 def _model():
     torch.manual_seed(0)
-    return nn.ModuleDict({
-        "layers": nn.Sequential(Block(), Block()),
-        "attn": nn.MultiheadAttention(128, 2),   # its out_proj (an nn.Linear subclass) is left alone
-        "lm_head": nn.Linear(128, 512),
-    })
+    return nn.ModuleDict(
+        {
+            "layers": nn.Sequential(Block(), Block()),
+            "attn": nn.MultiheadAttention(128, 2),  # its out_proj (an nn.Linear subclass) is left alone
+            "lm_head": nn.Linear(128, 512),
+        }
+    )
 
 
 def test_quantize_model_converts_and_skips(caplog):
@@ -231,8 +240,15 @@ def test_select_linears_reasons():
     assert "group_size=128" in sel.skipped["layers.1.wide"]
     assert not any("attn" in name for name in [*sel.convert, *sel.skipped])
     sel64 = jmt.select_linears(_model(), group_size=64, skip=())
-    assert sel64.convert == ["layers.0.proj", "layers.0.gate", "layers.0.wide",
-                             "layers.1.proj", "layers.1.gate", "layers.1.wide", "lm_head"]
+    assert sel64.convert == [
+        "layers.0.proj",
+        "layers.0.gate",
+        "layers.0.wide",
+        "layers.1.proj",
+        "layers.1.gate",
+        "layers.1.wide",
+        "lm_head",
+    ]
 
 
 def test_quantize_model_keeps_shared_layers_shared():
@@ -245,10 +261,11 @@ def test_quantize_model_keeps_shared_layers_shared():
 
 # ---- GPU ---------------------------------------------------------------------------------------
 
+
 def _bf16_unsupported() -> bool:
     from jitmarlin.jit.profiles import planning_profile
 
-    return planning_profile(0).path in ("sm70", "sm75")   # no bf16 tensor cores (real or emulated)
+    return planning_profile(0).path in ("sm70", "sm75")  # no bf16 tensor cores (real or emulated)
 
 
 def _reference(m: "jmt.MarlinLinear", x) -> np.ndarray:
@@ -267,8 +284,15 @@ def _check(y, m: "jmt.MarlinLinear", x, what="", seed=None):
     from gpu_cases import check_linear
 
     rows = x.numel() // x.shape[-1]
-    return check_linear(y.reshape(rows, -1), _reference(m, x).reshape(rows, -1), ACT[x.dtype], m.qweight,
-                        rows, what=what or f"M={rows}", seed=seed)
+    return check_linear(
+        y.reshape(rows, -1),
+        _reference(m, x).reshape(rows, -1),
+        ACT[x.dtype],
+        m.qweight,
+        rows,
+        what=what or f"M={rows}",
+        seed=seed,
+    )
 
 
 def _randn(*shape, dtype, seed_or_gen):
@@ -297,7 +321,7 @@ def test_forward_strided_input_and_fp32_bias(seed):
     """Like nn.Linear: any input layout (copied when the kernel cannot read it in place), and a
     bias of another dtype (kept from an fp32 model) is cast to x's."""
     m = jmt.MarlinLinear.from_linear(_linear(1024, 512, torch.float32, seed=seed)).cuda()
-    x = _randn(1024, 6, dtype=torch.float16, seed_or_gen=seed).t()    # stride (1, 6)
+    x = _randn(1024, 6, dtype=torch.float16, seed_or_gen=seed).t()  # stride (1, 6)
     y = m(x)
     _check(y, m, x, seed=seed)
 
@@ -316,11 +340,11 @@ def test_compile_fullgraph_matches_eager(dtype, seed):
     model = _two_layer_model(dtype).cuda()
     compiled = torch.compile(model, fullgraph=True)
     gen = torch.Generator(device="cuda").manual_seed(seed)
-    for shape in ((5, 256), (9, 256), (2, 9, 256)):   # (9, 256): recompiled with a dynamic batch
+    for shape in ((5, 256), (9, 256), (2, 9, 256)):  # (9, 256): recompiled with a dynamic batch
         x = _randn(*shape, dtype=dtype, seed_or_gen=gen)
         y = compiled(x)
-        h1 = model[0](x)                               # eager, layer by layer: model(x)
-        h = model[1](h1)                               # the eager hidden activations, in dtype
+        h1 = model[0](x)  # eager, layer by layer: model(x)
+        h = model[1](h1)  # the eager hidden activations, in dtype
         eager = model[2](h)
         assert y.shape == eager.shape == shape[:-1] + (64,)
         _check(h1, model[0], x, what=f"layer 1, x {tuple(shape)}", seed=seed)
@@ -341,12 +365,12 @@ def test_cuda_graph_replay(seed):
     m = jmt.MarlinLinear.from_linear(_linear(1024, 512, seed=seed)).cuda()
     gen = torch.Generator(device="cuda").manual_seed(seed)
     x = _randn(7, 1024, dtype=torch.float16, seed_or_gen=gen)
-    m(x)                              # warm-up: compile, upload, workspace
+    m(x)  # warm-up: compile, upload, workspace
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         y = m(x)
-    for i in range(3):                # new inputs each replay, same buffers
+    for i in range(3):  # new inputs each replay, same buffers
         x.copy_(_randn(7, 1024, dtype=torch.float16, seed_or_gen=gen))
         y.fill_(float("nan"))
         g.replay()

@@ -5,6 +5,7 @@ the tree is private by default; bundles are bounded; locks time out; the CLI tel
 CPU only (NVRTC compiles the few kernels; no GPU is needed). Every planted payload touches a
 marker file when unpickled, and every test asserts the marker never appears.
 """
+
 import hashlib
 import json
 import os
@@ -30,7 +31,7 @@ from jitmarlin.service.cli import main
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 8, 8, 4)
 SPEC3 = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 8, 8, 3)
-MODE_PICKLE = 4   # diskcache.core.MODE_PICKLE
+MODE_PICKLE = 4  # diskcache.core.MODE_PICKLE
 
 
 class Evil:
@@ -66,10 +67,12 @@ def _plant_pickle_rows(d, marker, where="ALL") -> None:
 def _plant_row(d, key, raw, value, mode=MODE_PICKLE, filename=None) -> None:
     con = sqlite3.connect(_db(d))
     with con:
-        con.execute("INSERT INTO Cache (key, raw, store_time, expire_time, access_time, "
-                    "access_count, tag, size, mode, filename, value) "
-                    "VALUES (?, ?, ?, NULL, ?, 0, NULL, 0, ?, ?, ?)",
-                    (key, raw, time.time(), time.time(), mode, filename, value))
+        con.execute(
+            "INSERT INTO Cache (key, raw, store_time, expire_time, access_time, "
+            "access_count, tag, size, mode, filename, value) "
+            "VALUES (?, ?, ?, NULL, ?, 0, NULL, 0, ?, ?, ?)",
+            (key, raw, time.time(), time.time(), mode, filename, value),
+        )
     con.close()
 
 
@@ -81,21 +84,26 @@ def _env(cache_dir, **extra):
 
 
 def _cli(cache_dir, *args, **extra):
-    return subprocess.run([sys.executable, "-m", "jitmarlin", *args], env=_env(cache_dir, **extra),
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "jitmarlin", *args],
+        env=_env(cache_dir, **extra),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 # ---- nothing is unpickled ------------------------------------------------------------------------
 
+
 def test_pickle_value_rows_never_run(tmp_path, seeded_cache):
     marker = tmp_path / "MARKER"
     d = seeded_cache.copy(tmp_path / "c")
-    _plant_pickle_rows(d, marker)                      # every entry and usage row
+    _plant_pickle_rows(d, marker)  # every entry and usage row
     art, key, status = KernelCache(d).get(SPEC, "sm_90")
-    assert status == "compiled" and art.cubin        # refused row: recompiled, not loaded
+    assert status == "compiled" and art.cubin  # refused row: recompiled, not loaded
     assert not marker.exists()
-    for args in (("cache", "ls"), ("cache", "stats"), ("cache", "verify"),
-                 ("cache", "stats", "--json")):
+    for args in (("cache", "ls"), ("cache", "stats"), ("cache", "verify"), ("cache", "stats", "--json")):
         r = _cli(d, *args)
         assert "Traceback" not in r.stderr, r.stderr
         assert not marker.exists(), args
@@ -121,7 +129,7 @@ def test_prewarm_over_planted_rows(tmp_path):
 def test_non_raw_key_and_pickle_value_file(tmp_path, seeded_cache):
     marker = tmp_path / "MARKER"
     d = seeded_cache.copy(tmp_path / "c")
-    _plant_row(d, payload(marker), 0, b"x", mode=1)               # a pickled key (raw=0)
+    _plant_row(d, payload(marker), 0, b"x", mode=1)  # a pickled key (raw=0)
     vf = Path(d) / STORE_DIR / "ab" / "cd" / ("0" * 28 + ".val")  # a pickle value file
     vf.parent.mkdir(parents=True)
     vf.write_bytes(payload(marker))
@@ -155,15 +163,17 @@ def test_jinja_bytecode_files_are_never_read(tmp_path):
     jd.mkdir(parents=True)
     bcc = jinja2.FileSystemBytecodeCache(str(jd))
     root = templates_dir()
-    for p in root.rglob("*"):     # a planted file for every template, as the old code named them
+    for p in root.rglob("*"):  # a planted file for every template, as the old code named them
         if p.is_file():
             name = p.relative_to(root).as_posix()
             key = bcc.get_cache_key(name, str(p))
             (jd / (bcc.pattern % key)).write_bytes(bc_magic + payload(marker))
     r = _cli(d, "inspect", "--source", "--arch", "sm_80")
     assert r.returncode == 0 and "__global__" in r.stdout, r.stderr
-    code = ("from jitmarlin.kernels.render import render; from jitmarlin.kernels.spec import KernelSpec; "
-            "render(KernelSpec('sm80', 'uint4b8', 'float16', 8, 1, 8, 8, 4))")
+    code = (
+        "from jitmarlin.kernels.render import render; from jitmarlin.kernels.spec import KernelSpec; "
+        "render(KernelSpec('sm80', 'uint4b8', 'float16', 8, 1, 8, 8, 4))"
+    )
     subprocess.run([sys.executable, "-c", code], env=_env(d), check=True, timeout=120)
     assert not marker.exists()
 
@@ -178,10 +188,11 @@ def test_render_keeps_parsed_templates_in_memory():
     for _ in range(5):
         render(SPEC)
     per_call = (_t.perf_counter() - t0) / 5
-    assert _env().bytecode_cache is None and per_call < 0.015, per_call   # no re-parse per call
+    assert _env().bytecode_cache is None and per_call < 0.015, per_call  # no re-parse per call
 
 
 # ---- the read-only tier --------------------------------------------------------------------------
+
 
 def test_read_only_tier_pickle_rows_and_foreign_entries(tmp_path, seeded_cache):
     marker = tmp_path / "MARKER"
@@ -190,8 +201,7 @@ def test_read_only_tier_pickle_rows_and_foreign_entries(tmp_path, seeded_cache):
     w = KernelCache(tmp_path / "w", ro_dir=ro)
     assert w.get(SPEC, "sm_90", compile_missing=False)[2] == "missing"
     assert w.get(SPEC3, "sm_90", compile_missing=False)[2] == "disk"
-    r = _cli(tmp_path / "w2", "prewarm", "--arch", "sm_80", "--shapes", "4096x4096", "--m", "1",
-             JITMARLIN_CACHE_RO=ro)
+    r = _cli(tmp_path / "w2", "prewarm", "--arch", "sm_80", "--shapes", "4096x4096", "--m", "1", JITMARLIN_CACHE_RO=ro)
     assert r.returncode == 0, r.stderr
     assert not marker.exists()
 
@@ -201,7 +211,7 @@ def test_entry_under_another_specs_key_is_never_served(tmp_path, seeded_cache, c
     for tier in ("local", "ro"):
         d = seeded_cache.copy(tmp_path / tier)
         disk = KernelCache(d)._open()
-        disk.set(b, disk.get(a))                 # SPEC's sound entry stored under SPEC3's key
+        disk.set(b, disk.get(a))  # SPEC's sound entry stored under SPEC3's key
         disk.close()
         if tier == "local":
             c = KernelCache(d, ro_dir="")
@@ -241,16 +251,17 @@ def _modes(d):
 def test_private_modes_under_umask_000(tmp_path, shared):
     d = tmp_path / "c"
     extra = {"JITMARLIN_CACHE_SHARED": "group"} if shared else {}
-    r = subprocess.run([sys.executable, "-c", UMASK_SNIPPET, str(d)], env=_env(d, **extra),
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", UMASK_SNIPPET, str(d)], env=_env(d, **extra), capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0 and r.stdout.strip() == "compiled", r.stderr
     modes = _modes(d)
     want_dir, want_file = (0o2770, 0o660) if shared else (0o700, 0o600)
-    assert any(k.endswith(".val") for k in modes), modes       # a value file was written
+    assert any(k.endswith(".val") for k in modes), modes  # a value file was written
     for rel, mode in modes.items():
         want = want_dir if (d / rel).is_dir() else want_file
         assert mode == want, (rel, oct(mode))
-    assert not list((d / "locks").iterdir())                       # lock files cleaned up
+    assert not list((d / "locks").iterdir())  # lock files cleaned up
 
 
 def test_group_or_other_writable_dir_is_refused(tmp_path, monkeypatch, caplog):
@@ -259,16 +270,16 @@ def test_group_or_other_writable_dir_is_refused(tmp_path, monkeypatch, caplog):
     d.chmod(0o777)
     with caplog.at_level("WARNING", logger="jitmarlin"):
         art, _, status = KernelCache(d, ro_dir="").get(SPEC, "sm_90")
-    assert status == "compiled" and art.cubin                     # still works, in memory
+    assert status == "compiled" and art.cubin  # still works, in memory
     assert "writable by other" in caplog.text and list(d.iterdir()) == []
     r = _cli(d, "cache", "stats")
     assert r.returncode == 1 and "refused" in r.stderr, r.stderr
     monkeypatch.setenv("JITMARLIN_CACHE_SHARED", "group")
-    assert KernelCache(d).state == "refused"                      # other-writable: still refused
+    assert KernelCache(d).state == "refused"  # other-writable: still refused
     d.chmod(0o2770)
-    assert KernelCache(d).state == "ok"                           # group-writable: opt-in ok
+    assert KernelCache(d).state == "ok"  # group-writable: opt-in ok
     monkeypatch.delenv("JITMARLIN_CACHE_SHARED")
-    assert KernelCache(d).state == "refused"                      # ... and only with it
+    assert KernelCache(d).state == "refused"  # ... and only with it
 
 
 def test_dir_owned_by_another_user_is_refused(tmp_path, monkeypatch, caplog):
@@ -279,17 +290,18 @@ def test_dir_owned_by_another_user_is_refused(tmp_path, monkeypatch, caplog):
     with caplog.at_level("WARNING", logger="jitmarlin"):
         assert c.get(SPEC, "sm_90")[2] == "compiled"
     assert c.state == "refused" and "owned by uid" in c.problem and "in memory" in caplog.text
-    assert c.keys() == []                                         # nothing read from it
+    assert c.keys() == []  # nothing read from it
 
 
 # ---- the emulator's build dir --------------------------------------------------------------------
+
 
 def test_emulator_build_dir_is_private(tmp_path, monkeypatch):
     monkeypatch.delenv("JITMARLIN_EMU_DIR", raising=False)
     monkeypatch.setattr(emu.tempfile, "gettempdir", lambda: str(tmp_path))
     d = emu._build_dir()
     assert d == tmp_path / f"jitmarlin-emu-{os.geteuid()}" and stat.S_IMODE(d.stat().st_mode) == 0o700
-    d.chmod(0o777)                                   # e.g. pre-created by someone else
+    d.chmod(0o777)  # e.g. pre-created by someone else
     with pytest.raises(emu.EmuBuildDirError, match="writable"):
         emu._build_dir()
     d.chmod(0o700)
@@ -312,17 +324,21 @@ def test_planted_emulator_library_is_not_loaded(tmp_path, monkeypatch):
     digest = hashlib.sha256(render(spec, target="emu").encode()).hexdigest()[:16]
     so = d / f"{spec.name}_{digest}.so"
     src = tmp_path / "evil.c"
-    src.write_text('#include <stdio.h>\n__attribute__((constructor)) static void f(void) '
-                   f'{{ FILE *p = fopen("{marker}", "w"); if (p) fclose(p); }}\n')
-    subprocess.run([emu.compiler(), "-shared", "-fPIC", "-o", str(so), "-x", "c", str(src)],
-                   check=True, capture_output=True)
-    so.chmod(0o777)                                  # group/other-writable: not ours to trust
+    src.write_text(
+        '#include <stdio.h>\n__attribute__((constructor)) static void f(void) '
+        f'{{ FILE *p = fopen("{marker}", "w"); if (p) fclose(p); }}\n'
+    )
+    subprocess.run(
+        [emu.compiler(), "-shared", "-fPIC", "-o", str(so), "-x", "c", str(src)], check=True, capture_output=True
+    )
+    so.chmod(0o777)  # group/other-writable: not ours to trust
     lib = emu.build(spec)
     assert lib is not None and not marker.exists()
     assert stat.S_IMODE(so.stat().st_mode) & 0o022 == 0
 
 
 # ---- bundles -------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def bundle(seeded_cache, tmp_path_factory):
@@ -354,17 +370,22 @@ print("SECONDS", time.monotonic() - t0)
 
 
 def _bomb(tmp_path, path):
-    r = subprocess.run([sys.executable, "-c", BOMB_SNIPPET, str(path), str(tmp_path / "dst")],
-                       env=_env(tmp_path / "dst"), capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", BOMB_SNIPPET, str(path), str(tmp_path / "dst")],
+        env=_env(tmp_path / "dst"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     out = dict(line.split(" ", 1) for line in r.stdout.splitlines())
     return out, r.stdout
 
 
 def test_bundle_bombs_are_refused_quickly(tmp_path, bundle):
-    big = tmp_path / "big.tar"             # a header claiming 10 GiB, 1 KiB of data
+    big = tmp_path / "big.tar"  # a header claiming 10 GiB, 1 KiB of data
     big.write_bytes(_header(f"entries/{'a' * 64}.json", 10 << 30) + b"\0" * 1024)
-    many = tmp_path / "many.tar"           # 40 members of 60 MiB each (sparse: cheap on disk)
+    many = tmp_path / "many.tar"  # 40 members of 60 MiB each (sparse: cheap on disk)
     with open(many, "wb") as f:
         for i in range(40):
             f.write(_header(f"entries/{i:064x}.json", 60 << 20))
@@ -389,7 +410,7 @@ def test_total_cap_and_member_checks(tmp_path, bundle, monkeypatch):
     with pytest.raises(BundleError, match="cap"):
         import_bundle(KernelCache(tmp_path / "d1"), over)
     monkeypatch.undo()
-    link = tmp_path / "link.tar"           # a non-regular member
+    link = tmp_path / "link.tar"  # a non-regular member
     with tarfile.open(bundle) as src, tarfile.open(link, "w") as tar:
         for m in src.getmembers():
             tar.addfile(m, src.extractfile(m))
@@ -407,13 +428,14 @@ def test_duplicate_and_pickled_members(tmp_path, seeded_cache, bundle, rewrite_b
     with tarfile.open(bundle) as src, tarfile.open(dup, "w") as tar:
         for m in src.getmembers():
             tar.addfile(m, src.extractfile(m))
-        bundle_mod._tar_add(tar, f"entries/{a}.json", payload(marker))   # second copy of a
+        bundle_mod._tar_add(tar, f"entries/{a}.json", payload(marker))  # second copy of a
     rep = import_bundle(KernelCache(tmp_path / "d1"), dup)
     assert rep.imported == 1 and [k for k, _ in rep.rejected] == [a]
     assert "twice" in rep.rejected[0][1]
 
     def pickled(files):
         files[f"entries/{b}.json"] = payload(marker)
+
     bad = tmp_path / "pickled.tar"
     rewrite_bundle(bundle, bad, pickled)
     rep = import_bundle(KernelCache(tmp_path / "d2"), bad)
@@ -446,9 +468,9 @@ def test_other_version_entries_are_skipped_not_imported(tmp_path, bundle, rewrit
     def entry_format(e):
         e["format"] = e["key_inputs"]["format"] = 99
 
-    for i, (edit, why) in enumerate(((jitmarlin_version, "jitmarlin 0.0.1"),
-                                     (nvrtc_version, "NVRTC [1, 0]"),
-                                     (entry_format, "entry format 99"))):
+    for i, (edit, why) in enumerate(
+        ((jitmarlin_version, "jitmarlin 0.0.1"), (nvrtc_version, "NVRTC [1, 0]"), (entry_format, "entry format 99"))
+    ):
         path = tmp_path / f"v{i}.tar"
         rewrite_bundle(bundle, path, lambda files: _rekey(files, edit))
         dst = tmp_path / f"d{i}"
@@ -495,6 +517,7 @@ def test_export_unknown_arch_or_empty_is_an_error(tmp_path, seeded_cache, capsys
 
 # ---- locks ---------------------------------------------------------------------------------------
 
+
 def test_lock_held_too_long_compiles_in_memory(tmp_path, monkeypatch, caplog):
     import fcntl
 
@@ -505,7 +528,7 @@ def test_lock_held_too_long_compiles_in_memory(tmp_path, monkeypatch, caplog):
     KernelCache(d, ro_dir="")._open()
     lock = d / "locks" / f"{cache_key(SPEC, render(SPEC), 'sm_90')[:32]}.lock"
     fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX)                 # a stopped holder
+    fcntl.flock(fd, fcntl.LOCK_EX)  # a stopped holder
     try:
         monkeypatch.setenv("JITMARLIN_LOCK_TIMEOUT_S", "0.3")
         import threading
@@ -515,7 +538,7 @@ def test_lock_held_too_long_compiles_in_memory(tmp_path, monkeypatch, caplog):
         with caplog.at_level("WARNING", logger="jitmarlin"):
             t = threading.Thread(target=lambda: got.append(c.get(SPEC, "sm_90")), daemon=True)
             t.start()
-            t.join(30)                              # (without a timeout it would wait for ever)
+            t.join(30)  # (without a timeout it would wait for ever)
         assert got, "the get still waits for the lock"
         art, _, status = got[0]
         assert status == "compiled" and art.cubin
@@ -525,6 +548,7 @@ def test_lock_held_too_long_compiles_in_memory(tmp_path, monkeypatch, caplog):
 
 
 # ---- the CLI on broken and read-only stores ------------------------------------------------------
+
 
 def test_corrupt_store_is_reported_and_repaired(tmp_path, seeded_cache):
     d = seeded_cache.copy(tmp_path / "c")
@@ -536,7 +560,7 @@ def test_corrupt_store_is_reported_and_repaired(tmp_path, seeded_cache):
         assert r.returncode == 1 and "corrupt" in r.stderr and "0 entries" not in r.stdout, r
     r = _cli(d, "cache", "stats", "--json")
     assert r.returncode == 1 and json.loads(r.stdout)["state"] == "corrupt", r
-    assert KernelCache(d).get(SPEC, "sm_90")[2] == "compiled"       # still works, in memory
+    assert KernelCache(d).get(SPEC, "sm_90")[2] == "compiled"  # still works, in memory
     r = _cli(d, "cache", "verify", "--fix")
     assert "removed the corrupt store" in r.stdout, r
     r = _cli(d, "cache", "stats")
@@ -561,7 +585,7 @@ def test_read_only_cache_dir_says_so(tmp_path, seeded_cache, monkeypatch, capsys
 
 def test_info_names_a_refused_cache_instead_of_counting_zero_entries(tmp_path):
     d = tmp_path / "c"
-    assert _cli(d, "info").returncode == 0          # creates the store, private
+    assert _cli(d, "info").returncode == 0  # creates the store, private
     ok = _cli(d, "info").stdout
     assert "cache_state       ok" in ok and "cache_entries     0" in ok
     d.chmod(0o777)

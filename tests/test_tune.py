@@ -1,5 +1,6 @@
 """The autotuner: buckets, keys, selection with a fake clock, persistence, staleness, bundles,
 the api hook and the CLI (CPU); tuning on the GPU and linear() with the result (marked gpu)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -43,20 +44,36 @@ def _choice(p=P16, *, better=True, profile=None, **kw) -> tune.TunedChoice:
     default = planner.plan(profile, bp).spec
     other = next(c for c in planner.candidate_specs(profile, bp) if c != default)
     win = other if better else default
-    d = dict(gpu=profile.name, arch=profile.arch, qtype=bp.qtype, act=bp.act,
-             group_size=bp.group_size, n=bp.n, k=bp.k, m_bucket=bp.m, spec=win.canonical(),
-             kind=spec_kind(win), us=9.0 if better else 10.0, default_spec=default.canonical(),
-             default_kind=spec_kind(default), default_us=10.0, candidates=5, failed=1,
-             jitmarlin=tune.__version__, templates=tune.templates_tag(), created=1.7e9)
+    d = dict(
+        gpu=profile.name,
+        arch=profile.arch,
+        qtype=bp.qtype,
+        act=bp.act,
+        group_size=bp.group_size,
+        n=bp.n,
+        k=bp.k,
+        m_bucket=bp.m,
+        spec=win.canonical(),
+        kind=spec_kind(win),
+        us=9.0 if better else 10.0,
+        default_spec=default.canonical(),
+        default_kind=spec_kind(default),
+        default_us=10.0,
+        candidates=5,
+        failed=1,
+        jitmarlin=tune.__version__,
+        templates=tune.templates_tag(),
+        created=1.7e9,
+    )
     d.update(kw)
     return tune.TunedChoice(**d)
 
 
 # ---- pure parts ----------------------------------------------------------------------------------
 
+
 def test_shape_bucket():
-    assert [tune.shape_bucket(m) for m in (1, 2, 3, 4, 5, 16, 17, 33, 64, 65)] == \
-        [1, 2, 4, 4, 8, 16, 32, 64, 64, 128]
+    assert [tune.shape_bucket(m) for m in (1, 2, 3, 4, 5, 16, 17, 33, 64, 65)] == [1, 2, 4, 4, 8, 16, 32, 64, 64, 128]
     assert tune.shape_bucket(8192) == 8192 and tune.shape_bucket(100_000) == 8192
     for bad in (0, -3, 2.0):
         with pytest.raises(ValueError):
@@ -67,9 +84,15 @@ def test_key_names_gpu_arch_problem_bucket_and_code_version():
     k = tune.tune_key(GPU, "sm_90", P16)
     assert k.startswith("tune:") and GPU in k and "|sm_90|uint4b8|float16|g128|n4096|k4096|m16|" in k
     assert k.endswith(f"|{tune.__version__}|{tune.templates_tag()}")
-    assert tune.tune_key(GPU, "sm_90", dataclasses.replace(P16, m=9)) == k        # same bucket
-    for other in (dict(m=17), dict(n=6144), dict(k=8192), dict(act="bfloat16"),
-                  dict(qtype="uint4"), dict(group_size=64)):
+    assert tune.tune_key(GPU, "sm_90", dataclasses.replace(P16, m=9)) == k  # same bucket
+    for other in (
+        dict(m=17),
+        dict(n=6144),
+        dict(k=8192),
+        dict(act="bfloat16"),
+        dict(qtype="uint4"),
+        dict(group_size=64),
+    ):
         assert tune.tune_key(GPU, "sm_90", dataclasses.replace(P16, **other)) != k, other
     assert tune.tune_key("NVIDIA A100", "sm_80", P16) != k
     assert tune.tune_key(GPU, "sm_90", P16, version="0.0.1") != k
@@ -85,7 +108,7 @@ def test_spec_from_canonical_is_the_one_reader():
         spec_from_canonical(s.canonical(), "WgmmaSpec")
     extra = json.dumps(dict(json.loads(s.canonical()), kind="sm90"), sort_keys=True, separators=(",", ":"))
     with pytest.raises(ValueError, match="canonical"):
-        spec_from_canonical(extra)                         # another kind's text is not read as ours
+        spec_from_canonical(extra)  # another kind's text is not read as ours
     with pytest.raises(ValueError):
         spec_from_canonical('{"path":"sm80"}')
     with pytest.raises(ValueError):
@@ -113,6 +136,7 @@ def _fake_clock(times: dict, default_time: float = 50.0):
         if isinstance(v, Exception):
             raise v
         return v
+
     return measure, calls
 
 
@@ -126,10 +150,10 @@ def _cands(n=6):
 def test_select_picks_the_fastest():
     default, others = _cands()
     measure, calls = _fake_clock({default.name: 10.0, others[2].name: 7.5, others[4].name: 8.0})
-    sel = tune.select(default, others + [default, others[0]], measure)     # duplicates measured once
+    sel = tune.select(default, others + [default, others[0]], measure)  # duplicates measured once
     assert sel.winner == others[2] and sel.winner_us == 7.5 and sel.default_us == 10.0
     assert calls[0] == default and sel.tried == len(others) + 1 and sel.failures == []
-    assert calls[len(others) + 1:] == [default, others[2]]                 # confirmed once more
+    assert calls[len(others) + 1 :] == [default, others[2]]  # confirmed once more
     assert len(tune.select(default, others, _fake_clock({})[0], confirm=False).timings) == len(others) + 1
 
 
@@ -142,29 +166,36 @@ def test_select_confirms_the_winner_against_a_cold_first_default():
     sel = tune.select(default, others, measure)
     assert sel.winner == default and sel.default_us == sel.winner_us == 9.9
     measure, _ = _fake_clock({default.name: [12.0, 10.0], others[3].name: [9.0, 9.5]})
-    sel = tune.select(default, others, measure)                            # a real win stays one
+    sel = tune.select(default, others, measure)  # a real win stays one
     assert sel.winner == others[3] and (sel.winner_us, sel.default_us) == (9.0, 10.0)
     measure, _ = _fake_clock({default.name: 10.0, others[3].name: [5.0, RuntimeError("flaky")]})
-    sel = tune.select(default, others, measure)                            # flaky: not a winner
+    sel = tune.select(default, others, measure)  # flaky: not a winner
     assert sel.winner == default and sel.tried == len(others) + 1
     assert [s for s, _ in sel.failures] == [others[3]] and "again" in sel.failures[0][1]
 
 
 def test_select_keeps_the_default_within_the_margin():
     default, others = _cands()
-    measure, _ = _fake_clock({default.name: 10.0, others[1].name: 9.85})      # 1.5% faster: noise
+    measure, _ = _fake_clock({default.name: 10.0, others[1].name: 9.85})  # 1.5% faster: noise
     sel = tune.select(default, others, measure)
     assert sel.winner == default and sel.winner_us == 10.0
     assert tune.select(default, others, measure, margin=0.01).winner == others[1]
-    measure, _ = _fake_clock({default.name: 10.0, others[1].name: 9.7})       # 3% faster: wins
+    measure, _ = _fake_clock({default.name: 10.0, others[1].name: 9.7})  # 3% faster: wins
     assert tune.select(default, others, measure).winner == others[1]
 
 
 def test_select_skips_failing_candidates_and_says_why():
     default, others = _cands()
-    measure, _ = _fake_clock({default.name: 10.0, others[0].name: RuntimeError("illegal address"),
-                              others[1].name: 1.0, others[2].name: float("nan"),
-                              others[3].name: 0.0, others[4].name: 9.0})
+    measure, _ = _fake_clock(
+        {
+            default.name: 10.0,
+            others[0].name: RuntimeError("illegal address"),
+            others[1].name: 1.0,
+            others[2].name: float("nan"),
+            others[3].name: 0.0,
+            others[4].name: 9.0,
+        }
+    )
     known = [(others[5], "CompileError: ptxas ran out of registers")]
     sel = tune.select(default, others, measure, failures=known)
     assert sel.winner == others[1]
@@ -185,8 +216,9 @@ def test_select_takes_only_a_winner_whose_output_checks_out():
             raise TuneError(f"{spec.name}'s output differs by 3.1e-01")
         return 1e-4
 
-    measure, _ = _fake_clock({default.name: 10.0, others[2].name: 5.0, others[4].name: 6.0,
-                              others[1].name: 8.0, others[3].name: 9.9})
+    measure, _ = _fake_clock(
+        {default.name: 10.0, others[2].name: 5.0, others[4].name: 6.0, others[1].name: 8.0, others[3].name: 9.9}
+    )
     sel = tune.select(default, others, measure, verify=verify)
     # the two fastest are wrong: rejected in turn, the third fastest wins
     assert checked == [(others[2], default), (others[4], default), (others[1], default)]
@@ -227,11 +259,12 @@ def test_tune_times_the_bucket_and_records_the_outcome():
         return {cands[0]: "CompileError: no"} if cands[0] != default else {}
 
     verified = []
-    c = tune.tune(prof, "sm_90", p, measure, precompile=precompile,
-                  verify=lambda spec, ref: verified.append((spec, ref)))
+    c = tune.tune(
+        prof, "sm_90", p, measure, precompile=precompile, verify=lambda spec, ref: verified.append((spec, ref))
+    )
     assert verified == [(fastest, default)]
     assert compiled[0] == default and set(compiled) == set(cands) | {default}
-    assert cands[0] not in calls                                    # compile failures not timed
+    assert cands[0] not in calls  # compile failures not timed
     assert c.m_bucket == 16 and (c.n, c.k, c.gpu, c.arch) == (4096, 4096, GPU, "sm_90")
     assert c.winner() == fastest and c.default() == default and c.improved
     assert (c.us, c.default_us, c.speedup) == (5.0, 20.0, 4.0)
@@ -242,6 +275,7 @@ def test_tune_times_the_bucket_and_records_the_outcome():
 
 # ---- persistence ---------------------------------------------------------------------------------
 
+
 def test_tuned_choice_survives_a_new_cache_and_a_new_process(tmp_path):
     c = _choice()
     assert tune.store(KernelCache(tmp_path), c)
@@ -249,10 +283,12 @@ def test_tuned_choice_survives_a_new_cache_and_a_new_process(tmp_path):
     assert again == c
     assert tune.lookup(KernelCache(tmp_path), GPU, "sm_90", dataclasses.replace(P16, m=17)) is None
     assert tune.lookup(KernelCache(tmp_path), "NVIDIA A100", "sm_80", P16) is None
-    code = ("from jitmarlin.service import tune; from jitmarlin.jit.cache import KernelCache; "
-            "from jitmarlin.kernels.problem import Problem; "
-            f"c = tune.lookup(KernelCache({str(tmp_path)!r}), {GPU!r}, 'sm_90', "
-            "Problem(16, 4096, 4096, 'float16', 'uint4b8', 128)); print(c.spec, c.us)")
+    code = (
+        "from jitmarlin.service import tune; from jitmarlin.jit.cache import KernelCache; "
+        "from jitmarlin.kernels.problem import Problem; "
+        f"c = tune.lookup(KernelCache({str(tmp_path)!r}), {GPU!r}, 'sm_90', "
+        "Problem(16, 4096, 4096, 'float16', 'uint4b8', 128)); print(c.spec, c.us)"
+    )
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -263,11 +299,11 @@ def test_stale_choices_are_ignored(tmp_path, monkeypatch):
     cache = KernelCache(tmp_path)
     tune.store(cache, _choice())
     assert tune.lookup(cache, GPU, "sm_90", P16) is not None
-    monkeypatch.setattr(tuned, "templates_tag", lambda: "f" * 16)        # a template changed
+    monkeypatch.setattr(tuned, "templates_tag", lambda: "f" * 16)  # a template changed
     assert tune.lookup(cache, GPU, "sm_90", P16) is None
     assert tune.choose_for(_gpu_profile(), "sm_90", P16, cache, autotune=False) is None
     monkeypatch.undo()
-    monkeypatch.setattr(tuned, "__version__", "9.9.9")                    # jitmarlin upgraded
+    monkeypatch.setattr(tuned, "__version__", "9.9.9")  # jitmarlin upgraded
     assert tune.lookup(cache, GPU, "sm_90", P16) is None
     (rec,) = cache.records("tune:").values()
     assert tune.TunedChoice.from_dict(rec).stale
@@ -276,8 +312,13 @@ def test_stale_choices_are_ignored(tmp_path, monkeypatch):
 def test_bad_records_are_ignored_with_a_warning(tmp_path, caplog):
     cache = KernelCache(tmp_path)
     c = _choice()
-    for bad in (dict(c.to_dict(), us="fast"), dict(c.to_dict(), spec='{"tm":1}'),
-                dict(c.to_dict(), n=6144), dict(c.to_dict(), format=7), "junk"):
+    for bad in (
+        dict(c.to_dict(), us="fast"),
+        dict(c.to_dict(), spec='{"tm":1}'),
+        dict(c.to_dict(), n=6144),
+        dict(c.to_dict(), format=7),
+        "junk",
+    ):
         cache.put_record(c.key, bad)
         with caplog.at_level("WARNING", logger="jitmarlin"):
             assert tune.lookup(cache, GPU, "sm_90", P16) is None
@@ -288,17 +329,17 @@ def test_bad_records_are_ignored_with_a_warning(tmp_path, caplog):
 def test_tuned_rows_are_not_kernels_and_survive_lru_and_verify(tmp_path):
     cache = KernelCache(tmp_path, max_mb=0)
     spec = KernelSpec("sm80", "uint4b8", "float16", 8, 1, 8, 8, 4)
-    key = cache.get(spec, "sm_90")[1]                               # one real kernel (NVRTC)
+    key = cache.get(spec, "sm_90")[1]  # one real kernel (NVRTC)
     c = _choice()
     tune.store(cache, c)
     assert cache.keys() == [key] and [k for k, _ in cache.entries()] == [key]
     assert cache.record_keys("tune:") == [c.key] and set(cache.usage()) == {key}
     cache.max_bytes = 1
-    assert cache.enforce_cap(keep={key}) == []                      # nothing to evict but the kernel
+    assert cache.enforce_cap(keep={key}) == []  # nothing to evict but the kernel
     assert cache.verify() == [] and cache.has_record(c.key)
     st = cache.stats()
     assert st["entries"] == 1 and st["tuned"] == 1
-    cache.put_record(c.key, dict(c.to_dict(), k=8192))               # record under the wrong key
+    cache.put_record(c.key, dict(c.to_dict(), k=8192))  # record under the wrong key
     (bad,) = cache.verify(fix=True)
     assert bad[0] == c.key and bad[1] == "tuned choice" and "key does not match" in bad[2]
     assert KernelCache(tmp_path).record_keys("tune:") == []
@@ -310,6 +351,7 @@ def test_tuned_rows_are_not_kernels_and_survive_lru_and_verify(tmp_path):
 
 
 # ---- bundles -------------------------------------------------------------------------------------
+
 
 def test_bundles_carry_tuned_choices(tmp_path):
     src = KernelCache(tmp_path / "src")
@@ -323,7 +365,7 @@ def test_bundles_carry_tuned_choices(tmp_path):
     assert (r["exported"], r["tuned"], r["skipped"]) == (0, 3, [])
     again = tmp_path / "again.tar"
     export_bundle(src, again)
-    assert bundle.read_bytes() == again.read_bytes()                  # deterministic
+    assert bundle.read_bytes() == again.read_bytes()  # deterministic
     with tarfile.open(bundle) as tar:
         manifest = json.loads(tar.extractfile("manifest.json").read())
         assert "tuned.json" in tar.getnames()
@@ -355,12 +397,12 @@ def test_tampered_or_old_bundles(tmp_path, rewrite_bundle):
     bundle = tmp_path / "b.tar"
     export_bundle(src, bundle)
 
-    def alter(files):           # a faster time for `a`, manifest left alone
+    def alter(files):  # a faster time for `a`, manifest left alone
         d = json.loads(files["tuned.json"])
         d["choices"][a.key]["us"] = 1.0
         files["tuned.json"] = json.dumps(d).encode()
 
-    def rekey(files):           # `a`'s record moved under another key, hashes fixed up
+    def rekey(files):  # `a`'s record moved under another key, hashes fixed up
         import hashlib
 
         d = json.loads(files["tuned.json"])
@@ -377,8 +419,9 @@ def test_tampered_or_old_bundles(tmp_path, rewrite_bundle):
     def drop_member(files):
         del files["tuned.json"]
 
-    for i, (edit, reason, good) in enumerate([(alter, "altered", 1), (rekey, "key does not match", 1),
-                                              (drop_member, "missing", 0)]):
+    for i, (edit, reason, good) in enumerate(
+        [(alter, "altered", 1), (rekey, "key does not match", 1), (drop_member, "missing", 0)]
+    ):
         bad = tmp_path / f"bad{i}.tar"
         rewrite_bundle(bundle, bad, edit)
         rep = import_bundle(KernelCache(tmp_path / f"d{i}"), bad)
@@ -387,7 +430,7 @@ def test_tampered_or_old_bundles(tmp_path, rewrite_bundle):
         if good:
             assert KernelCache(tmp_path / f"d{i}").record_keys("tune:") == [b.key]
 
-    def old(files):             # a bundle from before tuned choices
+    def old(files):  # a bundle from before tuned choices
         del files["tuned.json"]
         m = json.loads(files["manifest.json"])
         del m["tuned"]
@@ -400,18 +443,19 @@ def test_tampered_or_old_bundles(tmp_path, rewrite_bundle):
 
 # ---- the api hook --------------------------------------------------------------------------------
 
+
 def test_choose_for_uses_an_improving_stored_choice(tmp_path):
     cache, prof = KernelCache(tmp_path), _gpu_profile()
     assert tune.choose_for(prof, "sm_90", P16, cache, autotune=False) is None
     c = _choice()
     tune.store(cache, c)
-    for m in (9, 16):                                               # the whole bucket
+    for m in (9, 16):  # the whole bucket
         spec = tune.choose_for(prof, "sm_90", dataclasses.replace(P16, m=m), cache, autotune=False)
         assert spec == c.winner() and spec != planner.plan(prof, P16).spec
-    assert tune.choose_for(prof, "sm_90", P16, cache, capturing=True) is None   # not compiled
+    assert tune.choose_for(prof, "sm_90", P16, cache, capturing=True) is None  # not compiled
     cache.get(c.winner(), "sm_90")
     assert tune.choose_for(prof, "sm_90", P16, cache, capturing=True) == c.winner()
-    tune.store(cache, _choice(better=False))     # the default won: the planner decides, per exact M
+    tune.store(cache, _choice(better=False))  # the default won: the planner decides, per exact M
     assert tune.choose_for(prof, "sm_90", P16, cache, autotune=False) is None
 
 
@@ -420,8 +464,11 @@ def test_choose_for_builds_a_wgmma_winner_for_a_short_row_block(tmp_path):
     built for their short last row block (KernelSpec.tail), and unchanged where M is a multiple."""
     cache, prof = KernelCache(tmp_path), _gpu_profile()
     p256 = Problem(256, 8192, 4096, "float16", "uint4b8", 128)
-    win = next(s for s in planner.candidate_specs(prof, p256)
-               if s.wgmma and s.tm == 16 and s.cluster == 1 and s != planner.plan(prof, p256).spec)
+    win = next(
+        s
+        for s in planner.candidate_specs(prof, p256)
+        if s.wgmma and s.tm == 16 and s.cluster == 1 and s != planner.plan(prof, p256).spec
+    )
     assert not win.tail
     tune.store(cache, _choice(p256, spec=win.canonical(), kind=spec_kind(win)))
     assert tune.choose_for(prof, "sm_90", p256, cache, autotune=False) == win
@@ -451,12 +498,14 @@ def test_autotune_on_first_call_tunes_once_and_stores(tmp_path, monkeypatch):
     assert seen == []
     monkeypatch.setenv("JITMARLIN_AUTOTUNE", "1")
     spec = tune.choose_for(prof, "sm_90", dataclasses.replace(P16, m=5), cache, tuner=tuner)
-    assert [p.m for p in seen] == [8] and spec == _choice(seen[0]).winner()   # tuned at the bucket
+    assert [p.m for p in seen] == [8] and spec == _choice(seen[0]).winner()  # tuned at the bucket
     assert tune.choose_for(prof, "sm_90", dataclasses.replace(P16, m=7), cache, tuner=tuner) == spec
-    assert len(seen) == 1                                            # stored: not tuned again
-    assert tune.lookup(KernelCache(tmp_path), GPU, "sm_90", P16.__class__(8, 4096, 4096, "float16",
-                                                                          "uint4b8", 128)) is not None
-    with pytest.raises(InputError, match="multiple of 64"):         # bad problems: their own error
+    assert len(seen) == 1  # stored: not tuned again
+    assert (
+        tune.lookup(KernelCache(tmp_path), GPU, "sm_90", P16.__class__(8, 4096, 4096, "float16", "uint4b8", 128))
+        is not None
+    )
+    with pytest.raises(InputError, match="multiple of 64"):  # bad problems: their own error
         tune.choose_for(prof, "sm_90", dataclasses.replace(P16, n=100), cache, tuner=tuner)
 
 
@@ -491,8 +540,9 @@ def test_prepare_plans_with_the_stored_choice(tmp_path, monkeypatch):
     monkeypatch.setattr(launch, "get_function", lambda art, key, dev: "func")
     monkeypatch.setattr(family_launch, "workspace", lambda dev, s, slots: "ws")
     monkeypatch.setattr(family_launch, "Launcher", lambda plan, *a, **kw: plan)
-    monkeypatch.setattr(KernelCache, "get", lambda self, spec, arch, compile_missing=True:
-                        (object(), "k" * 64, "memory"))
+    monkeypatch.setattr(
+        KernelCache, "get", lambda self, spec, arch, compile_missing=True: (object(), "k" * 64, "memory")
+    )
     ptr = types.SimpleNamespace(data=types.SimpleNamespace(ptr=0))
     monkeypatch.setattr(QuantizedWeight, "to_device", lambda self, d, a: (ptr, ptr, None, None))
     qw = QuantizedWeight("uint4b8", 128, 4096, 4096, np.zeros((256, 8192), np.int32), np.zeros((32, 4096), np.uint16))
@@ -502,14 +552,16 @@ def test_prepare_plans_with_the_stored_choice(tmp_path, monkeypatch):
     tune.store(KernelCache(tmp_path), c)
     assert api._prepare(qw, 0, "float16", 12, 0).spec == c.winner() != default
     assert api._prepare(qw, 0, "float16", 12, 0, spec=default).spec == default
-    other = api._prepare(qw, 0, "float16", 40, 0).spec                # other bucket: the planner's
+    other = api._prepare(qw, 0, "float16", 40, 0).spec  # other bucket: the planner's
     assert other == planner.plan(prof, dataclasses.replace(P16, m=40)).spec != c.winner()
 
 
 # ---- CLI -----------------------------------------------------------------------------------------
 
+
 def test_cli_tune_without_a_gpu_is_clear(capsys, monkeypatch):
     from jitmarlin.service import cli
+
     monkeypatch.setattr(cli, "_gpus", lambda: [])
     assert main(["tune", "--shapes", "4096x4096", "--m", "16"]) == 1
     err = capsys.readouterr().err
@@ -524,7 +576,8 @@ def test_cli_tune_with_a_faked_gpu(tmp_path, capsys, monkeypatch):
     import importlib
 
     from jitmarlin.service import cli, measure
-    profiles = importlib.import_module("jitmarlin.jit.profiles")   # (jitmarlin.profiles is the dict)
+
+    profiles = importlib.import_module("jitmarlin.jit.profiles")  # (jitmarlin.profiles is the dict)
     prof = _gpu_profile()
     monkeypatch.setattr(cli, "_gpus", lambda: [(0, GPU, "9.0")])
     monkeypatch.setattr(profiles, "planning_profile", lambda d: prof)
@@ -546,17 +599,18 @@ def test_cli_tune_with_a_faked_gpu(tmp_path, capsys, monkeypatch):
     args = ["tune", "--shapes", "4096x4096", "--m", "9,16,1", "--cache-dir", d]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert sorted(p.m for p in tuned) == [1, 16]                    # 9 and 16 share a bucket
+    assert sorted(p.m for p in tuned) == [1, 16]  # 9 and 16 share a bucket
     assert out.count("[tuned,") == 2 and "x1.11" in out and "M<=16" in out
     assert "default jm_sm80_" in out and "winner jm_sm80_" in out
     assert len(KernelCache(d).record_keys("tune:")) == 2
-    assert main(args) == 0 and len(tuned) == 2                       # stored: not tuned again
+    assert main(args) == 0 and len(tuned) == 2  # stored: not tuned again
     assert capsys.readouterr().out.count("[stored,") == 2
     assert main(args + ["--force", "--json"]) == 0 and len(tuned) == 4
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert [r["status"] for r in rows] == ["tuned", "tuned"] and rows[0]["speedup"] == pytest.approx(1.111, abs=1e-3)
-    assert main(["tune", "--shapes", "4096x6144,4096x4096", "--quant", "nvfp4,uint4b8", "--m", "1",
-                 "--cache-dir", d]) == 1
+    assert (
+        main(["tune", "--shapes", "4096x6144,4096x4096", "--quant", "nvfp4,uint4b8", "--m", "1", "--cache-dir", d]) == 1
+    )
     cap = capsys.readouterr()
     assert "unsupported: nvfp4 uses groups of 16" in cap.out
     assert "failed: TuneError: the default kernel crashed" in cap.out and "1 problem(s) failed" in cap.err
@@ -592,8 +646,15 @@ def test_cli_cache_lists_exports_and_clears_tuned_choices(tmp_path, capsys, monk
 def test_random_weights_for_every_quant_type():
     from jitmarlin.service.measure import random_weight, weight_copies
 
-    for q, g in (("uint4b8", 128), ("uint4", 64), ("uint8b128", -1), ("uint8", 128),
-                 ("float8_e4m3fn", 32), ("nvfp4", 16), ("mxfp4", 32)):
+    for q, g in (
+        ("uint4b8", 128),
+        ("uint4", 64),
+        ("uint8b128", -1),
+        ("uint8", 128),
+        ("float8_e4m3fn", 32),
+        ("nvfp4", 16),
+        ("mxfp4", 32),
+    ):
         p = Problem(16, 128, 256, "bfloat16", q, g)
         w = random_weight(p)
         assert (w.qtype, w.group_size, w.n, w.k, w.scale_dtype) == (q, g, 128, 256, "bfloat16")
@@ -607,9 +668,10 @@ def test_precompile_in_worker_processes(tmp_path, monkeypatch):
     it would re-import the caller's script); a worker that dies fails its share with a reason."""
     from jitmarlin.jit import nvrtc
     from jitmarlin.service import measure
+
     specs = [KernelSpec("sm80", "uint4b8", "float16", 8, 1, 8, 16, st) for st in (2, 3, 4)]
     cache = KernelCache(tmp_path / "c")
-    cache.get(specs[0], "sm_90")                                     # one already cached
+    cache.get(specs[0], "sm_90")  # one already cached
     assert measure.precompile(specs + [specs[1]], "sm_90", cache, jobs=2) == {}
     fresh = KernelCache(tmp_path / "c")
     assert all(fresh.get(s, "sm_90", compile_missing=False)[2] == "disk" for s in specs)
@@ -623,14 +685,15 @@ def test_precompile_in_worker_processes(tmp_path, monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("compiled in this process")
 
-    monkeypatch.setattr(nvrtc, "compile_source", refuse)        # cached: nothing to compile
+    monkeypatch.setattr(nvrtc, "compile_source", refuse)  # cached: nothing to compile
     assert measure.precompile(specs, "sm_90", KernelCache(tmp_path / "c"), jobs=2) == {}
 
 
 # ---- GPU -----------------------------------------------------------------------------------------
 
+
 def _gpu_setup(tmp_path, monkeypatch):
-    monkeypatch.setenv("JITMARLIN_CACHE_DIR", str(tmp_path))      # kernels and choices of its own
+    monkeypatch.setenv("JITMARLIN_CACHE_DIR", str(tmp_path))  # kernels and choices of its own
     from jitmarlin.jit.profiles import live_profile, planning_profile
 
     return planning_profile(0), live_profile(0).arch
@@ -643,12 +706,11 @@ def _check_linear(qw, m, rng, expected_spec, seed=None):
     from jitmarlin.reference import check_output, linear_reference
 
     x = cp.asarray(rng.standard_normal((m, qw.in_features)), dtype=cp.float16)
-    out = cp.full((m, qw.out_features), cp.nan, dtype=cp.float16)      # poisoned
+    out = cp.full((m, qw.out_features), cp.nan, dtype=cp.float16)  # poisoned
     y = jitmarlin.linear(x, qw, out=out)
     lz = qw._launchers[(0, "float16", m, cp.cuda.get_current_stream().ptr, False)]
     assert lz.plan.spec == expected_spec
-    check_output(y, linear_reference(x, qw, None, "float16"), "float16", what=f"M={m}", seed=seed,
-                 spec=expected_spec)
+    check_output(y, linear_reference(x, qw, None, "float16"), "float16", what=f"M={m}", seed=seed, spec=expected_spec)
 
 
 @pytest.mark.gpu
@@ -668,8 +730,10 @@ def test_gpu_tune_then_linear_uses_the_choice(tmp_path, monkeypatch, seed, rng):
     t0 = time.perf_counter()
     choice = tune_on_gpu(P16, 0, candidates=pick)
     seconds = time.perf_counter() - t0
-    print(f"\ntuned in {seconds:.1f} s: {tune.describe_spec(choice.spec, choice.kind)} "
-          f"{choice.us:.2f} us, default {default.name} {choice.default_us:.2f} us")
+    print(
+        f"\ntuned in {seconds:.1f} s: {tune.describe_spec(choice.spec, choice.kind)} "
+        f"{choice.us:.2f} us, default {default.name} {choice.default_us:.2f} us"
+    )
     assert (choice.candidates, choice.failed, choice.m_bucket, choice.arch) == (4, 0, 16, arch)
     assert 0 < choice.us <= choice.default_us and choice.winner() in pick
     assert tune.store(default_cache(), choice)
@@ -682,7 +746,7 @@ def test_gpu_tune_then_linear_uses_the_choice(tmp_path, monkeypatch, seed, rng):
     forced = dataclasses.replace(choice, spec=pick[1].canonical(), us=choice.default_us / 2)
     tune.store(default_cache(), forced)
     qw2 = jitmarlin.quantize(w, "uint4b8", 128)
-    _check_linear(qw2, 11, rng, pick[1], seed)                        # M=11: same bucket
+    _check_linear(qw2, 11, rng, pick[1], seed)  # M=11: same bucket
 
 
 @pytest.mark.gpu
@@ -705,7 +769,7 @@ def test_gpu_autotune_env_tunes_on_first_call(tmp_path, monkeypatch, seed, rng):
     from jitmarlin.reference import check_output, linear_reference
 
     x = cp.asarray(rng.standard_normal((3, 2048)), dtype=cp.float16)
-    y = jitmarlin.linear(x, qw, out=cp.full((3, 1024), cp.nan, dtype=cp.float16))   # poisoned
+    y = jitmarlin.linear(x, qw, out=cp.full((3, 1024), cp.nan, dtype=cp.float16))  # poisoned
     stored = tune.lookup(KernelCache(tmp_path), prof.name, arch, p)
     assert stored is not None and stored.m_bucket == 4 and stored.candidates == 3
     choice_spec = stored.winner() if stored.improved else planner.plan(prof, p).spec
@@ -729,14 +793,14 @@ def test_gpu_tuner_checks_a_winner_against_the_planners_kernel(monkeypatch, seed
     from jitmarlin.service.measure import GpuMeasure
 
     prof = planning_profile(0)
-    for act in planner.PATH_ACTS[prof.path]:   # (JITMARLIN_EMULATE=t4 / v100: fp16 only)
+    for act in planner.PATH_ACTS[prof.path]:  # (JITMARLIN_EMULATE=t4 / v100: fp16 only)
         p = Problem(16, 2048, 4096, act, "uint4b8", 128)
         default = planner.plan(prof, p).spec
         others = [c for c in planner.candidate_specs(prof, p) if c != default][:3]
         m = GpuMeasure(p, 0)
         assert 0 <= m.verify(others[0], default) <= 2e-3 * (5 if act == "bfloat16" else 1)
         qw = jitmarlin.quantize(rng.standard_normal((p.n, p.k)) * 0.05, "uint4b8", 128, scale_dtype=act)
-        for spec in (default, others[0]):     # each against the oracle, not only against each other
+        for spec in (default, others[0]):  # each against the oracle, not only against each other
             check_forced(qw, p.m, act, spec, rng, seed=seed)
         real = api._prepare
         broken = {others[1]: "skip", others[2]: "zeros"}
@@ -749,6 +813,7 @@ def test_gpu_tuner_checks_a_winner_against_the_planners_kernel(monkeypatch, seed
             def run(x, lda, out, bias):
                 if broken[spec] == "zeros":
                     cp.cuda.runtime.memsetAsync(out, 0, mm * p.n * 2, stream)
+
             return run
 
         monkeypatch.setattr(api, "_prepare", fake)

@@ -1,6 +1,7 @@
 """The MoE autotuner's selection (with a cost model instead of a GPU), its records in the kernel
 store (keys, checks, stale or tampered records ignored, bundles), and jitmarlin.moe's use of a
 stored choice (kernels.moe.tuned.plan_for)."""
+
 import dataclasses
 import json
 import math
@@ -15,7 +16,7 @@ from jitmarlin.kernels.moe import tuned as mt
 from jitmarlin.service import tune_moe
 
 PROF = get_profile("h100")
-P = MoEProblem(3, 2, 8, 28672, 4096, 4096, 14336, 14336, 4096, "float16", "uint4b8", 128)   # Mixtral, T=3
+P = MoEProblem(3, 2, 8, 28672, 4096, 4096, 14336, 14336, 4096, "float16", "uint4b8", 128)  # Mixtral, T=3
 
 
 def cost(plan):
@@ -33,9 +34,11 @@ def cost(plan):
 def test_tune_picks_the_best_of_each_and_combines():
     c = tune_moe.tune_moe(PROF, "sm_90", P, cost)
     up, down = c.specs()
-    assert c.problem["tokens"] == 4                     # the bucket
+    assert c.problem["tokens"] == 4  # the bucket
     assert up.tn == 4 and down.stages == 4 and down.tk == 16 and c.splits == 8
-    assert c.improved and c.us == pytest.approx(82.0) and c.default_us == pytest.approx(cost(plan_moe(PROF, mt.bucket(P))))
+    assert (
+        c.improved and c.us == pytest.approx(82.0) and c.default_us == pytest.approx(cost(plan_moe(PROF, mt.bucket(P))))
+    )
     assert c.candidates > 20 and c.failed == 0
 
 
@@ -64,7 +67,7 @@ def test_tune_keeps_the_planner_within_the_margin_and_counts_failures():
     def flaky(plan):
         if getattr(plan.up, "tn", 0) == 16 or getattr(plan.up, "warps", 0) == 4:
             raise RuntimeError("does not build")
-        return 100.0 if plan == base else 99.5               # 0.5% better: within the 2% margin
+        return 100.0 if plan == base else 99.5  # 0.5% better: within the 2% margin
 
     c = tune_moe.tune_moe(PROF, "sm_90", P, flaky)
     assert not c.improved and c.failed > 0
@@ -79,10 +82,10 @@ def test_stored_choice_drives_the_plan_and_bad_records_are_ignored(tmp_path, cap
     fresh = KernelCache(tmp_path / "c")
     got = mt.lookup(fresh, PROF.name, "sm_90", P)
     assert got == c
-    for t in (3, 4):                                     # the same bucket
+    for t in (3, 4):  # the same bucket
         plan = mt.plan_for(PROF, "sm_90", dataclasses.replace(P, tokens=t), fresh)
         assert plan.up.tn == 4 and plan.splits == 8
-    other = mt.plan_for(PROF, "sm_90", dataclasses.replace(P, tokens=64), fresh)   # no choice stored
+    other = mt.plan_for(PROF, "sm_90", dataclasses.replace(P, tokens=64), fresh)  # no choice stored
     assert other == plan_moe(PROF, dataclasses.replace(P, tokens=64))
     # a tampered record (another problem's key) and a malformed one are ignored with a warning
     key = mt.moe_key(PROF.name, "sm_90", mt.bucket(P))
@@ -130,7 +133,7 @@ def test_cli_tune_moe_needs_a_moe_model_and_a_gpu(capsys):
         pytest.skip("a GPU is visible: the no-GPU refusal cannot be checked (tuning a model takes minutes)")
     assert main(["tune", "--moe", "--model", "qwen3-30b-a3b", "--m", "1"]) == 1
     assert "no GPU" in capsys.readouterr().err
-    assert main(["tune", "--moe", "--model", "llama-3-8b", "--m", "1"]) == 1   # (the GPU check comes first)
+    assert main(["tune", "--moe", "--model", "llama-3-8b", "--m", "1"]) == 1  # (the GPU check comes first)
 
 
 @pytest.mark.gpu

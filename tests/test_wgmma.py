@@ -1,5 +1,6 @@
 """The Hopper warpgroup kernel (templates/wgmma.cu.j2, path 'sm90'): planning, compilation for
 sm_90a on the CPU, and correctness on an sm_90 GPU for every tile shape, quant type and group."""
+
 from __future__ import annotations
 
 import os
@@ -43,6 +44,7 @@ SMALL_TILES = [(1, 8), (1, 16), (2, 8), (2, 16)]
 
 # ---- planning (pure) ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("prof", ["h100", "h200"])
 def test_hopper_plans_wgmma_from_17_rows(prof):
     h = get_profile(prof)
@@ -80,15 +82,15 @@ def test_every_wgmma_plan_fits(rng):
         k = 64 * int(rng.integers(1, 460))
         g = int(rng.choice([-1, 32, 64, 128]))
         if g > 0 and k % g:
-            continue                                 # (groups of 128 on an odd number of 64s)
+            continue  # (groups of 128 on an odd number of 64s)
         ran += 1
         p = Problem(m, n, k, "float16", "uint4b8", g)
-        pl = plan(h, p, choose_fused_spec(h, p))     # (the planner's own route from 1024 rows up
-        assert pl.spec.wgmma and pl.smem_bytes <= h.smem_per_block    # is dequant + cuBLAS)
+        pl = plan(h, p, choose_fused_spec(h, p))  # (the planner's own route from 1024 rows up
+        assert pl.spec.wgmma and pl.smem_bytes <= h.smem_per_block  # is dequant + cuBLAS)
         assert pl.spec.occupancy * (pl.smem_bytes + 1024) <= h.smem_per_sm
         assert pl.grid <= h.sms * pl.spec.occupancy
         assert sum(e - s for b in range(pl.grid) for s, e in pl.block_ranges(b)) == pl.total_iters
-    assert ran >= 200, f"only {ran} of 300 random problems were checked"   # (about 1 in 8 skipped)
+    assert ran >= 200, f"only {ran} of 300 random problems were checked"  # (about 1 in 8 skipped)
 
 
 def test_whole_tiles_a_block_where_they_cost_little(monkeypatch):
@@ -96,12 +98,15 @@ def test_whole_tiles_a_block_where_they_cost_little(monkeypatch):
     tiles a block (no split tile, no partial sums); the others keep Stream-K. Never more than
     WHOLE_TILES_MAX_LOAD x the Stream-K plan's K-steps for the busiest block."""
     from jitmarlin.kernels import planner
+
     monkeypatch.setattr(mma_plan, "HYBRID_PLANS", False)
     h = get_profile("h100")
-    for (k, n), m, grid, iters in [((4096, 4096), 1024, 128, 64),        # 8B o: 128 tiles
-                                   ((4096, 28672), 1024, 128, 448),      # 8B gate_up: 7 a block
-                                   ((8192, 8192), 1024, 128, 256),       # 70B o: 2 a block
-                                   ((8192, 57344), 512, 128, 896)]:      # 70B gate_up: 7 a block
+    for (k, n), m, grid, iters in [
+        ((4096, 4096), 1024, 128, 64),  # 8B o: 128 tiles
+        ((4096, 28672), 1024, 128, 448),  # 8B gate_up: 7 a block
+        ((8192, 8192), 1024, 128, 256),  # 70B o: 2 a block
+        ((8192, 57344), 512, 128, 896),
+    ]:  # 70B gate_up: 7 a block
         pl = plan(h, Problem(m, n, k, "float16", "uint4b8", 128))
         assert pl.spec.wgmma and (pl.grid, pl.iters) == (grid, iters), (k, n, m, pl.grid, pl.iters)
         assert pl.iters % pl.k_tiles == 0
@@ -113,12 +118,18 @@ def test_whole_tiles_a_block_where_they_cost_little(monkeypatch):
     assert not pl.spec.wgmma and pl.iters % pl.k_tiles
     rng = np.random.default_rng(5)
     for _ in range(400):
-        p = Problem(int(rng.integers(65, 2048)), 64 * int(rng.integers(1, 900)),
-                    64 * int(rng.integers(1, 460)), "float16", "uint4b8", -1)
+        p = Problem(
+            int(rng.integers(65, 2048)),
+            64 * int(rng.integers(1, 900)),
+            64 * int(rng.integers(1, 460)),
+            "float16",
+            "uint4b8",
+            -1,
+        )
         pl = plan(h, p, choose_fused_spec(h, p))
         stream = -(-pl.total_iters // min(h.sms * pl.spec.occupancy, pl.total_iters))
         assert pl.iters <= planner.WHOLE_TILES_MAX_LOAD * stream
-        if pl.iters % pl.k_tiles == 0:   # whole tiles: no block range ends inside a tile
+        if pl.iters % pl.k_tiles == 0:  # whole tiles: no block range ends inside a tile
             assert pl.grid * pl.iters >= pl.total_iters
 
 
@@ -128,17 +139,23 @@ def test_two_blocks_per_sm_for_wide_tiles_where_each_gets_enough_steps():
     # block, 128 wide, 8 stages); 8B down 27, 70B o 31, 70B qkv 39 (two blocks, 128 wide; the
     # autotuner's picks of PERF.md entry 54); 8B gate_up 54, 70B down 109, 70B gate_up 217 (two
     # blocks, 256 wide); 4 stages with two
-    for (k, n), occ, tn, stages in [((4096, 4096), 1, 8, 8), ((4096, 6144), 1, 8, 8),
-                                    ((14336, 4096), 2, 8, 4), ((8192, 8192), 2, 8, 4),
-                                    ((8192, 10240), 2, 8, 4), ((4096, 28672), 2, 16, 4),
-                                    ((28672, 8192), 2, 16, 4), ((8192, 57344), 2, 16, 4)]:
+    for (k, n), occ, tn, stages in [
+        ((4096, 4096), 1, 8, 8),
+        ((4096, 6144), 1, 8, 8),
+        ((14336, 4096), 2, 8, 4),
+        ((8192, 8192), 2, 8, 4),
+        ((8192, 10240), 2, 8, 4),
+        ((4096, 28672), 2, 16, 4),
+        ((28672, 8192), 2, 16, 4),
+        ((8192, 57344), 2, 16, 4),
+    ]:
         spec = plan(h, Problem(64, n, k, "float16", "uint4b8", 128)).spec
         assert spec.wgmma and spec.occupancy == occ and spec.name.endswith("o2") == (occ == 2)
         assert (spec.tn, spec.stages) == (tn, stages), spec.name
         assert plan(h, Problem(64, n, k, "float16", "uint4b8", 128)).grid <= 2 * h.sms
     # only M <= 64 takes it, and never where two blocks' shared memory would not fit an SM
     assert plan(h, Problem(200, 57344, 8192, "float16", "uint4b8", 128)).spec.occupancy == 1
-    small = replace(h, smem_per_sm=120 * 1024)   # two 4-stage blocks need ~140 KB
+    small = replace(h, smem_per_sm=120 * 1024)  # two 4-stage blocks need ~140 KB
     assert plan(small, Problem(64, 57344, 8192, "float16", "uint4b8", 128)).spec.occupancy == 1
     with pytest.raises(ValueError, match="occupancy"):
         _spec(occupancy=3).check()
@@ -149,8 +166,16 @@ def test_planner_takes_32_token_tiles_up_to_32_rows():
     where a 64 x 128 tile would give each block many K-steps (the tuner's picks at M = 32,
     PERF.md entry 55); M = 33..64: 64-token tiles as before."""
     h = get_profile("h100")
-    for (k, n), tn in [((4096, 4096), 8), ((4096, 6144), 8), ((14336, 4096), 8), ((8192, 8192), 8),
-                       ((8192, 10240), 8), ((4096, 28672), 16), ((28672, 8192), 16), ((8192, 57344), 16)]:
+    for (k, n), tn in [
+        ((4096, 4096), 8),
+        ((4096, 6144), 8),
+        ((14336, 4096), 8),
+        ((8192, 8192), 8),
+        ((8192, 10240), 8),
+        ((4096, 28672), 16),
+        ((28672, 8192), 16),
+        ((8192, 57344), 16),
+    ]:
         for m in (17, 20, 32):
             spec = plan(h, Problem(m, n, k, "bfloat16", "uint4b8", 128)).spec
             assert spec.wgmma and (spec.tm, spec.tn, spec.stages, spec.occupancy) == (2, tn, 4, 2), (m, spec.name)
@@ -168,15 +193,17 @@ def test_planner_takes_the_overlapping_kernel_above_64_rows():
     previous step's wgmmas run (OVERLAP_MMA). Up to 2047 rows on H100 where x fits the L2
     cache; then dequant + cuBLAS, unless the wgmma plan has whole tiles a block."""
     h = get_profile("h100")
-    for m, tile in [(65, (8, 8)), (128, (8, 8)), (129, (16, 8)), (256, (16, 8)), (1023, (16, 8)),
-                    (2047, (16, 8))]:
-        for k, n in [(4096, 28672), (8192, 57344), (28672, 8192)]:   # >= 70 K-steps a block
+    for m, tile in [(65, (8, 8)), (128, (8, 8)), (129, (16, 8)), (256, (16, 8)), (1023, (16, 8)), (2047, (16, 8))]:
+        for k, n in [(4096, 28672), (8192, 57344), (28672, 8192)]:  # >= 70 K-steps a block
             pl = plan(h, Problem(m, n, k, "bfloat16", "uint4b8", 128))
             spec = pl.spec
-            if 2 * m * k > h.l2_bytes and spec.route == "dequant":   # x larger than the L2 cache
+            if 2 * m * k > h.l2_bytes and spec.route == "dequant":  # x larger than the L2 cache
                 assert m >= 1023, (m, n, k)
-                fused = plan(h, Problem(m, n, k, "bfloat16", "uint4b8", 128),
-                             choose_fused_spec(h, Problem(m, n, k, "bfloat16", "uint4b8", 128)))
+                fused = plan(
+                    h,
+                    Problem(m, n, k, "bfloat16", "uint4b8", 128),
+                    choose_fused_spec(h, Problem(m, n, k, "bfloat16", "uint4b8", 128)),
+                )
                 assert fused.iters % fused.k_tiles and not fused.whole, "whole-tile and hybrid plans stay fused"
                 continue
             assert spec.wgmma and (spec.tm, spec.tn) == tile and spec.stages >= 4, (m, n, k, spec.name)
@@ -186,18 +213,25 @@ def test_planner_takes_the_overlapping_kernel_above_64_rows():
     # 2048 rows: fused where tiles deal whole to 128 blocks or to a hybrid plan, dequant + cuBLAS
     # where a Stream-K plan would split them all
     assert plan(h, Problem(2048, 8192, 8192, "float16", "uint4b8", 128)).spec.wgmma
-    assert plan(h, Problem(2048, 2560, 8192, "float16", "uint4b8", 128)).whole == 1   # 160 tiles
-    assert plan(h, Problem(2048, 2560, 4096, "float16", "uint4b8", 128)).route == "dequant"   # K-steps
-    assert plan(h, Problem(2048, 1536, 8192, "float16", "uint4b8", 128)).spec.route == "dequant"   # 96
-    assert plan(h, Problem(2048, 4480, 8192, "float16", "uint4b8", 128)).spec.route == "dequant"   # 280:
+    assert plan(h, Problem(2048, 2560, 8192, "float16", "uint4b8", 128)).whole == 1  # 160 tiles
+    assert plan(h, Problem(2048, 2560, 4096, "float16", "uint4b8", 128)).route == "dequant"  # K-steps
+    assert plan(h, Problem(2048, 1536, 8192, "float16", "uint4b8", 128)).spec.route == "dequant"  # 96
+    assert plan(h, Problem(2048, 4480, 8192, "float16", "uint4b8", 128)).spec.route == "dequant"  # 280:
     # two whole a block would not keep the blocks in step (35 columns)
     # a small layer above 128 rows: 256 x 128 tiles would give a block too few K-steps; up to 256
     # rows the bar is 70 steps (8B o 16, 8B down 54 take 128 x 128 tiles, 70B qkv 78 does not;
     # 70B o, 62, takes 256 x 128 in halves: test_planner's test_tall_tiles_where_no_tile_is_chained);
     # above, 20 (8B o at 512 rows: 31). 8B qkv (N = 6144) takes 128 x 192 tiles (planner._wide3).
-    for m, n, k, tile in [(256, 4096, 4096, (8, 8, 6)), (256, 6144, 4096, (8, 12, 6)), (256, 4096, 14336, (8, 8, 6)),
-                          (256, 8192, 8192, (16, 8, 4)), (256, 10240, 8192, (16, 8, 4)), (512, 4096, 4096, (16, 8, 4)),
-                          (512, 6144, 4096, (8, 12, 6)), (1024, 6144, 4096, (16, 8, 4))]:
+    for m, n, k, tile in [
+        (256, 4096, 4096, (8, 8, 6)),
+        (256, 6144, 4096, (8, 12, 6)),
+        (256, 4096, 14336, (8, 8, 6)),
+        (256, 8192, 8192, (16, 8, 4)),
+        (256, 10240, 8192, (16, 8, 4)),
+        (512, 4096, 4096, (16, 8, 4)),
+        (512, 6144, 4096, (8, 12, 6)),
+        (1024, 6144, 4096, (16, 8, 4)),
+    ]:
         s = plan(h, Problem(m, n, k, "float16", "uint4b8", 128)).spec
         assert (s.tm, s.tn, s.stages) == tile, (m, n, k, s.name)
 
@@ -211,11 +245,19 @@ def test_wgmma_candidates_are_valid():
         assert s.smem_bytes() <= h.smem_per_block
 
 
-@pytest.mark.parametrize("bad,msg", [
-    (dict(tk=8), "K tiles of 64"), (dict(tn=4), "tn 8 or 16"), (dict(tm=3), "tm 1, 2, 4, 8 or 16"),
-    (dict(tm=16, tn=16), "256 fp32 sums"), (dict(tm=16, tn=12, threads=384), "at most 64 with 3 warpgroups"),
-    (dict(tn=12), "uses 384 threads"), (dict(tm=4, tn=12, threads=384, occupancy=2), "one block an SM"), (dict(stages=1), "2..8 stages"),
-])
+@pytest.mark.parametrize(
+    "bad,msg",
+    [
+        (dict(tk=8), "K tiles of 64"),
+        (dict(tn=4), "tn 8 or 16"),
+        (dict(tm=3), "tm 1, 2, 4, 8 or 16"),
+        (dict(tm=16, tn=16), "256 fp32 sums"),
+        (dict(tm=16, tn=12, threads=384), "at most 64 with 3 warpgroups"),
+        (dict(tn=12), "uses 384 threads"),
+        (dict(tm=4, tn=12, threads=384, occupancy=2), "one block an SM"),
+        (dict(stages=1), "2..8 stages"),
+    ],
+)
 def test_wgmma_spec_checks(bad, msg):
     with pytest.raises(ValueError, match=msg):
         replace(_spec(), **bad).check()
@@ -228,10 +270,12 @@ def test_half_tile_plans_run_in_clusters_of_two(monkeypatch):
     cluster kernel on a problem without a half-tile plan, or on a GPU without clusters: a clear
     error before anything launches."""
     h = get_profile("h100")
-    rows = [((1024, 6144, 4096), (128, 32, 1)),   # 8B qkv: 1 whole tile a block + a half
-            ((256, 4096, 14336), (128, 112, 0)),  # 8B down: 64 tiles of 128 x 128, halved
-            ((256, 4096, 4096), (128, 32, 0)),    # 8B o: Stream-K's own plan halves every tile
-            ((256, 8192, 28672), (128, 224, 0))]  # 70B down
+    rows = [
+        ((1024, 6144, 4096), (128, 32, 1)),  # 8B qkv: 1 whole tile a block + a half
+        ((256, 4096, 14336), (128, 112, 0)),  # 8B down: 64 tiles of 128 x 128, halved
+        ((256, 4096, 4096), (128, 32, 0)),  # 8B o: Stream-K's own plan halves every tile
+        ((256, 8192, 28672), (128, 224, 0)),
+    ]  # 70B down
     for (m, n, k), geom in rows:
         for act in ("float16", "bfloat16"):
             p = Problem(m, n, k, act, "uint4b8", 128)
@@ -246,7 +290,7 @@ def test_half_tile_plans_run_in_clusters_of_two(monkeypatch):
     monkeypatch.undo()
     two = replace(_spec(tm=16, tn=8), cluster=2)
     with pytest.raises(UnsupportedError, match="half-tile plans only"):
-        plan(h, Problem(1024, 10240, 8192, "float16", "uint4b8", 128), two)   # 70B qkv: hybrid
+        plan(h, Problem(1024, 10240, 8192, "float16", "uint4b8", 128), two)  # 70B qkv: hybrid
     with pytest.raises(UnsupportedError, match="sm_90"):
         plan(get_profile("a100"), Problem(1024, 6144, 4096, "float16", "uint4b8", 128), two)
     # the autotuner weighs the cluster kernels too
@@ -254,7 +298,7 @@ def test_half_tile_plans_run_in_clusters_of_two(monkeypatch):
     assert plan(h, Problem(1024, 6144, 4096, "float16", "uint4b8", 128)).spec in cands
     assert all(replace(c, cluster=1) in cands for c in cands if c.wgmma and c.cluster == 2)
     # at most as many clusters as the GPU holds at once
-    p = Problem(256, 4096, 14336, "float16", "uint4b8", 128)   # 64 clusters
+    p = Problem(256, 4096, 14336, "float16", "uint4b8", 128)  # 64 clusters
     small = replace(h, clusters=((2, 60),))
     assert plan(small, p).spec.cluster == 1 and plan(h, p).spec.cluster == 2
 
@@ -265,6 +309,7 @@ def test_emulator_refuses_wgmma():
 
 
 # ---- compilation for sm_90a (NVRTC, no GPU) ------------------------------------------------------
+
 
 def _compile(spec):
     from jitmarlin.jit.cache import default_cache
@@ -322,8 +367,14 @@ def test_short_row_block_specs():
 def test_short_row_block_kernels_compile_clean():
     """The tail kernels (KernelSpec.tail) of the planner's tiles compile for sm_90a without spills,
     within the registers of their occupancy."""
-    for tm, tn, stages, occ, cl in [(16, 8, 4, 1, 1), (16, 8, 4, 1, 2), (8, 8, 6, 1, 1), (4, 8, 8, 1, 1),
-                                    (4, 8, 4, 2, 1), (2, 8, 4, 2, 1)]:
+    for tm, tn, stages, occ, cl in [
+        (16, 8, 4, 1, 1),
+        (16, 8, 4, 1, 2),
+        (8, 8, 6, 1, 1),
+        (4, 8, 8, 1, 1),
+        (4, 8, 4, 2, 1),
+        (2, 8, 4, 2, 1),
+    ]:
         spec = KernelSpec("sm90", "uint4b8", "float16", 8, tm, tn, 4, stages, occupancy=occ, cluster=cl, tail=True)
         art = _compile(spec)
         r = art.resources
@@ -341,8 +392,13 @@ def test_cluster_kernels_trade_sums_in_shared_memory(tm, tn, stages):
     plain = _compile(_spec(tm=tm, tn=tn, stages=stages))
     spec = replace(_spec(tm=tm, tn=tn, stages=stages), cluster=2)
     art = _compile(spec)
-    for text in ("barrier.cluster.arrive.relaxed", "barrier.cluster.arrive.release",
-                 "barrier.cluster.wait.acquire", "mapa.shared::cluster", "st.shared::cluster.v4.f32"):
+    for text in (
+        "barrier.cluster.arrive.relaxed",
+        "barrier.cluster.arrive.release",
+        "barrier.cluster.wait.acquire",
+        "mapa.shared::cluster",
+        "st.shared::cluster.v4.f32",
+    ):
         assert text in art.ptx and text not in plain.ptx, text
     assert "fence.acq_rel.gpu" in plain.ptx and "fence.acq_rel.gpu" not in art.ptx
     assert ".explicitcluster" in art.ptx or ".reqnctapercluster 2" in art.ptx
@@ -440,10 +496,34 @@ def _inflight_overwrites(sass: str) -> list[str]:
         return set(range(int(a[1:]), int(a[1:]) + 4)) if re.fullmatch(r"R\d+", a) else set()
 
     def written(opc, ops):
-        if opc.startswith(("HGMMA", "WARPGROUP", "BAR", "BRA", "ST", "RED", "ATOM", "LDGSTS", "EXIT",
-                           "DEPBAR", "LDGDEPBAR", "ISETP", "FSETP", "HSETP", "PLOP3", "NOP", "BSSY",
-                           "BSYNC", "MEMBAR", "FENCE", "CCTL", "WARPSYNC", "NANOSLEEP", "YIELD")) \
-                or opc.startswith("U"):
+        if opc.startswith(
+            (
+                "HGMMA",
+                "WARPGROUP",
+                "BAR",
+                "BRA",
+                "ST",
+                "RED",
+                "ATOM",
+                "LDGSTS",
+                "EXIT",
+                "DEPBAR",
+                "LDGDEPBAR",
+                "ISETP",
+                "FSETP",
+                "HSETP",
+                "PLOP3",
+                "NOP",
+                "BSSY",
+                "BSYNC",
+                "MEMBAR",
+                "FENCE",
+                "CCTL",
+                "WARPSYNC",
+                "NANOSLEEP",
+                "YIELD",
+            )
+        ) or opc.startswith("U"):
             return set()
         m = re.match(r"R(\d+)$", ops.split(",")[0].strip())
         if not m:
@@ -456,16 +536,16 @@ def _inflight_overwrites(sass: str) -> list[str]:
         t = target(ops) if opc == "BRA" else None
         if t is None or t >= addr or t not in index:
             continue
-        body = ins[index[t]:i + 1]
+        body = ins[index[t] : i + 1]
         if not any(o.startswith("HGMMA") for _, o, _, _ in body):
             continue
-        groups = []   # A registers per commit group in flight, oldest first
+        groups = []  # A registers per commit group in flight, oldest first
         for lap in range(2):
             for _, o, ops2, text in body:
-                if o.startswith("WARPGROUP.DEPBAR"):     # .LE gsb0, N: the newest N stay in flight
+                if o.startswith("WARPGROUP.DEPBAR"):  # .LE gsb0, N: the newest N stay in flight
                     keep = int(re.search(r"0x([0-9a-f]+)\s*$", ops2.strip()).group(1), 16)
-                    groups = groups[len(groups) - keep:] if keep else []
-                elif o.startswith("WARPGROUP.ARRIVE"):   # wgmma.fence: a new group's wgmmas follow
+                    groups = groups[len(groups) - keep :] if keep else []
+                elif o.startswith("WARPGROUP.ARRIVE"):  # wgmma.fence: a new group's wgmmas follow
                     groups.append(set())
                 elif o.startswith("HGMMA"):
                     if not groups:
@@ -482,6 +562,7 @@ def test_no_register_of_an_inflight_wgmma_is_overwritten(tm, tn):
     """The dequant of step t may overlap the wgmmas of step t - 1 only if it never writes their
     A registers (a race no CPU test and few GPU runs would catch): checked in the SASS."""
     from jitmarlin.jit import nvrtc
+
     # the test extra installs nvdisasm: a missing one is a broken set-up, not a reason to skip
     assert nvrtc.find_disassembler() is not None, "no SASS disassembler: pip install -e '.[test]'"
     for stages in (2, 3, 4, 5):
@@ -501,9 +582,10 @@ def test_small_token_tiles_compile_clean(tm, tn):
     where a warpgroup overlaps dequant and wgmmas (one slab) no in-flight A register is
     overwritten in the SASS."""
     from jitmarlin.jit import nvrtc
+
     for stages, occ in ((4, 2), (8, 1)):
         if (tm, tn, stages, occ) == (1, 16, 4, 2):
-            continue   # spills at 128 registers; 16-token tiles are no planner or tuner choice
+            continue  # spills at 128 registers; 16-token tiles are no planner or tuner choice
         art = _compile(_spec("uint4b8", "bfloat16", 128, tm, tn, stages, occupancy=occ))
         assert f"wgmma.mma_async.sync.aligned.m64n{16 * tm}k16.f32.bf16" in art.ptx
         r = art.resources
@@ -512,7 +594,7 @@ def test_small_token_tiles_compile_clean(tm, tn):
         assert not [line for line in art.log.splitlines() if "serialized" in line], art.name
         if tn == 8:
             assert nvrtc.find_disassembler() is not None, "no SASS disassembler: pip install -e '.[test]'"
-            assert "wgmma.wait_group.sync.aligned 1;" in art.ptx   # the overlap is on
+            assert "wgmma.wait_group.sync.aligned 1;" in art.ptx  # the overlap is on
             assert not _inflight_overwrites(nvrtc.disassemble(art.cubin)), art.name
 
 
@@ -558,6 +640,7 @@ def test_two_blocks_per_sm_fit_128_registers_without_spills(tm, tn, qt, group):
 
 # ---- GPU: correctness on sm_90 -----------------------------------------------------------------
 
+
 def _hopper() -> bool:
     if os.environ.get("JITMARLIN_EMULATE"):
         return False
@@ -579,8 +662,9 @@ def test_every_tile_matches_reference(tm, tn, stages, seed, rng):
     for group in (-1, 64):
         for act in ("float16", "bfloat16"):
             qw = jitmarlin.quantize(w, "uint4b8", group, scale_dtype=act)
-            spec = KernelSpec("sm90", "uint4b8", act, group_blocks(Problem(1, 320, 576, act, "uint4b8", group)),
-                              tm, tn, 4, stages)
+            spec = KernelSpec(
+                "sm90", "uint4b8", act, group_blocks(Problem(1, 320, 576, act, "uint4b8", group)), tm, tn, 4, stages
+            )
             for m in (64, 77, 300):
                 check_forced(qw, m, act, spec, rng, seed=seed)
 
@@ -599,8 +683,17 @@ def test_small_token_tiles_match_reference(tm, tn, occ, seed, rng):
     for act, group in (("float16", 128), ("bfloat16", 64)):
         qw = jitmarlin.quantize(w, "uint4b8", group, scale_dtype=act)
         for stages in (4, 8):
-            spec = KernelSpec("sm90", "uint4b8", act, group_blocks(Problem(16, qw.n, qw.k, act, "uint4b8", group)),
-                              tm, tn, 4, stages, occupancy=occ)
+            spec = KernelSpec(
+                "sm90",
+                "uint4b8",
+                act,
+                group_blocks(Problem(16, qw.n, qw.k, act, "uint4b8", group)),
+                tm,
+                tn,
+                4,
+                stages,
+                occupancy=occ,
+            )
             for m in (1, 9, 16 * tm, 16 * tm + 7, 70):
                 check_forced(qw, m, act, spec, rng, seed=seed)
 
@@ -616,10 +709,17 @@ def test_every_type_matches_reference(qt, seed, rng):
     w = rng.standard_normal((448, 1024)) * 0.05
     for act in ("float16", "bfloat16"):
         qw = jitmarlin.quantize(w, qt, g, scale_dtype=act)
-        for m, (tm, tn, st, occ) in ((96, (8, 8, 3, 1)), (1000, (8, 16, 3, 1)), (130, (16, 8, 3, 1)),
-                                     (24, (2, 8, 4, 2)), (31, (2, 16, 4, 2)), (17, (2, 8, 8, 1))):
-            spec = KernelSpec("sm90", qt, act, group_blocks(Problem(m, qw.n, qw.k, act, qt, g)), tm, tn, 4, st,
-                              occupancy=occ)
+        for m, (tm, tn, st, occ) in (
+            (96, (8, 8, 3, 1)),
+            (1000, (8, 16, 3, 1)),
+            (130, (16, 8, 3, 1)),
+            (24, (2, 8, 4, 2)),
+            (31, (2, 16, 4, 2)),
+            (17, (2, 8, 8, 1)),
+        ):
+            spec = KernelSpec(
+                "sm90", qt, act, group_blocks(Problem(m, qw.n, qw.k, act, qt, g)), tm, tn, 4, st, occupancy=occ
+            )
             check_forced(qw, m, act, spec, rng, lda=1024 + 64, seed=seed)
 
 
@@ -636,8 +736,9 @@ def test_x_tile_edges_match_reference(tm, tn, seed, rng):
     for act in ("float16", "bfloat16"):
         qw = jitmarlin.quantize(w, "uint4b8", -1, scale_dtype=act)
         assert qw.k == 1024 and qw.in_features == 1000
-        spec = KernelSpec("sm90", "uint4b8", act, group_blocks(Problem(1, qw.n, qw.k, act, "uint4b8", -1)),
-                          tm, tn, 4, 4)
+        spec = KernelSpec(
+            "sm90", "uint4b8", act, group_blocks(Problem(1, qw.n, qw.k, act, "uint4b8", -1)), tm, tn, 4, 4
+        )
         for m in (70, 16 * tm + 5):
             check_forced(qw, m, act, spec, rng, lda=1032, seed=seed)
 
@@ -653,8 +754,17 @@ def test_two_blocks_per_sm_match_reference(tm, tn, seed, rng):
     w = rng.standard_normal((2048 + 64, 8192)) * 0.02
     for act, group in (("float16", 128), ("bfloat16", -1)):
         qw = jitmarlin.quantize(w, "uint4b8", group, scale_dtype=act)
-        spec = KernelSpec("sm90", "uint4b8", act, group_blocks(Problem(64, qw.n, 8192, act, "uint4b8", group)),
-                          tm, tn, 4, 5, occupancy=2)
+        spec = KernelSpec(
+            "sm90",
+            "uint4b8",
+            act,
+            group_blocks(Problem(64, qw.n, 8192, act, "uint4b8", group)),
+            tm,
+            tn,
+            4,
+            5,
+            occupancy=2,
+        )
         for m in (64, 41, 150):
             check_forced(qw, m, act, spec, rng, seed=seed)
 
@@ -677,15 +787,18 @@ def test_two_block_plans_on_a_workspace_from_dirty_memory(seed, rng):
 
     sms = live_profile(0).sms
     counters, floats, words = family_launch.workspace_capacity(sms)
-    with cp.cuda.Device(0), launch.private_stream(0):   # the stream workspaces are allocated on
-        junk = [cp.full(counters, 1 << 30, dtype=cp.int32), cp.full(floats, np.nan, dtype=cp.float32),
-                cp.full(words, 1 << 62, dtype=cp.uint64)]
+    with cp.cuda.Device(0), launch.private_stream(0):  # the stream workspaces are allocated on
+        junk = [
+            cp.full(counters, 1 << 30, dtype=cp.int32),
+            cp.full(floats, np.nan, dtype=cp.float32),
+            cp.full(words, 1 << 62, dtype=cp.uint64),
+        ]
     launch.private_stream(0).synchronize()
-    del junk                                            # back to the pool, values left in place
+    del junk  # back to the pool, values left in place
     w = rng.standard_normal((2048 + 64, 8192)) * 0.02
     qw = jitmarlin.quantize(w, "uint4b8", 128)
     spec = KernelSpec("sm90", "uint4b8", "float16", 8, 4, 16, 4, 4, occupancy=2)
-    with torch.cuda.stream(torch.cuda.Stream()):        # a new stream: a new workspace
+    with torch.cuda.stream(torch.cuda.Stream()):  # a new stream: a new workspace
         for m in (64, 150):
             check_forced(qw, m, "float16", spec, rng, seed=seed)
 
@@ -743,9 +856,14 @@ def _check_256_token_plans(rng, m, n, geom, geom_of, tm=16, stages=4, cluster=1,
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m,n,geom", [(520, 5888, (132, 1, 1)),      # 138 tiles: 6 striped, 8 blocks a tile
-                                      (520, 8960, (132, 5, 1)),      # 210 tiles: 1 whole a block + 78
-                                      (1499, 6912, (132, 4, 2))])    # 324 tiles: 2 whole a block + 60
+@pytest.mark.parametrize(
+    "m,n,geom",
+    [
+        (520, 5888, (132, 1, 1)),  # 138 tiles: 6 striped, 8 blocks a tile
+        (520, 8960, (132, 5, 1)),  # 210 tiles: 1 whole a block + 78
+        (1499, 6912, (132, 4, 2)),
+    ],
+)  # 324 tiles: 2 whole a block + 60
 def test_hybrid_plans_match_reference(m, n, geom, seed, rng):
     """Hybrid plans (planner._hybrid): whole tiles for the full waves, the last wave's tiles
     striped over every block, their partial sums added at the end; row blocks short of 256 tokens,
@@ -758,9 +876,14 @@ def test_hybrid_plans_match_reference(m, n, geom, seed, rng):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("cluster", [1, 2])
-@pytest.mark.parametrize("m,n,tm,geom", [(300, 4096, 16, (128, 4, 0)),    # 64 tiles: each in two halves
-                                         (1000, 6144, 16, (128, 4, 1)),   # 192 tiles: 1 whole a block + 64 halved
-                                         (200, 4096, 8, (128, 4, 0))])    # 128 x 128 tiles
+@pytest.mark.parametrize(
+    "m,n,tm,geom",
+    [
+        (300, 4096, 16, (128, 4, 0)),  # 64 tiles: each in two halves
+        (1000, 6144, 16, (128, 4, 1)),  # 192 tiles: 1 whole a block + 64 halved
+        (200, 4096, 8, (128, 4, 0)),
+    ],
+)  # 128 x 128 tiles
 def test_half_tile_plans_match_reference(m, n, tm, geom, cluster, seed, rng):
     """Half-tile plans (planner._half_tiles): blocks 2j and 2j + 1 take the two halves of tile j's
     K-steps (after their whole tiles, if any) and add them at the end, through the workspace
@@ -769,14 +892,28 @@ def test_half_tile_plans_match_reference(m, n, tm, geom, cluster, seed, rng):
     the reference (the poisoned output shows a half left unwritten)."""
     if not _hopper():
         pytest.skip("needs an sm_90 GPU without JITMARLIN_EMULATE")
-    _check_256_token_plans(rng, m, n, geom, lambda pl: (pl.grid, pl.iters, pl.whole),
-                           tm=tm, stages=4 if tm == 16 else 6, cluster=cluster, seed=seed)
+    _check_256_token_plans(
+        rng,
+        m,
+        n,
+        geom,
+        lambda pl: (pl.grid, pl.iters, pl.whole),
+        tm=tm,
+        stages=4 if tm == 16 else 6,
+        cluster=cluster,
+        seed=seed,
+    )
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m,n,k,name_end", [(256, 8192, 6144, "m16n8k4s4c2"),   # 64 tiles in halves
-                                            (200, 8192, 6144, "m16n8k4s4c2"),   # one short row block
-                                            (256, 16384, 3072, "m16n8k4s4")])   # 128 whole tiles
+@pytest.mark.parametrize(
+    "m,n,k,name_end",
+    [
+        (256, 8192, 6144, "m16n8k4s4c2"),  # 64 tiles in halves
+        (200, 8192, 6144, "m16n8k4s4c2"),  # one short row block
+        (256, 16384, 3072, "m16n8k4s4"),
+    ],
+)  # 128 whole tiles
 def test_tall_unsplit_plans_match_reference(m, n, k, name_end, seed, rng):
     """Up to 256 rows, the planner's 256 x 128 tiles below the tall-tile bar (planner._tall_unsplit):
     halves in clusters of two and whole tiles a block, both dtypes, against the reference (the
@@ -790,7 +927,7 @@ def test_tall_unsplit_plans_match_reference(m, n, k, name_end, seed, rng):
     for act in ("float16", "bfloat16"):
         qw = jitmarlin.quantize(w, "uint4b8", 128, scale_dtype=act)
         spec = choose_fused_spec(live_profile(0), Problem(m, n, k, act, "uint4b8", 128))
-        if live_profile(0).sms == 132:     # (200 rows: a short row block, KernelSpec.tail)
+        if live_profile(0).sms == 132:  # (200 rows: a short row block, KernelSpec.tail)
             assert spec.name.endswith(name_end + ("t" if m % 256 else "")), spec.name
         check_forced(qw, m, act, spec, rng, seed=seed)
 
@@ -813,12 +950,17 @@ def test_wide3_kernels_compile_clean(qt, act):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m,n,k,name_end", [(256, 6144, 4096, "m8n12k4s6c2"),    # 8B qkv: 64 tiles in halves
-                                            (200, 6144, 4096, "m8n12k4s5c2t"),   # a short row block
-                                            (512, 6144, 4096, "m8n12k4s6"),      # 128 whole tiles
-                                            (300, 3072, 2048, "m8n12k4s4t"),     # Stream-K (a tuner candidate)
-                                            (64, 6144, 4096, "m4n12k4s4"),       # 64-token tiles (candidates)
-                                            (40, 3072, 2048, "m4n12k4s4t")])
+@pytest.mark.parametrize(
+    "m,n,k,name_end",
+    [
+        (256, 6144, 4096, "m8n12k4s6c2"),  # 8B qkv: 64 tiles in halves
+        (200, 6144, 4096, "m8n12k4s5c2t"),  # a short row block
+        (512, 6144, 4096, "m8n12k4s6"),  # 128 whole tiles
+        (300, 3072, 2048, "m8n12k4s4t"),  # Stream-K (a tuner candidate)
+        (64, 6144, 4096, "m4n12k4s4"),  # 64-token tiles (candidates)
+        (40, 3072, 2048, "m4n12k4s4t"),
+    ],
+)
 def test_wide3_plans_match_reference(m, n, k, name_end, seed, rng):
     """128 x 192 tiles (three warpgroups; planner._wide3 and the tuner's candidates) and the
     tuner's 64 x 192 ones: halves in clusters of two trading token halves, whole tiles, and
@@ -844,12 +986,17 @@ def test_wide3_plans_match_reference(m, n, k, name_end, seed, rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m,n,tm,stages,occ,cluster", [(136, 4096, 8, 6, 1, 1),    # 128-token tiles, 8 rows left
-                                                       (200, 8192, 16, 4, 1, 2),   # halves in clusters, 200 rows
-                                                       (300, 4096, 16, 4, 1, 1),   # a full row block, then 44 rows
-                                                       (1000, 6144, 16, 4, 1, 1),  # a hybrid plan, 232 rows left
-                                                       (40, 4096, 4, 8, 1, 1),     # one 64-token block of 40 rows
-                                                       (17, 4096, 2, 4, 2, 1)])    # 32-token tiles, two blocks an SM
+@pytest.mark.parametrize(
+    "m,n,tm,stages,occ,cluster",
+    [
+        (136, 4096, 8, 6, 1, 1),  # 128-token tiles, 8 rows left
+        (200, 8192, 16, 4, 1, 2),  # halves in clusters, 200 rows
+        (300, 4096, 16, 4, 1, 1),  # a full row block, then 44 rows
+        (1000, 6144, 16, 4, 1, 1),  # a hybrid plan, 232 rows left
+        (40, 4096, 4, 8, 1, 1),  # one 64-token block of 40 rows
+        (17, 4096, 2, 4, 2, 1),
+    ],
+)  # 32-token tiles, two blocks an SM
 def test_short_row_block_boxes_match_reference(m, n, tm, stages, occ, cluster, seed, rng):
     """Kernels built for a short last row block (KernelSpec.tail): that block's x boxes hold just
     its rows (a second tensor map, fewer bytes on the stage's mbarrier) and the rest of every stage
@@ -864,8 +1011,9 @@ def test_short_row_block_boxes_match_reference(m, n, tm, stages, occ, cluster, s
     for act, group in (("float16", 128), ("bfloat16", -1)):
         qw = jitmarlin.quantize(w, "uint4b8", group, scale_dtype=act)
         p = Problem(m, n, 512, act, "uint4b8", group)
-        spec = KernelSpec("sm90", "uint4b8", act, group_blocks(p), tm, 8, 4, stages, occupancy=occ,
-                          cluster=cluster, tail=True)
+        spec = KernelSpec(
+            "sm90", "uint4b8", act, group_blocks(p), tm, 8, 4, stages, occupancy=occ, cluster=cluster, tail=True
+        )
         check_forced(qw, m, act, spec, rng, seed=seed)
 
 
@@ -899,5 +1047,5 @@ def test_large_problem_split_over_all_sms(seed, rng):
     qw = jitmarlin.quantize(w, "uint4b8", 128, scale_dtype="float16")
     for m in (64, 2048):
         spec = choose_fused_spec(get_profile("h100"), Problem(m, 2048, 8192, "float16", "uint4b8", 128))
-        assert spec.wgmma          # (at M = 2048 the planner's route is dequant + cuBLAS)
+        assert spec.wgmma  # (at M = 2048 the planner's route is dequant + cuBLAS)
         check_forced(qw, m, "float16", spec, rng, seed=seed)

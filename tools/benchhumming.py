@@ -15,6 +15,7 @@ The check: copy 0 at M = check_m against x @ W.T in fp32, W = HummingWeightSchem
 pre-transform tensors (humming's own dequantized weights); its relative error is `rel_err` of every
 callable (tools/bench records it as humming_rel_err). torch only; humming is imported on first use.
 """
+
 from __future__ import annotations
 
 from benchmoe_humming import _QTYPES, _WEIGHT_NAMES, HummingPeerError, _guard, _import_humming
@@ -22,7 +23,7 @@ from benchmoe_humming import _QTYPES, _WEIGHT_NAMES, HummingPeerError, _guard, _
 __all__ = ["HUMMING_QTYPES", "HummingPeerError", "humming_group", "humming_weight_config", "make_humming"]
 
 HUMMING_QTYPES = tuple(_QTYPES)
-CHECK_TOL = 0.03          # relative error above this: the peer computes something else; refused
+CHECK_TOL = 0.03  # relative error above this: the peer computes something else; refused
 
 
 def humming_group(qtype: str, group: int) -> int:
@@ -58,8 +59,9 @@ class HummingDense:
         if out is None:
             out = self._out[m] = self.torch.empty((m, self.layer.shape_n), device=x.device, dtype=x.dtype)
         # use_pdl=False: as jitmarlin's calls in tools/bench, no call overlaps the previous one of the graph
-        return self.hm["forward"](self.layer.humming_config, inputs=x, outputs=out, locks=self.layer.locks,
-                                  use_pdl=False, **self.tensors)
+        return self.hm["forward"](
+            self.layer.humming_config, inputs=x, outputs=out, locks=self.layer.locks, use_pdl=False, **self.tensors
+        )
 
 
 def _check(torch, f, schema, q, k, dtype, m):
@@ -87,23 +89,27 @@ def make_humming(torch, n, k, qtype, group, act_dtype, copies, *, check_m=16, se
         raise RuntimeError("humming needs a CUDA device")
     hm = _import_humming()
     dev = f"cuda:{torch.cuda.current_device()}"
-    layer = _guard("HummingLayer()", hm["Layer"], shape_n=n, shape_k=k, weight_config=dict(wcfg),
-                   torch_dtype=act_dtype).to(dev)
-    schema = layer.weight_schema                     # transform() replaces it: keep the quantized one
+    layer = _guard(
+        "HummingLayer()", hm["Layer"], shape_n=n, shape_k=k, weight_config=dict(wcfg), torch_dtype=act_dtype
+    ).to(dev)
+    schema = layer.weight_schema  # transform() replaces it: keep the quantized one
     gen = torch.Generator(device=dev)
     gen.manual_seed(seed)
-    w = torch.randn((n, k), generator=gen, device=dev, dtype=act_dtype).mul_(k ** -0.5)
+    w = torch.randn((n, k), generator=gen, device=dev, dtype=act_dtype).mul_(k**-0.5)
     # positive scales only (what humming's kernel tests use for block-scaled MMA); valid for every format
     q = _guard("quant_tensor", hm["Schema"].quant_tensor, w, schema, act_dtype, allow_negative_scale=False)
     del w
     _guard("load_from_tensors", layer.load_from_tensors, q)
     _guard("transform", layer.transform)
     base = {name: t.detach() for name in _WEIGHT_NAMES if (t := getattr(layer, name, None)) is not None}
-    note = (f"humming {hm['version']} HummingLayer {wcfg} (quant_tensor, transform), humming_forward "
-            f"with its default tuning")
+    note = (
+        f"humming {hm['version']} HummingLayer {wcfg} (quant_tensor, transform), humming_forward "
+        f"with its default tuning"
+    )
     fns = [HummingDense(torch, hm, layer, base, note)]
-    fns += [HummingDense(torch, hm, layer, {nm: t.clone() for nm, t in base.items()}, note)
-            for _ in range(int(copies) - 1)]
+    fns += [
+        HummingDense(torch, hm, layer, {nm: t.clone() for nm, t in base.items()}, note) for _ in range(int(copies) - 1)
+    ]
     if check_m:
         err = _check(torch, fns[0], schema, q, k, act_dtype, int(check_m))
         if not err <= CHECK_TOL:

@@ -1,6 +1,7 @@
 """Shared measurement code for tools/bench and tools/sweep (see ../shared/BENCH.md): shapes and
 anchors, the peers' operands (tinygemm, gemlite), and the pure functions that turn rows into
 ratios, a markdown table and issue 6's targets (tested on the CPU in tests/test_bench_tool.py)."""
+
 from __future__ import annotations
 
 import importlib
@@ -24,18 +25,54 @@ from jitmarlin.service.bench import (  # noqa: E402
     weight_bytes,
 )
 
-__all__ = ["SHAPES", "IST_MARLIN", "BENCH_CUBLAS", "BEST_PEERS", "FLOOR_TARGET_SHAPES", "select_shapes",
-           "anchors_apply", "drop_foreign_anchors",
-           "make_tinygemm", "load_gemlite", "make_gemlite", "gemlite_config_source", "save_gemlite_configs",
-           "single_call_ms", "kernel_name", "best_peer", "row_ratios", "markdown", "evaluate_targets",
-           "format_targets", "merge_rows", "Timer", "copies_needed", "copy_bandwidth", "floor_us",
-           "host_overhead", "random_weights", "draw_values", "parse_gpu_state", "gpu_state",
-           "thermal_slowdown", "BENCH_QTYPES", "qtype_group", "weight_bytes", "INT4_ONLY_PEERS", "row_qtype"]
+__all__ = [
+    "SHAPES",
+    "IST_MARLIN",
+    "BENCH_CUBLAS",
+    "BEST_PEERS",
+    "FLOOR_TARGET_SHAPES",
+    "select_shapes",
+    "anchors_apply",
+    "drop_foreign_anchors",
+    "make_tinygemm",
+    "load_gemlite",
+    "make_gemlite",
+    "gemlite_config_source",
+    "save_gemlite_configs",
+    "single_call_ms",
+    "kernel_name",
+    "best_peer",
+    "row_ratios",
+    "markdown",
+    "evaluate_targets",
+    "format_targets",
+    "merge_rows",
+    "Timer",
+    "copies_needed",
+    "copy_bandwidth",
+    "floor_us",
+    "host_overhead",
+    "random_weights",
+    "draw_values",
+    "parse_gpu_state",
+    "gpu_state",
+    "thermal_slowdown",
+    "BENCH_QTYPES",
+    "qtype_group",
+    "weight_bytes",
+    "INT4_ONLY_PEERS",
+    "row_qtype",
+]
 
 SHAPES = {
-    "L3-8B qkv": (4096, 6144), "L3-8B o": (4096, 4096), "L3-8B gate_up": (4096, 28672),
-    "L3-8B down": (14336, 4096), "L3-70B qkv": (8192, 10240), "L3-70B o": (8192, 8192),
-    "L3-70B gate_up": (8192, 57344), "L3-70B down": (28672, 8192),
+    "L3-8B qkv": (4096, 6144),
+    "L3-8B o": (4096, 4096),
+    "L3-8B gate_up": (4096, 28672),
+    "L3-8B down": (14336, 4096),
+    "L3-70B qkv": (8192, 10240),
+    "L3-70B o": (8192, 8192),
+    "L3-70B gate_up": (8192, 57344),
+    "L3-70B down": (28672, 8192),
 }
 # IST Marlin (fp16, g128, H100 80GB HBM3, graph replay, weights past L2), BENCH.md, in µs.
 IST_MARLIN = {
@@ -50,10 +87,14 @@ IST_MARLIN = {
 }
 # cuBLAS fp16 of the same BENCH.md run, to compare ratios rather than absolute times.
 BENCH_CUBLAS = {
-    "L3-8B qkv": {1: 21.2, 16: 21.9, 64: 22.2}, "L3-8B o": {1: 15.1, 16: 17.0, 64: 15.2},
-    "L3-8B gate_up": {1: 88.3, 16: 83.5, 64: 100.9}, "L3-8B down": {1: 44.2, 16: 45.3, 64: 46.9},
-    "L3-70B qkv": {1: 62.1, 16: 64.6, 64: 61.6}, "L3-70B o": {1: 48.1, 16: 48.3, 64: 49.2},
-    "L3-70B gate_up": {1: 309.5, 16: 320.3, 64: 350.4}, "L3-70B down": {1: 159.1, 16: 161.1, 64: 168.7},
+    "L3-8B qkv": {1: 21.2, 16: 21.9, 64: 22.2},
+    "L3-8B o": {1: 15.1, 16: 17.0, 64: 15.2},
+    "L3-8B gate_up": {1: 88.3, 16: 83.5, 64: 100.9},
+    "L3-8B down": {1: 44.2, 16: 45.3, 64: 46.9},
+    "L3-70B qkv": {1: 62.1, 16: 64.6, 64: 61.6},
+    "L3-70B o": {1: 48.1, 16: 48.3, 64: 49.2},
+    "L3-70B gate_up": {1: 309.5, 16: 320.3, 64: 350.4},
+    "L3-70B down": {1: 159.1, 16: 161.1, 64: 168.7},
 }
 
 
@@ -86,8 +127,12 @@ def candidate_filter(paths: str = "", tiles: str = "", stages: str = ""):
 
     def wanted(s) -> bool:
         gemv = not hasattr(s, "stages")
-        if (keep_paths and s.path not in keep_paths and getattr(s, "route", "") not in keep_paths
-                and not (gemv and "gemv" in keep_paths)):
+        if (
+            keep_paths
+            and s.path not in keep_paths
+            and getattr(s, "route", "") not in keep_paths
+            and not (gemv and "gemv" in keep_paths)
+        ):
             return False
         if gemv:
             return not keep_tiles and not keep_depths
@@ -112,7 +157,6 @@ def make_tinygemm(torch, n, k, g, ncopies):
     return out
 
 
-
 # --- gemlite (mobiusml/gemlite, Triton) -------------------------------------------------------
 
 # How much of gemlite's autotuning runs on a config-cache miss. A (shape, M) that gemlite's config
@@ -122,16 +166,23 @@ def make_tinygemm(torch, n, k, g, ncopies):
 # whose default list has a single config (Triton prunes only lists of more than one, so a single
 # config would bypass the cache). "fast" is gemlite's own default, "max" its long search.
 GEMLITE_AUTOTUNE = {
-    "short": {"GEMV": "fast", "GEMV_REVSPLITK": "fast", "GEMV_SPLITK": "fast",
-              "GEMM_SPLITK": "default", "GEMM": "default"},
+    "short": {
+        "GEMV": "fast",
+        "GEMV_REVSPLITK": "fast",
+        "GEMV_SPLITK": "fast",
+        "GEMM_SPLITK": "default",
+        "GEMM": "default",
+    },
     "fast": "fast",
     "max": "max",
 }
 # gemlite's matmul types and, for each, (kernel module, class) under gemlite.triton_kernels.
 _GEMLITE_KERNELS = {
-    "GEMV": ("gemv_kernels", "gemv"), "GEMV_REVSPLITK": ("gemv_revsplitK_kernels", "gemv_revsplitK"),
+    "GEMV": ("gemv_kernels", "gemv"),
+    "GEMV_REVSPLITK": ("gemv_revsplitK_kernels", "gemv_revsplitK"),
     "GEMV_SPLITK": ("gemv_splitK_kernels", "gemv_splitK"),
-    "GEMM_SPLITK": ("gemm_splitK_kernels", "gemm_splitK"), "GEMM": ("gemm_kernels", "gemm"),
+    "GEMM_SPLITK": ("gemm_splitK_kernels", "gemm_splitK"),
+    "GEMM": ("gemm_kernels", "gemm"),
 }
 
 
@@ -178,7 +229,9 @@ def load_gemlite(autotune: str = "short", config_files=()):
     info["config_shipped"] = os.path.basename(shipped) if shipped else None
     try:
         gl.set_autotune(GEMLITE_AUTOTUNE[autotune])
-        info["config_files"] = [f for f in config_files if f and os.path.exists(f) and gl.load_config(f, print_error=False)]
+        info["config_files"] = [
+            f for f in config_files if f and os.path.exists(f) and gl.load_config(f, print_error=False)
+        ]
     except Exception as e:
         raise RuntimeError(f"gemlite set-up failed ({_one_line(e)})") from None
     return gl, info
@@ -220,8 +273,9 @@ def make_gemlite(torch, n, k, g, ncopies, act="float16", zeros="group", check_m=
         elif zeros == "shift":
             z = 8
             gdt = DType.FP16 if act == "float16" else DType.BF16
-            layer = GemLiteLinearTriton(4, group_size=g, in_features=k, out_features=n,
-                                        input_dtype=gdt, output_dtype=gdt)
+            layer = GemLiteLinearTriton(
+                4, group_size=g, in_features=k, out_features=n, input_dtype=gdt, output_dtype=gdt
+            )
             layer.pack(q, s, 8)
         else:
             raise ValueError(f"zeros must be 'group' or 'shift', not {zeros!r}")
@@ -319,8 +373,13 @@ def gpu_state(torch, dev):
     except Exception:
         ident = str(dev)
     try:
-        text = subprocess.run(["nvidia-smi", "-q", "-d", "PERFORMANCE,TEMPERATURE", "-i", ident],
-                              capture_output=True, text=True, timeout=20, check=True).stdout
+        text = subprocess.run(
+            ["nvidia-smi", "-q", "-d", "PERFORMANCE,TEMPERATURE", "-i", ident],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
     except Exception:
         return None
     return parse_gpu_state(text)
@@ -342,8 +401,13 @@ def thermal_slowdown(before, after):
 def kernel_name(qw, act, m):
     """The kernel (spec name) jitmarlin planned for weight `qw` at (act, M): read from the weight's
     launchers, keyed (device, act, M, stream, pdl). Several streams with different plans join with '/'."""
-    names = sorted({lz.plan.spec.name for key, lz in getattr(qw, "_launchers", {}).items()
-                    if len(key) >= 3 and key[1] == act and key[2] == m})
+    names = sorted(
+        {
+            lz.plan.spec.name
+            for key, lz in getattr(qw, "_launchers", {}).items()
+            if len(key) >= 3 and key[1] == act and key[2] == m
+        }
+    )
     return "/".join(names) if names else None
 
 
@@ -418,9 +482,14 @@ def row_ratios(row):
     fl = _pos(row.get("floor_us"))
     cb = _pos(row.get("cublas_fp16_us"))
     name, bp = best_peer(row)
-    return {"x_floor": t / fl if t and fl else None, "best_peer": name, "best_peer_us": bp,
-            "x_best_peer": t / bp if t and bp else None, "x_cublas": t / cb if t and cb else None,
-            "cublas_over_jitmarlin": cb / t if t and cb else None}
+    return {
+        "x_floor": t / fl if t and fl else None,
+        "best_peer": name,
+        "best_peer_us": bp,
+        "x_best_peer": t / bp if t and bp else None,
+        "x_cublas": t / cb if t and cb else None,
+        "cublas_over_jitmarlin": cb / t if t and cb else None,
+    }
 
 
 def merge_rows(*row_lists):
@@ -454,10 +523,12 @@ def markdown(rows):
     """One line per row: jitmarlin time, × floor, × best peer, × cuBLAS fp16, and the peers; a qtype
     column where the rows hold more than one weight type."""
     multi = len({row_qtype(r) for r in rows}) > 1
-    lines = ["| layer (K×N) | " + ("qtype | " if multi else "") + "act | M | kernel | jitmarlin µs | floor µs "
-             "| × floor | best peer | × best peer | cuBLAS fp16 µs | × cuBLAS | humming µs | tinygemm µs "
-             "| gemlite µs | IST Marlin µs (BENCH.md) |",
-             "|---|" + ("---|" if multi else "") + "---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| layer (K×N) | " + ("qtype | " if multi else "") + "act | M | kernel | jitmarlin µs | floor µs "
+        "| × floor | best peer | × best peer | cuBLAS fp16 µs | × cuBLAS | humming µs | tinygemm µs "
+        "| gemlite µs | IST Marlin µs (BENCH.md) |",
+        "|---|" + ("---|" if multi else "") + "---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         q = row_ratios(r)
         best = "-" if q["best_peer"] is None else f"{q['best_peer'].replace('_benchmd', '')} {q['best_peer_us']:.1f}"
@@ -466,13 +537,23 @@ def markdown(rows):
             f"| {r['shape']} ({r['K']}×{r['N']}) | {qt}{r['act']} | {r['M']} | {_kernel_cell(r)} "
             f"| {_f(r.get('jitmarlin_us'))} | {_f(r.get('floor_us'))} | {_f(q['x_floor'], 2)} | {best} "
             f"| {_f(q['x_best_peer'], 2)} | {_f(r.get('cublas_fp16_us'))} | {_f(q['x_cublas'], 2)} "
-            f"| {_peer_cell(r, 'humming')} | {_peer_cell(r, 'tinygemm')} | {_peer_cell(r, 'gemlite')} | {_peer_cell(r, 'ist_marlin_benchmd')} |")
+            f"| {_peer_cell(r, 'humming')} | {_peer_cell(r, 'tinygemm')} | {_peer_cell(r, 'gemlite')} | {_peer_cell(r, 'ist_marlin_benchmd')} |"
+        )
     return "\n".join(lines)
 
 
 def _where(r, value, **extra):
-    return {"shape": r["shape"], "K": r["K"], "N": r["N"], "M": r["M"], "act": r["act"], "qtype": row_qtype(r),
-            "value": round(value, 3), "kernel": r.get("kernel"), **extra}
+    return {
+        "shape": r["shape"],
+        "K": r["K"],
+        "N": r["N"],
+        "M": r["M"],
+        "act": r["act"],
+        "qtype": row_qtype(r),
+        "value": round(value, 3),
+        "kernel": r.get("kernel"),
+        **extra,
+    }
 
 
 def _evaluate(rows, text, applies, key, op, thr):
@@ -490,9 +571,15 @@ def _evaluate(rows, text, applies, key, op, thr):
         bad = v if op == "<=" else -v
         if worst is None or bad > worst[0]:
             worst = (bad, r, v)
-    return {"text": text, "threshold": f"{op} {thr}", "pass": None if not evaluated else failing == 0,
-            "evaluated": evaluated, "failing": failing, "missing": missing,
-            "worst": None if worst is None else _where(worst[1], worst[2])}
+    return {
+        "text": text,
+        "threshold": f"{op} {thr}",
+        "pass": None if not evaluated else failing == 0,
+        "evaluated": evaluated,
+        "failing": failing,
+        "missing": missing,
+        "worst": None if worst is None else _where(worst[1], worst[2]),
+    }
 
 
 def _evaluate_bf16(rows, tol=0.05):
@@ -512,28 +599,52 @@ def _evaluate_bf16(rows, tol=0.05):
         failing += abs(v - 1) > tol
         if worst is None or abs(v - 1) > worst[0]:
             worst = (abs(v - 1), b, v, th, tb)
-    return {"text": "bf16 within 5% of fp16 (jitmarlin, same shape, M and weight type)",
-            "threshold": f"|bf16/fp16 - 1| <= {tol}", "pass": None if not evaluated else failing == 0,
-            "evaluated": evaluated, "failing": failing, "missing": missing,
-            "worst": None if worst is None else _where(worst[1], worst[2], act="bfloat16/float16",
-                                                       fp16_us=worst[3], bf16_us=worst[4])}
+    return {
+        "text": "bf16 within 5% of fp16 (jitmarlin, same shape, M and weight type)",
+        "threshold": f"|bf16/fp16 - 1| <= {tol}",
+        "pass": None if not evaluated else failing == 0,
+        "evaluated": evaluated,
+        "failing": failing,
+        "missing": missing,
+        "worst": None
+        if worst is None
+        else _where(worst[1], worst[2], act="bfloat16/float16", fp16_us=worst[3], bf16_us=worst[4]),
+    }
 
 
 def evaluate_targets(rows):
     """Issue 6's targets on `rows`: {id: {text, threshold, pass (None: no row to judge), evaluated,
     failing, missing (rows it applies to that lack a time), worst (the row furthest from it)}}."""
     return {
-        "a": _evaluate(rows, "M in {1,16}: jitmarlin <= 1.15x the byte floor on the >= 29 MB layers "
-                       "(8B gate_up, 8B down, 70B qkv, 70B gate_up, 70B down)",
-                       lambda r: r["M"] in (1, 16) and r["shape"] in FLOOR_TARGET_SHAPES, "x_floor", "<=", 1.15),
-        "b": _evaluate(rows, "M in {1,16}: jitmarlin <= 0.85x the best peer, all shapes",
-                       lambda r: r["M"] in (1, 16), "x_best_peer", "<=", 0.85),
-        "c": _evaluate(rows, "M = 64: jitmarlin <= 0.85x the best peer",
-                       lambda r: r["M"] == 64, "x_best_peer", "<=", 0.85),
-        "d": _evaluate(rows, "M >= 256: jitmarlin <= 1.0x cuBLAS fp16",
-                       lambda r: r["M"] >= 256, "x_cublas", "<=", 1.0),
-        "e": _evaluate(rows, "M = 4096: cuBLAS fp16 time / jitmarlin time >= 0.8",
-                       lambda r: r["M"] == 4096, "cublas_over_jitmarlin", ">=", 0.8),
+        "a": _evaluate(
+            rows,
+            "M in {1,16}: jitmarlin <= 1.15x the byte floor on the >= 29 MB layers "
+            "(8B gate_up, 8B down, 70B qkv, 70B gate_up, 70B down)",
+            lambda r: r["M"] in (1, 16) and r["shape"] in FLOOR_TARGET_SHAPES,
+            "x_floor",
+            "<=",
+            1.15,
+        ),
+        "b": _evaluate(
+            rows,
+            "M in {1,16}: jitmarlin <= 0.85x the best peer, all shapes",
+            lambda r: r["M"] in (1, 16),
+            "x_best_peer",
+            "<=",
+            0.85,
+        ),
+        "c": _evaluate(
+            rows, "M = 64: jitmarlin <= 0.85x the best peer", lambda r: r["M"] == 64, "x_best_peer", "<=", 0.85
+        ),
+        "d": _evaluate(rows, "M >= 256: jitmarlin <= 1.0x cuBLAS fp16", lambda r: r["M"] >= 256, "x_cublas", "<=", 1.0),
+        "e": _evaluate(
+            rows,
+            "M = 4096: cuBLAS fp16 time / jitmarlin time >= 0.8",
+            lambda r: r["M"] == 4096,
+            "cublas_over_jitmarlin",
+            ">=",
+            0.8,
+        ),
         "f": _evaluate_bf16(rows),
     }
 
@@ -546,6 +657,8 @@ def format_targets(targets):
         qt = "" if not w or w.get("qtype", "uint4b8") == "uint4b8" else f" {w['qtype']}"
         worst = "" if not w else f"; worst {w['value']:.3f} at {w['shape']} M={w['M']} {w['act']}{qt}"
         gap = f"; {t['missing']} rows without the times to judge" if t["missing"] else ""
-        lines.append(f"({tid}) {status} {t['text']} [{t['threshold']}]: "
-                     f"{t['evaluated'] - t['failing']}/{t['evaluated']} rows meet it{worst}{gap}")
+        lines.append(
+            f"({tid}) {status} {t['text']} [{t['threshold']}]: "
+            f"{t['evaluated'] - t['failing']}/{t['evaluated']} rows meet it{worst}{gap}"
+        )
     return "\n".join(lines)

@@ -12,6 +12,7 @@ Peers, same run, same routing:
   torch-bf16   torch's grouped GEMM (torch._grouped_mm) on bf16 weights, sort and sum in torch
   dense-loop   jitmarlin.linear looped over the touched experts (host knows the routing)
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -23,8 +24,14 @@ import numpy as np
 
 # The six models' quant types as served (GPTQ-style int4 g128; gpt-oss ships MXFP4); their expert
 # shapes come from the shipped prewarm manifests (cache/<model>.json).
-QUANT = {"mixtral-8x7b": ("uint4b8", 128), "qwen3-30b-a3b": ("uint4b8", 128), "qwen3-235b-a22b": ("uint4b8", 128),
-         "deepseek-v2-lite": ("uint4b8", 128), "gpt-oss-20b": ("mxfp4", 32), "gpt-oss-120b": ("mxfp4", 32)}
+QUANT = {
+    "mixtral-8x7b": ("uint4b8", 128),
+    "qwen3-30b-a3b": ("uint4b8", 128),
+    "qwen3-235b-a22b": ("uint4b8", 128),
+    "deepseek-v2-lite": ("uint4b8", 128),
+    "gpt-oss-20b": ("mxfp4", 32),
+    "gpt-oss-120b": ("mxfp4", 32),
+}
 
 
 def model_shape(name: str) -> tuple:
@@ -48,6 +55,8 @@ def model_names(shapes: str | None) -> list:
     if bad:
         raise SystemExit(f"tools/bench --moe: unknown model(s) {', '.join(bad)}; known: {', '.join(MODELS)}")
     return names
+
+
 TOKENS = (1, 4, 16, 64, 256, 1024, 4096)
 
 
@@ -58,8 +67,12 @@ def _model_weights(model: str):
 
     e, _, hidden, inter, qtype, group, _ = MODELS[model]
     rng = np.random.default_rng(0)
-    return (rng, get_qtype(qtype).bits, random_moe(rng, e, 2 * inter, hidden, qtype, group, gated=True),
-            random_moe(rng, e, hidden, inter, qtype, group))
+    return (
+        rng,
+        get_qtype(qtype).bits,
+        random_moe(rng, e, 2 * inter, hidden, qtype, group, gated=True),
+        random_moe(rng, e, hidden, inter, qtype, group),
+    )
 
 
 def routing(rng, t, k, e, skew=False):
@@ -67,7 +80,7 @@ def routing(rng, t, k, e, skew=False):
     if skew:
         half = t // 2
         ids[:half, 0] = 0
-        for j in range(1, k):                               # keep a token's experts distinct
+        for j in range(1, k):  # keep a token's experts distinct
             clash = ids[:half, j] == 0
             ids[:half, j][clash] = (ids[:half, 0][clash] + 1 + j) % e
     w = rng.random((t, k)).astype(np.float32) + 0.05
@@ -118,7 +131,8 @@ def _torch_grouped(torch, e, hidden, inter, copies, act_dtype):
         flat = ids.reshape(-1)
         order = torch.argsort(flat)
         counts = torch.zeros(e, dtype=torch.int32, device=x.device).scatter_add_(
-            0, flat.long(), torch.ones_like(flat, dtype=torch.int32))
+            0, flat.long(), torch.ones_like(flat, dtype=torch.int32)
+        )
         offs = torch.cumsum(counts, 0, dtype=torch.int32)
         xs = x.to(torch.bfloat16).index_select(0, order // k)
         h = torch._grouped_mm(xs, ws[i][0], offs=offs)
@@ -146,7 +160,7 @@ def _dense_loop(torch, jitmarlin, mws13, mws2, ids_np, tw, activation, x):
         for qws, rows, slots in plan:
             xe = x.index_select(0, rows)
             h = jitmarlin.linear(xe, qws[i][0])
-            h = h.view(-1, inter // 8, 2, 8)                # interleaved gate / up blocks of 8
+            h = h.view(-1, inter // 8, 2, 8)  # interleaved gate / up blocks of 8
             a = (torch.nn.functional.silu(h[:, :, 0].float()) * h[:, :, 1].float()).reshape(-1, inter).to(x.dtype)
             y = jitmarlin.linear(a, qws[i][1])
             out.index_add_(0, rows, y.float() * tw[rows, slots, None])
@@ -164,8 +178,9 @@ def moe_kinds(spec: str | None) -> list:
     kinds = [k for k in (spec or "auto").split(",") if k]
     bad = [k for k in kinds if k not in MOE_KINDS]
     if bad or not kinds:
-        raise SystemExit(f"tools/bench --moe-kind: unknown kind(s) {', '.join(bad) or repr(spec)}; "
-                         f"known: {', '.join(MOE_KINDS)}")
+        raise SystemExit(
+            f"tools/bench --moe-kind: unknown kind(s) {', '.join(bad) or repr(spec)}; known: {', '.join(MOE_KINDS)}"
+        )
     return list(dict.fromkeys(kinds))
 
 
@@ -192,8 +207,9 @@ class moe_kind:
         """The grouped GEMMs the runners of `w13` ran (up / down kernel names)."""
         from jitmarlin.ops import moe as moe_ops
 
-        return "; ".join(sorted({f"{r.plan.up.name} / {r.plan.down.name}"
-                                 for r in moe_ops._runners.get(w13, {}).values()}))
+        return "; ".join(
+            sorted({f"{r.plan.up.name} / {r.plan.down.name}" for r in moe_ops._runners.get(w13, {}).values()})
+        )
 
     def __exit__(self, *exc):
         from jitmarlin.kernels.moe import plan as moe_plan
@@ -223,15 +239,22 @@ def main_moe(args):
     models = model_names(args.shapes)
     ts = [int(v) for v in args.m.split(",")] if args.m else list(TOKENS)
     kinds = moe_kinds(getattr(args, "moe_kind", None))
-    result = {"gpu": gpu, "date": dt.date.today().isoformat(), "copy_tbps": round(bw, 3), "mode": "moe",
-              "method": "CUDA-graph replay of the whole routed-expert block, weight copies rotated past 4x L2 "
-                        "by touched bytes, median of 5 replays", "rows": [], "peers_requested": peers}
+    result = {
+        "gpu": gpu,
+        "date": dt.date.today().isoformat(),
+        "copy_tbps": round(bw, 3),
+        "mode": "moe",
+        "method": "CUDA-graph replay of the whole routed-expert block, weight copies rotated past 4x L2 "
+        "by touched bytes, median of 5 replays",
+        "rows": [],
+        "peers_requested": peers,
+    }
     print(f"# jitmarlin MoE bench on {gpu} ({prof.arch}); copy bandwidth {bw:.2f} TB/s", flush=True)
     hum = None
     if "humming" in peers:
         try:
             import benchmoe_humming as hum
-        except Exception as e:   # not installed, or its import fails: the run goes on without it
+        except Exception as e:  # not installed, or its import fails: the run goes on without it
             print(f"# humming unavailable: {type(e).__name__}: {str(e)[:200]}", flush=True)
     t_start = time.monotonic()
     for model in models:
@@ -243,13 +266,16 @@ def main_moe(args):
                 if args.deadline_s and time.monotonic() - t_start > args.deadline_s:
                     result["stopped_early"] = f"--deadline-s {args.deadline_s:g} reached"
                     break
-                for skew in ((False, True) if t >= 2 else (False,)):
-                    ids, tb, copies, m13, m2, x, ids_d, tw_d, out = _row(torch, cp, rng, prof, w13, w2, t, k, e,
-                                                                         skew, dev, act, tdt, hidden)
-                    fns = [lambda i=i: jitmarlin.moe(x, m13[i], m2[i], tw_d, ids_d, activation=activation, out=out)
-                           for i in range(copies)]
+                for skew in (False, True) if t >= 2 else (False,):
+                    ids, tb, copies, m13, m2, x, ids_d, tw_d, out = _row(
+                        torch, cp, rng, prof, w13, w2, t, k, e, skew, dev, act, tdt, hidden
+                    )
+                    fns = [
+                        lambda i=i: jitmarlin.moe(x, m13[i], m2[i], tw_d, ids_d, activation=activation, out=out)
+                        for i in range(copies)
+                    ]
                     kind_us, kind_plans = {}, {}
-                    for kind in kinds:   # (--moe-kind: each kind timed on the same routing and copies)
+                    for kind in kinds:  # (--moe-kind: each kind timed on the same routing and copies)
                         with moe_kind(kind) as mk:
                             try:
                                 kind_us[kind] = timer(fns)
@@ -260,10 +286,23 @@ def main_moe(args):
                                 kind_plans[kind] = f"{type(ex).__name__}: {str(ex)[:160]}"
                     us = kind_us[kinds[0]]
                     floor = (tb + 2 * t * hidden * 2) / (bw * 1e12) * 1e6
-                    row = {"model": model, "E": e, "k": k, "hidden": hidden, "inter": inter, "qtype": qtype,
-                           "T": t, "act": act, "routing": "skewed" if skew else "uniform", "copies": copies,
-                           "touched_experts": int(len(np.unique(ids))), "floor_us": round(floor, 2),
-                           "jitmarlin_us": round(us, 2), "peers": {}, "peer_errors": {}}
+                    row = {
+                        "model": model,
+                        "E": e,
+                        "k": k,
+                        "hidden": hidden,
+                        "inter": inter,
+                        "qtype": qtype,
+                        "T": t,
+                        "act": act,
+                        "routing": "skewed" if skew else "uniform",
+                        "copies": copies,
+                        "touched_experts": int(len(np.unique(ids))),
+                        "floor_us": round(floor, 2),
+                        "jitmarlin_us": round(us, 2),
+                        "peers": {},
+                        "peer_errors": {},
+                    }
                     if kinds != ["auto"]:
                         row["kinds"] = {kd: round(v, 2) for kd, v in kind_us.items()}
                         row["kind_plans"] = kind_plans
@@ -277,8 +316,9 @@ def main_moe(args):
                         try:
                             nc = max(1, min(8, math.ceil(4 * prof.l2_bytes / (tb * 4 / max(bits, 1)))))
                             blk = _torch_grouped(torch, e, hidden, inter, nc, tdt)
-                            row["peers"]["torch-bf16"] = round(timer([lambda i=i: blk(i, x, ids_d, tw_d)
-                                                                      for i in range(nc)]), 2)
+                            row["peers"]["torch-bf16"] = round(
+                                timer([lambda i=i: blk(i, x, ids_d, tw_d) for i in range(nc)]), 2
+                            )
                             del blk
                         except Exception as ex:
                             row["peer_errors"]["torch-bf16"] = f"{type(ex).__name__}: {str(ex)[:160]}"
@@ -294,11 +334,16 @@ def main_moe(args):
                         except Exception as ex:
                             row["peer_errors"]["humming"] = f"{type(ex).__name__}: {str(ex)[:160]}"
                     result["rows"].append(row)
-                    cells = "  ".join([f"{kd} {v:.1f}" for kd, v in kind_us.items()][1:]
-                                      + [f"{p} {v:.1f} ({us / v:.2f}x)" for p, v in row["peers"].items()])
-                    print(f"{model:<17} {act:<8} T={t:<5} {row['routing']:<8} {us:9.1f} us  floor {floor:8.1f}"
-                          f"  x{us / floor:5.2f}  {cells}", flush=True)
-                    m13 = m2 = fns = None   # free the device copies before the next row
+                    cells = "  ".join(
+                        [f"{kd} {v:.1f}" for kd, v in kind_us.items()][1:]
+                        + [f"{p} {v:.1f} ({us / v:.2f}x)" for p, v in row["peers"].items()]
+                    )
+                    print(
+                        f"{model:<17} {act:<8} T={t:<5} {row['routing']:<8} {us:9.1f} us  floor {floor:8.1f}"
+                        f"  x{us / floor:5.2f}  {cells}",
+                        flush=True,
+                    )
+                    m13 = m2 = fns = None  # free the device copies before the next row
                     torch.cuda.empty_cache()
                     if args.json:
                         with open(args.json, "w") as f:
@@ -327,8 +372,13 @@ def sweep_moe(args):
     ts = [int(v) for v in args.m.split(",")] if args.m else [1, 16, 256]
     act = args.act.split(",")[0]
     tdt = torch.float16 if act == "float16" else torch.bfloat16
-    out = {"gpu": torch.cuda.get_device_name(dev), "date": dt.date.today().isoformat(), "mode": "moe-sweep",
-           "copy_tbps": round(bw, 3), "rows": []}
+    out = {
+        "gpu": torch.cuda.get_device_name(dev),
+        "date": dt.date.today().isoformat(),
+        "mode": "moe-sweep",
+        "copy_tbps": round(bw, 3),
+        "rows": [],
+    }
     t_start = time.monotonic()
     for model in models:
         e, k, hidden, inter, qtype, group, activation = MODELS[model]
@@ -336,29 +386,49 @@ def sweep_moe(args):
         for t in ts:
             if args.deadline_s and time.monotonic() - t_start > args.deadline_s:
                 break
-            ids, tb, copies, m13, m2, x, ids_d, tw_d, y = _row(torch, __import__("cupy"), rng, prof, w13, w2, t, k, e,
-                                                               False, dev, act, tdt, hidden)
+            ids, tb, copies, m13, m2, x, ids_d, tw_d, y = _row(
+                torch, __import__("cupy"), rng, prof, w13, w2, t, k, e, False, dev, act, tdt, hidden
+            )
             problem = MoEProblem(t, k, e, w13.n, w13.k, w2.n, w2.k, inter, hidden, act, qtype, group, activation)
             base = plan_moe(prof, problem)
 
             def time_plan(plan):
-                rs = [moe_ops._Runner(m13[i], m2[i], dev, act, t, k, stream.cuda_stream, activation, False, plan=plan)
-                      for i in range(copies)]
-                return timer([lambda r=r: r(x.data_ptr(), ids_d.data_ptr(), tw_d.data_ptr(), 0, e, y.data_ptr())
-                              for r in rs])
+                rs = [
+                    moe_ops._Runner(m13[i], m2[i], dev, act, t, k, stream.cuda_stream, activation, False, plan=plan)
+                    for i in range(copies)
+                ]
+                return timer(
+                    [lambda r=r: r(x.data_ptr(), ids_d.data_ptr(), tw_d.data_ptr(), 0, e, y.data_ptr()) for r in rs]
+                )
 
             floor = (tb + 2 * t * hidden * 2) / (bw * 1e12) * 1e6
-            row = {"model": model, "T": t, "act": act, "floor_us": round(floor, 2),
-                   "default": {"up": base.up.name, "down": base.down.name, "splits": base.splits,
-                               "us": round(time_plan(base), 2)}, "best": {}}
+            row = {
+                "model": model,
+                "T": t,
+                "act": act,
+                "floor_us": round(floor, 2),
+                "default": {
+                    "up": base.up.name,
+                    "down": base.down.name,
+                    "splits": base.splits,
+                    "us": round(time_plan(base), 2),
+                },
+                "best": {},
+            }
             trials = [("up", s, {"up": s, "down": base.down}) for s in stage_candidates(prof, problem, base, "up")]
             trials += [("down", s, {"down": s, "up": base.up}) for s in stage_candidates(prof, problem, base, "down")]
             if not base.gemv:
-                trials += [("splits", n, {"splits": n}) for n in (1, 2, 3, 4, 6, 8, 12, 16)
-                           if n <= problem.k2 // base.down.tile_k and (n == 1 or base.down.path == "sm80")]
-                trials += [("up_splits", n, {"up_splits": n}) for n in (2, 3, 4, 5, 7, 8)
-                           if n <= problem.k13 // base.up.tile_k and base.up.path == "sm80"]
-            try:   # the other kind's plan (GEMV against mma.sync at decode)
+                trials += [
+                    ("splits", n, {"splits": n})
+                    for n in (1, 2, 3, 4, 6, 8, 12, 16)
+                    if n <= problem.k2 // base.down.tile_k and (n == 1 or base.down.path == "sm80")
+                ]
+                trials += [
+                    ("up_splits", n, {"up_splits": n})
+                    for n in (2, 3, 4, 5, 7, 8)
+                    if n <= problem.k13 // base.up.tile_k and base.up.path == "sm80"
+                ]
+            try:  # the other kind's plan (GEMV against mma.sync at decode)
                 trials.append(("kind", "gemv" if not base.gemv else "mma", {"gemv": not base.gemv}))
                 plan_moe(prof, problem, gemv=not base.gemv)
             except Exception:
@@ -366,7 +436,7 @@ def sweep_moe(args):
             for what, choice, kw in trials:
                 try:
                     us = time_plan(plan_moe(prof, problem, **kw))
-                except Exception as ex:   # a candidate that does not build or run: next one
+                except Exception as ex:  # a candidate that does not build or run: next one
                     print(f"  {what} {getattr(choice, 'name', choice)}: {type(ex).__name__}: {str(ex)[:120]}")
                     continue
                 best = row["best"].get(what)
@@ -374,8 +444,11 @@ def sweep_moe(args):
                     row["best"][what] = {"choice": getattr(choice, "name", choice), "us": round(us, 2)}
             out["rows"].append(row)
             d = row["default"]
-            print(f"{model:<17} T={t:<5} default {d['us']:8.1f} us (floor {floor:.1f}; {d['up']}, {d['down']}, "
-                  f"splits {d['splits']})", flush=True)
+            print(
+                f"{model:<17} T={t:<5} default {d['us']:8.1f} us (floor {floor:.1f}; {d['up']}, {d['down']}, "
+                f"splits {d['splits']})",
+                flush=True,
+            )
             for what, b in row["best"].items():
                 print(f"    best {what:<6} {b['us']:8.1f} us  {b['choice']}", flush=True)
             m13 = m2 = None

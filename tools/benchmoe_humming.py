@@ -32,6 +32,7 @@ What this adapter relies on, read from the 0.1.20 wheel and from vLLM's integrat
   never imported. CUDA headers/nvrtc are found by utils/cuda.py filter_cuda_paths, whose major version must
   equal torch.version.cuda's (torch 2.11+cu130 with CUDA 13 nvcc / nvidia cu13 wheels: fine).
 """
+
 from __future__ import annotations
 
 import json
@@ -50,7 +51,7 @@ _QTYPES = {
 }
 _SILU_MUL = "a / (1.0f + __expf(-a)) * b"
 _WEIGHT_NAMES = ("weight", "weight_scale", "zero_point", "weight_scale_2", "bias")
-_BASE: dict = {}   # one quantized base (copy 0) kept across calls, keyed by shape / qtype / dtype / device
+_BASE: dict = {}  # one quantized base (copy 0) kept across calls, keyed by shape / qtype / dtype / device
 
 
 class HummingPeerError(RuntimeError):
@@ -75,25 +76,41 @@ def _import_humming():
         from humming.schema import HummingWeightSchema
         from humming.tune import get_heuristics_config
     except Exception as e:
-        raise ImportError(f"humming-kernels is not importable ({type(e).__name__}: {str(e)[:200]}); install it with "
-                          "'pip install --no-deps humming-kernels==0.1.20' (needs triton, cuda-bindings, jinja2, "
-                          "filelock, packaging and a CUDA toolkit/nvrtc of torch's CUDA major)") from e
-    return dict(version=getattr(humming, "__version__", "?"), ops=ops, forward=humming_forward, Layer=HummingLayer,
-                Schema=HummingWeightSchema, heuristics=get_heuristics_config)
+        raise ImportError(
+            f"humming-kernels is not importable ({type(e).__name__}: {str(e)[:200]}); install it with "
+            "'pip install --no-deps humming-kernels==0.1.20' (needs triton, cuda-bindings, jinja2, "
+            "filelock, packaging and a CUDA toolkit/nvrtc of torch's CUDA major)"
+        ) from e
+    return dict(
+        version=getattr(humming, "__version__", "?"),
+        ops=ops,
+        forward=humming_forward,
+        Layer=HummingLayer,
+        Schema=HummingWeightSchema,
+        heuristics=get_heuristics_config,
+    )
 
 
 def _quantized_layer(torch, hm, e, n, k, wcfg, act_dtype, gen, dev):
     """HummingLayer for E x n x k random weights: (layer, original schema, pre-transform tensors, kernel tensors)."""
-    layer = _guard("HummingLayer()", hm["Layer"], shape_n=n, shape_k=k, weight_config=dict(wcfg), num_experts=e,
-                   torch_dtype=act_dtype).to(f"cuda:{dev}")
+    layer = _guard(
+        "HummingLayer()",
+        hm["Layer"],
+        shape_n=n,
+        shape_k=k,
+        weight_config=dict(wcfg),
+        num_experts=e,
+        torch_dtype=act_dtype,
+    ).to(f"cuda:{dev}")
     schema = layer.weight_schema
-    chunk = max(1, (1 << 27) // (n * k))            # experts per quantization step, to bound the float temp
+    chunk = max(1, (1 << 27) // (n * k))  # experts per quantization step, to bound the float temp
     parts = []
     for s in range(0, e, chunk):
-        w = torch.randn((min(chunk, e - s), n, k), generator=gen, device=f"cuda:{dev}", dtype=act_dtype).mul_(k ** -0.5)
+        w = torch.randn((min(chunk, e - s), n, k), generator=gen, device=f"cuda:{dev}", dtype=act_dtype).mul_(k**-0.5)
         # positive scales only (what the kernel tests use for block-scaled MMA); valid for every format
-        parts.append(_guard("quant_tensor", hm["Schema"].quant_tensor, w, schema, act_dtype,
-                            allow_negative_scale=False))
+        parts.append(
+            _guard("quant_tensor", hm["Schema"].quant_tensor, w, schema, act_dtype, allow_negative_scale=False)
+        )
         del w
     q = {name: torch.cat([p[name] for p in parts]) for name in parts[0]}
     _guard("load_from_tensors", layer.load_from_tensors, q)
@@ -112,8 +129,10 @@ def _base(torch, hm, e, hidden, inter, qtype, group, act_dtype, dev):
             wcfg["group_size"] = group
         gen = torch.Generator(device=f"cuda:{dev}")
         gen.manual_seed(0)
-        _BASE[key] = {"w13": _quantized_layer(torch, hm, e, 2 * inter, hidden, wcfg, act_dtype, gen, dev),
-                      "w2": _quantized_layer(torch, hm, e, hidden, inter, wcfg, act_dtype, gen, dev)}
+        _BASE[key] = {
+            "w13": _quantized_layer(torch, hm, e, 2 * inter, hidden, wcfg, act_dtype, gen, dev),
+            "w2": _quantized_layer(torch, hm, e, hidden, inter, wcfg, act_dtype, gen, dev),
+        }
     return _BASE[key]
 
 
@@ -144,33 +163,52 @@ class _HummingMoE:
         self.e, self.hidden, self.inter, self.dtype, self.topk, self.tokens = e, hidden, inter, act_dtype, topk, tokens
         self.mode, self.activation, self._act_why = mode, activation, ""
         self.layers = {w: base[w][0] for w in ("w13", "w2")}
-        self.weights = {w: [base[w][3]] + [{n: t.clone() for n, t in base[w][3].items()} for _ in range(copies - 1)]
-                        for w in ("w13", "w2")}
+        self.weights = {
+            w: [base[w][3]] + [{n: t.clone() for n, t in base[w][3].items()} for _ in range(copies - 1)]
+            for w in ("w13", "w2")
+        }
         self.compute = json.dumps({"gemm_type": mode})
         self.tuning, self.block = {}, {}
         for w, layer in self.layers.items():
-            cfg = _guard(f"{w} heuristics", hm["heuristics"], layer.humming_config, shape_m=tokens * topk,
-                         gemm_type=mode, device=layer.locks.device)
+            cfg = _guard(
+                f"{w} heuristics",
+                hm["heuristics"],
+                layer.humming_config,
+                shape_m=tokens * topk,
+                gemm_type=mode,
+                device=layer.locks.device,
+            )
             self.tuning[w] = json.dumps(cfg, default=lambda o: getattr(o, "value", str(o)))
             self.block[w] = int(cfg["block_shape"][0])
         self._prepared = None
         self.note = self._make_note()
 
     def _make_note(self):
-        act = ("humming ops.process_input(binary_split, silu expr)" if self.activation == "humming"
-               else f"torch silu*mul{self._act_why}")
-        route = ("indexed (sorted_ids/expert_ids from a torch moe_align in prepare)" if self.mode == "indexed" else
-                 "grouped_contiguous (expert_layout in prepare; torch index_select gathers x and unpermutes)")
-        return (f"humming {self.hm['version']} humming_forward/humming_gemm {route}, block_m w13={self.block['w13']}"
-                f" w2={self.block['w2']}; SwiGLU: {act}; weighted top-k sum: torch.bmm")
+        act = (
+            "humming ops.process_input(binary_split, silu expr)"
+            if self.activation == "humming"
+            else f"torch silu*mul{self._act_why}"
+        )
+        route = (
+            "indexed (sorted_ids/expert_ids from a torch moe_align in prepare)"
+            if self.mode == "indexed"
+            else "grouped_contiguous (expert_layout in prepare; torch index_select gathers x and unpermutes)"
+        )
+        return (
+            f"humming {self.hm['version']} humming_forward/humming_gemm {route}, block_m w13={self.block['w13']}"
+            f" w2={self.block['w2']}; SwiGLU: {act}; weighted top-k sum: torch.bmm"
+        )
 
     def prepare(self, x, topk_ids, topk_weights):
         torch, t, k = self.torch, self.tokens, self.topk
         if not (x.is_cuda and x.dtype == self.dtype and tuple(x.shape) == (t, self.hidden)):
-            raise ValueError(f"x must be a CUDA {self.dtype} ({t}, {self.hidden}) tensor, got {x.dtype} {tuple(x.shape)}")
+            raise ValueError(
+                f"x must be a CUDA {self.dtype} ({t}, {self.hidden}) tensor, got {x.dtype} {tuple(x.shape)}"
+            )
         if tuple(topk_ids.shape) != (t, k) or tuple(topk_weights.shape) != (t, k):
-            raise ValueError(f"topk_ids / topk_weights must be ({t}, {k}), got {tuple(topk_ids.shape)} / "
-                             f"{tuple(topk_weights.shape)}")
+            raise ValueError(
+                f"topk_ids / topk_weights must be ({t}, {k}), got {tuple(topk_ids.shape)} / {tuple(topk_weights.shape)}"
+            )
         flat = topk_ids.reshape(-1).to(device=x.device, dtype=torch.int64)
         if int(flat.min()) < 0 or int(flat.max()) >= self.e:
             raise ValueError(f"topk_ids out of range [0, {self.e})")
@@ -192,12 +230,12 @@ class _HummingMoE:
         self._y = torch.empty((n, self.hidden), device=dev, dtype=self.dtype)
         self._out = torch.empty((t, self.hidden), device=dev, dtype=self.dtype)
         self._prepared = (x, topk_ids, topk_weights)
-        self._gemm("w13", 0, self._gemm_input())           # JIT-compiles outside the timed region
+        self._gemm("w13", 0, self._gemm_input())  # JIT-compiles outside the timed region
         if self.activation == "humming":
             try:
                 self._act()
                 h = self._h1.float()
-                ref = torch.nn.functional.silu(h[:, :self.inter]) * h[:, self.inter:]
+                ref = torch.nn.functional.silu(h[:, : self.inter]) * h[:, self.inter :]
                 err = float((self._a.float() - ref).norm() / ref.norm().clamp_min(1e-30))
                 if not err < 2e-2:
                     raise HummingPeerError(f"activation self-check error {err:.3g}")
@@ -215,17 +253,33 @@ class _HummingMoE:
     def _gemm(self, w, i, inputs):
         route, top_k = self._route[w]
         out = self._h1 if w == "w13" else self._y
-        _guard(f"{w} GEMM ({self.mode})", self.hm["forward"], self.layers[w].humming_config, inputs=inputs,
-               outputs=out, locks=self.layers[w].locks, top_k=top_k, compute_config=self.compute,
-               tuning_config=self.tuning[w], **self.weights[w][i], **route)
+        _guard(
+            f"{w} GEMM ({self.mode})",
+            self.hm["forward"],
+            self.layers[w].humming_config,
+            inputs=inputs,
+            outputs=out,
+            locks=self.layers[w].locks,
+            top_k=top_k,
+            compute_config=self.compute,
+            tuning_config=self.tuning[w],
+            **self.weights[w][i],
+            **route,
+        )
 
     def _act(self):
         if self.activation == "humming":
-            _guard("process_input activation", self.hm["ops"].process_input, self._h1, outputs=self._a,
-                   activation_type="binary_split", activation_impl=_SILU_MUL)
+            _guard(
+                "process_input activation",
+                self.hm["ops"].process_input,
+                self._h1,
+                outputs=self._a,
+                activation_type="binary_split",
+                activation_impl=_SILU_MUL,
+            )
         else:
             torch = self.torch
-            torch.mul(torch.nn.functional.silu(self._h1[:, :self.inter]), self._h1[:, self.inter:], out=self._a)
+            torch.mul(torch.nn.functional.silu(self._h1[:, : self.inter]), self._h1[:, self.inter :], out=self._a)
 
     def run(self, i):
         if self._prepared is None:
@@ -247,9 +301,21 @@ class _HummingMoE:
         return float((out - ref).norm() / ref.norm().clamp_min(1e-30))
 
 
-def make_humming_moe(torch, num_experts: int, hidden: int, inter: int, qtype: str, group_size: int,
-                     act_dtype, topk: int, tokens: int, copies: int = 1, *, mode: str | None = None,
-                     activation: str | None = None):
+def make_humming_moe(
+    torch,
+    num_experts: int,
+    hidden: int,
+    inter: int,
+    qtype: str,
+    group_size: int,
+    act_dtype,
+    topk: int,
+    tokens: int,
+    copies: int = 1,
+    *,
+    mode: str | None = None,
+    activation: str | None = None,
+):
     """`copies` weight sets of a humming MoE block (w13: E x 2I x hidden, w2: E x hidden x I), random data
     quantized as `qtype`. mode: 'indexed' (vLLM's default) or 'grouped_contiguous'; activation: 'humming'
     (process_input kernel) or 'torch'. Env BENCHMOE_HUMMING_MODE / BENCHMOE_HUMMING_ACT override the defaults."""
@@ -266,8 +332,14 @@ def make_humming_moe(torch, num_experts: int, hidden: int, inter: int, qtype: st
     group = int(group_size) if group_size and group_size > 0 else 0
     if fixed is not None and group != fixed:
         raise ValueError(f"{qtype} has group size {fixed}, got {group_size}")
-    for name, v in (("num_experts", num_experts), ("hidden", hidden), ("inter", inter), ("topk", topk),
-                    ("tokens", tokens), ("copies", copies)):
+    for name, v in (
+        ("num_experts", num_experts),
+        ("hidden", hidden),
+        ("inter", inter),
+        ("topk", topk),
+        ("tokens", tokens),
+        ("copies", copies),
+    ):
         if int(v) < 1:
             raise ValueError(f"{name} must be >= 1, got {v}")
     if topk > num_experts:
@@ -293,6 +365,6 @@ def humming_moe_reference(torch, h, x, topk_ids, topk_weights):
         w13 = _guard("dequant w13", s13.dequant_tensors, {n: t[e] for n, t in q13.items()}).float()
         w2 = _guard("dequant w2", s2.dequant_tensors, {n: t[e] for n, t in q2.items()}).float()
         hh = xf[rows] @ w13.T
-        a = torch.nn.functional.silu(hh[:, :h.inter]) * hh[:, h.inter:]
+        a = torch.nn.functional.silu(hh[:, : h.inter]) * hh[:, h.inter :]
         out.index_add_(0, rows, (a @ w2.T) * tw[rows, slots, None])
     return out

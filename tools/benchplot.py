@@ -4,6 +4,7 @@ jitmarlin, every peer of the rows, fp16 cuBLAS and the byte floor (dashed). Pure
 plotting library (the SVG is written here), so the README's plot is redrawn from any run of
 record on any machine.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,8 +26,7 @@ PAD_L, PAD_R, PAD_T, PAD_B = 46, 10, 26, 30
 
 def series_of(row) -> dict:
     """{series name: µs} of one bench row (positive times only)."""
-    out = {"jitmarlin": row.get("jitmarlin_us"), "cublas_fp16": row.get("cublas_fp16_us"),
-           "floor": row.get("floor_us")}
+    out = {"jitmarlin": row.get("jitmarlin_us"), "cublas_fp16": row.get("cublas_fp16_us"), "floor": row.get("floor_us")}
     out.update(row.get("peers") or {})
     return {k: float(v) for k, v in out.items() if isinstance(v, (int, float)) and v > 0}
 
@@ -54,7 +54,7 @@ def _ticks(lo: float, hi: float) -> list:
     out = []
     for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1):
         for d in (1, 2, 5):
-            v = d * 10.0 ** e
+            v = d * 10.0**e
             if lo <= v <= hi:
                 out.append(v)
     return out
@@ -76,9 +76,11 @@ def plot_svg(rows, qtype: str = "uint4b8", act: str = "float16", title: str = ""
     legend_h = 24
     width, height = cols * PANEL_W, rows_n * PANEL_H + legend_h + (22 if title else 0)
     top = 22 if title else 0
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="10">',
-           f'<rect width="{width}" height="{height}" fill="white"/>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="10">',
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+    ]
     if title:
         out.append(f'<text x="{width / 2:.0f}" y="15" text-anchor="middle" font-size="13">{escape(title)}</text>')
     for i, (shape, series) in enumerate(data.items()):
@@ -95,8 +97,10 @@ def plot_svg(rows, qtype: str = "uint4b8", act: str = "float16", title: str = ""
         def py(v, lo=lo, hi=hi, y0=y0, h=h):
             return y0 + PAD_T + h * (1 - (math.log10(v) - math.log10(lo)) / (math.log10(hi) - math.log10(lo)))
 
-        out.append(f'<text x="{x0 + PAD_L + w / 2:.0f}" y="{y0 + 16}" text-anchor="middle" '
-                   f'font-size="11">{escape(str(shape))}</text>')
+        out.append(
+            f'<text x="{x0 + PAD_L + w / 2:.0f}" y="{y0 + 16}" text-anchor="middle" '
+            f'font-size="11">{escape(str(shape))}</text>'
+        )
         out.append(f'<rect x="{x0 + PAD_L}" y="{y0 + PAD_T}" width="{w}" height="{h}" fill="none" stroke="#bbb"/>')
         for v in _ticks(lo, hi):
             y = py(v)
@@ -104,10 +108,14 @@ def plot_svg(rows, qtype: str = "uint4b8", act: str = "float16", title: str = ""
             out.append(f'<text x="{x0 + PAD_L - 4}" y="{y + 3:.1f}" text-anchor="end">{_fmt(v)}</text>')
         for m in ms:
             out.append(f'<text x="{px(m):.1f}" y="{y0 + PAD_T + h + 13}" text-anchor="middle">{m}</text>')
-        out.append(f'<text x="{x0 + PAD_L + w / 2:.0f}" y="{y0 + PANEL_H - 4}" text-anchor="middle" '
-                   f'fill="#555">M (rows of x)</text>')
-        out.append(f'<text x="{x0 + 10}" y="{y0 + PAD_T + h / 2:.0f}" text-anchor="middle" fill="#555" '
-                   f'transform="rotate(-90 {x0 + 10} {y0 + PAD_T + h / 2:.0f})">µs</text>')
+        out.append(
+            f'<text x="{x0 + PAD_L + w / 2:.0f}" y="{y0 + PANEL_H - 4}" text-anchor="middle" '
+            f'fill="#555">M (rows of x)</text>'
+        )
+        out.append(
+            f'<text x="{x0 + 10}" y="{y0 + PAD_T + h / 2:.0f}" text-anchor="middle" fill="#555" '
+            f'transform="rotate(-90 {x0 + 10} {y0 + PAD_T + h / 2:.0f})">µs</text>'
+        )
         for name in names:
             pts = series.get(name)
             if not pts:
@@ -115,15 +123,19 @@ def plot_svg(rows, qtype: str = "uint4b8", act: str = "float16", title: str = ""
             _, colour, sw, dash = SERIES.get(name, (name, "#aaaaaa", 1.2, ""))
             d = f' stroke-dasharray="{dash}"' if dash else ""
             coords = " ".join(f"{px(m):.1f},{py(v):.1f}" for m, v in pts)
-            out.append(f'<polyline data-series="{escape(name)}" points="{coords}" fill="none" '
-                       f'stroke="{colour}" stroke-width="{sw}"{d}/>')
+            out.append(
+                f'<polyline data-series="{escape(name)}" points="{coords}" fill="none" '
+                f'stroke="{colour}" stroke-width="{sw}"{d}/>'
+            )
     ly = top + rows_n * PANEL_H + 14
     for j, name in enumerate(names):
         label, colour, sw, dash = SERIES.get(name, (name, "#aaaaaa", 1.2, ""))
         lx = 10 + j * (width - 20) / max(len(names), 1)
         d = f' stroke-dasharray="{dash}"' if dash else ""
-        out.append(f'<line x1="{lx:.0f}" x2="{lx + 22:.0f}" y1="{ly - 3}" y2="{ly - 3}" stroke="{colour}" '
-                   f'stroke-width="{sw}"{d}/>')
+        out.append(
+            f'<line x1="{lx:.0f}" x2="{lx + 22:.0f}" y1="{ly - 3}" y2="{ly - 3}" stroke="{colour}" '
+            f'stroke-width="{sw}"{d}/>'
+        )
         out.append(f'<text x="{lx + 26:.0f}" y="{ly}">{escape(label)}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"

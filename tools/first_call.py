@@ -4,6 +4,7 @@
 Each child: import (timed), then the first call (plan, disk-cache load, module load, weight
 upload, workspace, launch, synchronise), then a second call. Run it twice: the first child warms
 the cache if needed. Prints one line per child and the median."""
+
 import os
 import statistics
 import subprocess

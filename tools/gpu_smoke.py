@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Quick GPU smoke test with diagnostics: a few shapes through jitmarlin.linear against a
 float64 reference; on a mismatch, prints where the errors sit (rows, 64-column blocks, K)."""
+
 import os
 import sys
 
@@ -32,6 +33,7 @@ def check(m, n, k, group, act, rng):
         x = cp.asarray(xb.view(np.float16))
     else:
         import torch
+
         x = torch.from_numpy(xb.view(np.int16)).view(torch.bfloat16).cuda()
     y = jitmarlin.linear(x, qw)
     if act == "float16":
@@ -56,8 +58,13 @@ def check(m, n, k, group, act, rng):
 if __name__ == "__main__":
     rng = np.random.default_rng(0)
     ok = True
-    for args in [(1, 256, 256, 128, "float16"), (16, 256, 4096, 128, "float16"),
-                 (33, 4096, 4096, 64, "float16"), (1, 6144, 4096, -1, "float16"),
-                 (7, 4096, 4096, 32, "bfloat16"), (300, 4160, 4096, 128, "float16")]:
+    for args in [
+        (1, 256, 256, 128, "float16"),
+        (16, 256, 4096, 128, "float16"),
+        (33, 4096, 4096, 64, "float16"),
+        (1, 6144, 4096, -1, "float16"),
+        (7, 4096, 4096, 32, "bfloat16"),
+        (300, 4160, 4096, 128, "float16"),
+    ]:
         ok &= check(*args, rng)
     print("SMOKE", "PASS" if ok else "FAIL")

@@ -5,6 +5,7 @@ the cache key) and carry the cache there: the GPU session then compiles nothing.
 
     JITMARLIN_CACHE_DIR=.jmcache python tools/prewarm_suite.py --profile h100 [--emulate t4,v100] [--jobs N]
 """
+
 import argparse
 import os
 import sys
@@ -37,17 +38,32 @@ def problems():
         yield m, 128, 256, "float16", 32, "uint4"
     for m in (1, 40):
         yield m, 512, 1024, "float16", 128, "uint4b8"
-    extra = [(2, 256, 4096, "float16", 128), (16, 6144, 4096, "float16", 128),
-             (7, 4096, 4096, "bfloat16", 128), (7, 4096, 4096, "float16", 128),
-             (3, 256, 128, "float16", 64), (4, 256, 128, "float16", 64),
-             (33, 4096, 4096, "float16", -1), (33, 4096, 4096, "float16", 128)]
+    extra = [
+        (2, 256, 4096, "float16", 128),
+        (16, 6144, 4096, "float16", 128),
+        (7, 4096, 4096, "bfloat16", 128),
+        (7, 4096, 4096, "float16", 128),
+        (3, 256, 128, "float16", 64),
+        (4, 256, 128, "float16", 64),
+        (33, 4096, 4096, "float16", -1),
+        (33, 4096, 4096, "float16", 128),
+    ]
     for e in extra:
         yield e + ("uint4b8",)
 
 
 def bench_problems():
-    bench = [(4096, 6144), (4096, 4096), (4096, 28672), (14336, 4096), (8192, 10240), (8192, 8192),
-             (8192, 57344), (28672, 8192), (512, 512)]
+    bench = [
+        (4096, 6144),
+        (4096, 4096),
+        (4096, 28672),
+        (14336, 4096),
+        (8192, 10240),
+        (8192, 8192),
+        (8192, 57344),
+        (28672, 8192),
+        (512, 512),
+    ]
     for k, n in bench:
         for m in (1, 16, 64, 256, 1024, 4096):
             for act in ("float16", "bfloat16"):
@@ -57,6 +73,7 @@ def bench_problems():
 def cluster_specs():
     """Cluster kernels tests/test_api.py forces on an sm_90 GPU."""
     from test_api import CLUSTER_CASES, cluster_case_spec
+
     for case in CLUSTER_CASES:
         yield cluster_case_spec(case)
 
@@ -74,7 +91,7 @@ def wgmma_specs():
             for g in (-1, 64):
                 for act in ("float16", "bfloat16"):
                     yield KernelSpec("sm90", "uint4b8", act, -1 if g < 0 else g // 16, tm, tn, 4, st)
-    for tm, tn in OCC2_TILES:   # test_two_blocks_per_sm_match_reference
+    for tm, tn in OCC2_TILES:  # test_two_blocks_per_sm_match_reference
         yield KernelSpec("sm90", "uint4b8", "float16", 8, tm, tn, 4, 5, occupancy=2)
         yield KernelSpec("sm90", "uint4b8", "bfloat16", -1, tm, tn, 4, 5, occupancy=2)
     for qt in ALL_QTYPES:
@@ -106,23 +123,25 @@ def moe_specs(prof):
             probs += [problem(t, k, e, 256, 128, act, qt, g) for e, k, t in SHAPES]
     for activation in ("silu", "gelu", "swigluoai"):
         probs.append(problem(64, 4, 8, 256, 128, "float16", "mxfp4", 32, activation))
-    probs += [problem(1000, 2, 64, 256, 128, "float16", "uint4b8", 128),
-              problem(300, 6, 32, 256, 128, "float16", "uint4b8", 128),
-              problem(16, 4, 32, 256, 128, "float16", "uint4b8", 128),
-              problem(8, 2, 16, 256, 128, "float16", "uint4b8", 128)]
-    for t in (1, 4, 16, 64, 256, 1024):     # tools/probe/moe_time.py, tools/bench --moe
+    probs += [
+        problem(1000, 2, 64, 256, 128, "float16", "uint4b8", 128),
+        problem(300, 6, 32, 256, 128, "float16", "uint4b8", 128),
+        problem(16, 4, 32, 256, 128, "float16", "uint4b8", 128),
+        problem(8, 2, 16, 256, 128, "float16", "uint4b8", 128),
+    ]
+    for t in (1, 4, 16, 64, 256, 1024):  # tools/probe/moe_time.py, tools/bench --moe
         for act in ("float16", "bfloat16"):
             probs.append(problem(t, 2, 8, 4096, 14336, act, "uint4b8", 128))
             probs.append(problem(t, 8, 128, 2048, 768, act, "uint4b8", 128))
             probs.append(problem(t, 4, 32, 2880, 2880, act, "mxfp4", 32, "swigluoai"))
-    probs += [problem(t, 2, 8, 512, 2048, "float16", "uint4b8", 128) for t in (1, 5)]   # forced K splits
+    probs += [problem(t, 2, 8, 512, 2048, "float16", "uint4b8", 128) for t in (1, 5)]  # forced K splits
     for p in probs:
         try:
             plan = plan_moe(prof, p)
         except JitMarlinError:
             continue
         yield from (plan.route, plan.up, plan.down)
-        if plan.gemv:   # the GPU tests force the mma.sync kind at decode too
+        if plan.gemv:  # the GPU tests force the mma.sync kind at decode too
             other = plan_moe(prof, p, gemv=False)
             yield from (other.route, other.up, other.down)
 
@@ -147,7 +166,7 @@ def moe_sweep_specs(prof):
             yield plan.route
             yield from stage_candidates(prof, p, plan, "up")
             yield from stage_candidates(prof, p, plan, "down")
-            try:   # the other kind's plan (the sweep times it too)
+            try:  # the other kind's plan (the sweep times it too)
                 other = plan_moe(prof, p, gemv=not plan.gemv)
                 yield from (other.route, other.up, other.down)
             except JitMarlinError:
@@ -171,9 +190,15 @@ def main():
     live = get_profile(args.profile)
     arch = args.arch or live.arch
     cache = default_cache()
-    profiles = [live] + [replace(get_profile(e), sms=min(get_profile(e).sms, live.sms),
-                                 smem_per_block=min(get_profile(e).smem_per_block, live.smem_per_block))
-                         for e in args.emulate.split(",") if e]
+    profiles = [live] + [
+        replace(
+            get_profile(e),
+            sms=min(get_profile(e).sms, live.sms),
+            smem_per_block=min(get_profile(e).smem_per_block, live.smem_per_block),
+        )
+        for e in args.emulate.split(",")
+        if e
+    ]
     seen, t0 = [], time.time()
 
     def add(spec):
@@ -213,8 +238,10 @@ def main():
             n_new = sum(pool.imap_unordered(_compile, jobs))
     else:
         n_new = sum(map(_compile, jobs))
-    print(f"{len(seen)} kernels for {arch} ({n_new} compiled) with NVRTC {nvrtc.version()} "
-          f"in {time.time() - t0:.0f} s -> {cache.directory}")
+    print(
+        f"{len(seen)} kernels for {arch} ({n_new} compiled) with NVRTC {nvrtc.version()} "
+        f"in {time.time() - t0:.0f} s -> {cache.directory}"
+    )
 
 
 if __name__ == "__main__":

@@ -10,10 +10,21 @@ ModelOpt NVFP4, gpt-oss MXFP4; dense and mixture-of-experts models).
 `read_gguf`) need NumPy and the gguf package; `load` and `load_gguf` need the `hf` extra
 (torch, transformers, safetensors; and gguf for load_gguf), imported when they are called.
 """
+
 from jitmarlin.hf.checkpoint import MoEExperts, RawBits, read_checkpoint, read_scheme
 from jitmarlin.hf.config import QuantScheme, read_quant_config
 from jitmarlin.hf.gguf_load import load_gguf, open_gguf, read_gguf
 from jitmarlin.hf.load import load
 
-__all__ = ["load", "load_gguf", "open_gguf", "read_gguf", "read_quant_config", "read_scheme", "read_checkpoint",
-           "QuantScheme", "RawBits", "MoEExperts"]
+__all__ = [
+    "load",
+    "load_gguf",
+    "open_gguf",
+    "read_gguf",
+    "read_quant_config",
+    "read_scheme",
+    "read_checkpoint",
+    "QuantScheme",
+    "RawBits",
+    "MoEExperts",
+]

@@ -24,6 +24,7 @@ exceptions. Tensors whose dtype NumPy lacks come back as `RawBits`: an ndarray s
 the raw bit patterns (uint16 for bfloat16, uint8 for float8_e4m3fn / float8_e5m2) with the
 stored dtype in `.stored_dtype`; `RawBits.values()` gives exact float32 values.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,24 +43,43 @@ from jitmarlin.errors import InputError
 from .config import QuantScheme, read_quant_config
 from .convert import IGNORED, ExpertStacker, MoEExperts, RawBits, convert, convert_gpt_oss, group_experts, layout
 
-__all__ = ["read_checkpoint", "read_scheme", "RawBits", "MoEExperts", "find_shards", "read_json", "read_header",
-           "TensorInfo"]
+__all__ = [
+    "read_checkpoint",
+    "read_scheme",
+    "RawBits",
+    "MoEExperts",
+    "find_shards",
+    "read_json",
+    "read_header",
+    "TensorInfo",
+]
 
 log = logging.getLogger("jitmarlin.hf")
 
-MAX_HEADER = 100_000_000          # bytes; the safetensors library's own MAX_HEADER_SIZE
-MAX_CONFIG = 16 << 20             # config.json
-MAX_INDEX = 64 << 20              # model.safetensors.index.json (large MoE indexes run to ~10 MB)
+MAX_HEADER = 100_000_000  # bytes; the safetensors library's own MAX_HEADER_SIZE
+MAX_CONFIG = 16 << 20  # config.json
+MAX_INDEX = 64 << 20  # model.safetensors.index.json (large MoE indexes run to ~10 MB)
 MAX_NDIM = 32
 INDEX_NAME = "model.safetensors.index.json"
-HF_QUANT = "hf_quant_config.json"            # ModelOpt's quantization config
+HF_QUANT = "hf_quant_config.json"  # ModelOpt's quantization config
 
 # safetensors dtype -> (NumPy dtype of the stored bytes, name of the real dtype if NumPy lacks it)
 _DTYPES = {
-    "F64": ("<f8", None), "F32": ("<f4", None), "F16": ("<f2", None), "BF16": ("<u2", "bfloat16"),
-    "I64": ("<i8", None), "I32": ("<i4", None), "I16": ("<i2", None), "I8": ("i1", None),
-    "U64": ("<u8", None), "U32": ("<u4", None), "U16": ("<u2", None), "U8": ("u1", None),
-    "BOOL": ("u1", None), "F8_E4M3": ("u1", "float8_e4m3fn"), "F8_E5M2": ("u1", "float8_e5m2"),
+    "F64": ("<f8", None),
+    "F32": ("<f4", None),
+    "F16": ("<f2", None),
+    "BF16": ("<u2", "bfloat16"),
+    "I64": ("<i8", None),
+    "I32": ("<i4", None),
+    "I16": ("<i2", None),
+    "I8": ("i1", None),
+    "U64": ("<u8", None),
+    "U32": ("<u4", None),
+    "U16": ("<u2", None),
+    "U8": ("u1", None),
+    "BOOL": ("u1", None),
+    "F8_E4M3": ("u1", "float8_e4m3fn"),
+    "F8_E5M2": ("u1", "float8_e5m2"),
 }
 
 
@@ -92,7 +112,7 @@ def _parse_json(data: bytes, what: str):
 
 def _allowed_roots(root: Path) -> list[Path]:
     roots = [root]
-    if root.parent.name == "snapshots":                 # HF hub cache: snapshots/<rev>/ -> ../../blobs
+    if root.parent.name == "snapshots":  # HF hub cache: snapshots/<rev>/ -> ../../blobs
         roots.append((root.parent.parent / "blobs").resolve())
     return roots
 
@@ -113,16 +133,19 @@ def _child(root: Path, rel, what: str) -> Path:
         raise InputError(f"{what}: {str(rel)[:200]!r} is not a plain relative file name")
     pp = PurePosixPath(rel)
     if pp.is_absolute() or (len(rel) > 1 and rel[1] == ":") or any(p in ("", ".", "..") for p in rel.split("/")):
-        raise InputError(f"{what}: {rel[:200]!r} must be a relative path inside the model directory "
-                         "(no absolute paths, no '..')")
+        raise InputError(
+            f"{what}: {rel[:200]!r} must be a relative path inside the model directory (no absolute paths, no '..')"
+        )
     p = root / rel
     try:
         real = p.resolve(strict=True)
     except (OSError, RuntimeError):
         raise InputError(f"{what}: {rel!r} does not exist in {root}") from None
     if not any(real == r or r in real.parents for r in _allowed_roots(root)):
-        raise InputError(f"{what}: {rel!r} resolves to {real}, outside the model directory {root} "
-                         "(a symlink leading out of it is refused)")
+        raise InputError(
+            f"{what}: {rel!r} resolves to {real}, outside the model directory {root} "
+            "(a symlink leading out of it is refused)"
+        )
     if not real.is_file():
         raise InputError(f"{what}: {rel!r} is not a regular file")
     return real
@@ -175,9 +198,9 @@ def find_shards(path) -> list[Path]:
 @dataclass(frozen=True)
 class TensorInfo:
     name: str
-    dtype: str              # safetensors spelling: F16, BF16, I32, ...
+    dtype: str  # safetensors spelling: F16, BF16, I32, ...
     shape: tuple
-    begin: int              # byte range relative to the start of the data section
+    begin: int  # byte range relative to the start of the data section
     end: int
 
 
@@ -195,8 +218,9 @@ def read_header(f, fname: str, size: int) -> tuple[int, dict[str, TensorInfo]]:
     if n > MAX_HEADER:
         raise InputError(f"{fname}: header length {n} exceeds the limit of {MAX_HEADER} bytes")
     if 8 + n > size:
-        raise InputError(f"{fname}: header claims {n} bytes but the file holds {size - 8} after the "
-                         "length field (truncated file?)")
+        raise InputError(
+            f"{fname}: header claims {n} bytes but the file holds {size - 8} after the length field (truncated file?)"
+        )
     raw = f.read(n)
     if len(raw) != n:
         raise InputError(f"{fname}: could read only {len(raw)} of the {n} header bytes")
@@ -216,30 +240,32 @@ def read_header(f, fname: str, size: int) -> tuple[int, dict[str, TensorInfo]]:
             raise InputError(f"{where}: entry must be an object with dtype, shape and data_offsets")
         dt, shape, offs = e.get("dtype"), e.get("shape"), e.get("data_offsets")
         if dt not in _DTYPES:
-            raise InputError(f"{where}: dtype {repr(dt)[:40]} is not supported "
-                             f"(one of {', '.join(_DTYPES)})")
-        if (not isinstance(shape, list) or len(shape) > MAX_NDIM
-                or not all(_int(d) and d >= 0 for d in shape)):
+            raise InputError(f"{where}: dtype {repr(dt)[:40]} is not supported (one of {', '.join(_DTYPES)})")
+        if not isinstance(shape, list) or len(shape) > MAX_NDIM or not all(_int(d) and d >= 0 for d in shape):
             raise InputError(f"{where}: shape must be a list of at most {MAX_NDIM} non-negative integers")
-        if not (isinstance(offs, list) and len(offs) == 2 and all(_int(o) for o in offs)
-                and 0 <= offs[0] <= offs[1]):
+        if not (isinstance(offs, list) and len(offs) == 2 and all(_int(o) for o in offs) and 0 <= offs[0] <= offs[1]):
             raise InputError(f"{where}: data_offsets must be [begin, end] with 0 <= begin <= end")
         nbytes = math.prod(shape) * np.dtype(_DTYPES[dt][0]).itemsize
         if offs[1] - offs[0] != nbytes:
-            raise InputError(f"{where}: data_offsets {offs} span {offs[1] - offs[0]} bytes but dtype {dt} "
-                             f"and shape {shape} need {nbytes}")
+            raise InputError(
+                f"{where}: data_offsets {offs} span {offs[1] - offs[0]} bytes but dtype {dt} "
+                f"and shape {shape} need {nbytes}"
+            )
         infos[name] = TensorInfo(name, dt, tuple(shape), offs[0], offs[1])
     pos = 0
     for t in sorted(infos.values(), key=lambda t: (t.begin, t.end)):
         if t.begin != pos:
             what = "overlaps the previous tensor" if t.begin < pos else "leaves a gap before it"
-            raise InputError(f"{fname}: tensor {t.name[:200]!r} at bytes [{t.begin}, {t.end}) {what} "
-                             "(tensor data must be contiguous)")
+            raise InputError(
+                f"{fname}: tensor {t.name[:200]!r} at bytes [{t.begin}, {t.end}) {what} "
+                "(tensor data must be contiguous)"
+            )
         pos = t.end
     if pos != buffer:
         if pos > buffer:
-            raise InputError(f"{fname}: the header claims {pos} bytes of tensor data but the file holds "
-                             f"{buffer} (truncated file?)")
+            raise InputError(
+                f"{fname}: the header claims {pos} bytes of tensor data but the file holds {buffer} (truncated file?)"
+            )
         raise InputError(f"{fname}: {buffer - pos} bytes after the last tensor are not described by the header")
     return 8 + n, infos
 
@@ -253,8 +279,10 @@ def read_tensor(f, fname: str, data_start: int, t: TensorInfo) -> np.ndarray:
     f.seek(data_start + t.begin)
     got = f.readinto(arr.view(np.uint8)) if arr.size else 0
     if got != t.end - t.begin:
-        raise InputError(f"{fname}: tensor {t.name!r}: read {got} of {t.end - t.begin} bytes "
-                         "(file changed or truncated while reading)")
+        raise InputError(
+            f"{fname}: tensor {t.name!r}: read {got} of {t.end - t.begin} bytes "
+            "(file changed or truncated while reading)"
+        )
     if not dt.isnative:
         arr = arr.astype(dt.newbyteorder("="))
     arr = arr.reshape(t.shape)
@@ -270,9 +298,9 @@ def read_tensor(f, fname: str, data_start: int, t: TensorInfo) -> np.ndarray:
 
 @dataclass
 class _Plan:
-    files: list                     # [(file name, path, data_start, [TensorInfo sorted by offset])]
-    modules: dict                   # module name -> set of its part names present in the checkpoint
-    blocks: dict                    # MoE layer -> ExpertBlock (its quantized experts), when stacking
+    files: list  # [(file name, path, data_start, [TensorInfo sorted by offset])]
+    modules: dict  # module name -> set of its part names present in the checkpoint
+    blocks: dict  # MoE layer -> ExpertBlock (its quantized experts), when stacking
 
 
 def _plan(path, scheme: QuantScheme, stack_experts: bool) -> _Plan:
@@ -304,8 +332,9 @@ def _plan(path, scheme: QuantScheme, stack_experts: bool) -> _Plan:
     for mod, have in modules.items():
         missing = [r for r in required if r not in have]
         if missing:
-            raise InputError(f"{mod} ({scheme.method}): quantized module lacks tensor(s) "
-                             f"{', '.join(mod + '.' + m for m in missing)}")
+            raise InputError(
+                f"{mod} ({scheme.method}): quantized module lacks tensor(s) {', '.join(mod + '.' + m for m in missing)}"
+            )
         if "weight" not in known and mod + ".weight" in where:
             raise InputError(f"{mod}: holds both a plain weight and quantized tensors ({mod}.{marker})")
     if not modules:
@@ -327,7 +356,7 @@ def _stream(plan: _Plan, scheme: QuantScheme) -> Iterator[tuple[str, object]]:
                     yield t.name, arr
                     continue
                 got = pending.setdefault(mod, {})
-                got[leaf] = None if leaf in IGNORED else arr      # activation scales: not used
+                got[leaf] = None if leaf in IGNORED else arr  # activation scales: not used
                 if len(got) < len(parts):
                     continue
                 del pending[mod]
@@ -340,7 +369,7 @@ def _stream(plan: _Plan, scheme: QuantScheme) -> Iterator[tuple[str, object]]:
                         yield done
                 else:
                     yield mod, convert(scheme, mod, got)
-    assert not pending, sorted(pending)[:5]     # every part was in some shard (checked in _plan)
+    assert not pending, sorted(pending)[:5]  # every part was in some shard (checked in _plan)
 
 
 def read_scheme(path) -> QuantScheme:
@@ -352,8 +381,9 @@ def read_scheme(path) -> QuantScheme:
     return read_quant_config(cfg)
 
 
-def read_checkpoint(path, scheme: QuantScheme | None = None, *,
-                    stack_experts: bool = True) -> Iterator[tuple[str, object]]:
+def read_checkpoint(
+    path, scheme: QuantScheme | None = None, *, stack_experts: bool = True
+) -> Iterator[tuple[str, object]]:
     """Stream the tensors of the model directory `path`, shard by shard.
 
     Yields (module_name, QuantizedWeight) for each quantized linear (its tensors gathered even

@@ -33,6 +33,7 @@ Published layouts relied on:
         ignore are fnmatch wildcards or substrings (vLLM's rule); input scales (W4A4) and the
         kv-cache scales are not used: jitmarlin's kernels are weight-only.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -44,8 +45,8 @@ from jitmarlin.errors import InputError
 __all__ = ["QuantScheme", "read_quant_config"]
 
 METHODS = ("gptq", "awq", "compressed-tensors", "mxfp4", "modelopt")
-_MAX_PATTERNS = 4096          # ignore lists longer than this are not a real checkpoint
-_MAX_PATTERN_LEN = 512        # nor are patterns longer than this (they are matched as regexes)
+_MAX_PATTERNS = 4096  # ignore lists longer than this are not a real checkpoint
+_MAX_PATTERN_LEN = 512  # nor are patterns longer than this (they are matched as regexes)
 NVFP4_CT = "nvfp4-pack-quantized"
 
 
@@ -87,8 +88,11 @@ class QuantScheme:
             if self.method == "awq":
                 hit = p in module
             elif self.method in ("mxfp4", "modelopt"):
-                hit = (p in module or fnmatch.fnmatchcase(module, p)
-                       or fnmatch.fnmatchcase(module, p.rstrip("*").rstrip(".") + ".*"))
+                hit = (
+                    p in module
+                    or fnmatch.fnmatchcase(module, p)
+                    or fnmatch.fnmatchcase(module, p.rstrip("*").rstrip(".") + ".*")
+                )
             elif p.startswith("re:"):
                 hit = _regex_match(p[3:], module)
             elif self.method == "gptq":
@@ -123,12 +127,13 @@ def _get(d: dict, keys, kinds, method, default=..., *, prefix: str = ""):
             raise InputError(f"{_where(method, prefix + keys[0])} is required")
         return default
     if len(present) > 1 and any(d[k] != d[present[0]] for k in present[1:]):
-        raise InputError(f"{_where(method, prefix + present[0])} = {d[present[0]]!r} and "
-                         f"{prefix + present[1]} = {d[present[1]]!r} disagree")
+        raise InputError(
+            f"{_where(method, prefix + present[0])} = {d[present[0]]!r} and "
+            f"{prefix + present[1]} = {d[present[1]]!r} disagree"
+        )
     key = present[0]
     v = d[key]
-    ok = any((isinstance(v, bool) if k is bool else (isinstance(v, k) and not isinstance(v, bool)))
-             for k in kinds)
+    ok = any((isinstance(v, bool) if k is bool else (isinstance(v, k) and not isinstance(v, bool))) for k in kinds)
     if not ok:
         names = " or ".join(k.__name__ for k in kinds)
         raise InputError(f"{_where(method, prefix + key)} must be {names}, got {type(v).__name__} {v!r}"[:300])
@@ -137,15 +142,18 @@ def _get(d: dict, keys, kinds, method, default=..., *, prefix: str = ""):
 
 def _bits(v: int, method: str, field: str, allowed=(4, 8)) -> int:
     if v not in allowed:
-        raise InputError(f"{_where(method, field)} = {v}: jitmarlin loads "
-                         f"{' and '.join(map(str, allowed))}-bit weights only")
+        raise InputError(
+            f"{_where(method, field)} = {v}: jitmarlin loads {' and '.join(map(str, allowed))}-bit weights only"
+        )
     return v
 
 
 def _group(v: int, method: str, field: str) -> int:
     if v != -1 and (v <= 0 or v % 16):
-        raise InputError(f"{_where(method, field)} = {v}: must be -1 (per channel) or a positive "
-                         "multiple of 16 (the kernel takes groups of 16, 32, 64, 128 and multiples)")
+        raise InputError(
+            f"{_where(method, field)} = {v}: must be -1 (per channel) or a positive "
+            "multiple of 16 (the kernel takes groups of 16, 32, 64, 128 and multiples)"
+        )
     return v
 
 
@@ -155,8 +163,9 @@ def _patterns(v, method: str, field: str) -> tuple[str, ...]:
     if not isinstance(v, list) or not all(isinstance(p, str) for p in v):
         raise InputError(f"{_where(method, field)} must be a list of strings, got {type(v).__name__}")
     if len(v) > _MAX_PATTERNS or any(len(p) > _MAX_PATTERN_LEN for p in v):
-        raise InputError(f"{_where(method, field)}: at most {_MAX_PATTERNS} entries of at most "
-                         f"{_MAX_PATTERN_LEN} characters")
+        raise InputError(
+            f"{_where(method, field)}: at most {_MAX_PATTERNS} entries of at most {_MAX_PATTERN_LEN} characters"
+        )
     return tuple(v)
 
 
@@ -175,12 +184,16 @@ def _gptq(q: dict) -> QuantScheme:
     desc_act = _get(q, "desc_act", (bool,), m, False)
     fmt = _get(q, ("checkpoint_format", "format"), (str,), m, "gptq").strip().lower()
     if fmt not in ("gptq", "gptq_v2"):
-        raise InputError(f"{_where(m, 'checkpoint_format')} = {fmt!r}: jitmarlin reads 'gptq' (v1) "
-                         "and 'gptq_v2' packing (not marlin / bitblas / other repacked formats)")
+        raise InputError(
+            f"{_where(m, 'checkpoint_format')} = {fmt!r}: jitmarlin reads 'gptq' (v1) "
+            "and 'gptq_v2' packing (not marlin / bitblas / other repacked formats)"
+        )
     for legacy in ("is_marlin_format", "is_bitblas_format"):
         if _get(q, legacy, (bool,), m, False):
-            raise InputError(f"{_where(m, legacy)} = true: this packing is not GPTQ's; jitmarlin reads "
-                             "'gptq' (v1) and 'gptq_v2' checkpoints")
+            raise InputError(
+                f"{_where(m, legacy)} = true: this packing is not GPTQ's; jitmarlin reads "
+                "'gptq' (v1) and 'gptq_v2' checkpoints"
+            )
     pack = _get(q, "pack_dtype", (str,), m, "int32")
     if pack.replace("torch.", "") != "int32":
         raise InputError(f"{_where(m, 'pack_dtype')} = {pack!r}: only int32 packing is supported")
@@ -188,18 +201,18 @@ def _gptq(q: dict) -> QuantScheme:
     dyn = _get(q, "dynamic", (dict,), m, {})
     for key, val in dyn.items():
         if not isinstance(key, str) or len(key) > _MAX_PATTERN_LEN:
-            raise InputError(f"{_where(m, 'dynamic')} keys must be strings of at most "
-                             f"{_MAX_PATTERN_LEN} characters")
+            raise InputError(f"{_where(m, 'dynamic')} keys must be strings of at most {_MAX_PATTERN_LEN} characters")
         if key.startswith("-:"):
             ignore.append(key[2:])
             continue
         if not isinstance(val, dict):
             raise InputError(f"{_where(m, 'dynamic')}[{key!r}] must be an object, got {type(val).__name__}")
-        changed = {f: v for f, v in val.items()
-                   if f in ("bits", "group_size", "sym", "desc_act") and v != q.get(f)}
+        changed = {f: v for f, v in val.items() if f in ("bits", "group_size", "sym", "desc_act") and v != q.get(f)}
         if changed:
-            raise InputError(f"{_where(m, 'dynamic')}[{key!r}] overrides {changed} for some modules: "
-                             "per-module quantization overrides are not supported")
+            raise InputError(
+                f"{_where(m, 'dynamic')}[{key!r}] overrides {changed} for some modules: "
+                "per-module quantization overrides are not supported"
+            )
     if len(ignore) > _MAX_PATTERNS:
         raise InputError(f"{_where(m, 'dynamic')}: at most {_MAX_PATTERNS} entries")
     return QuantScheme("gptq", bits, gs, sym, desc_act, fmt, tuple(ignore), _qtype(bits, sym))
@@ -210,18 +223,21 @@ def _awq(q: dict) -> QuantScheme:
     bits = _bits(_get(q, ("bits", "w_bit"), (int,), m), m, "bits", allowed=(4,))
     gs = _group(_get(q, ("group_size", "q_group_size"), (int,), m), m, "group_size")
     if not _get(q, "zero_point", (bool,), m, True):
-        raise InputError(f"{_where(m, 'zero_point')} = false: AWQ checkpoints without zero points "
-                         "are not supported (the GEMM layout stores qzeros)")
+        raise InputError(
+            f"{_where(m, 'zero_point')} = false: AWQ checkpoints without zero points "
+            "are not supported (the GEMM layout stores qzeros)"
+        )
     version = _get(q, "version", (str,), m, "gemm").strip().lower()
     if version != "gemm":
-        raise InputError(f"{_where(m, 'version')} = {version!r}: jitmarlin reads AWQ's GEMM packing only "
-                         "(not gemv / gemv_fast / marlin)")
+        raise InputError(
+            f"{_where(m, 'version')} = {version!r}: jitmarlin reads AWQ's GEMM packing only "
+            "(not gemv / gemv_fast / marlin)"
+        )
     ignore = _patterns(q.get("modules_to_not_convert"), m, "modules_to_not_convert")
     return QuantScheme("awq", bits, gs, False, False, None, ignore, "uint4")
 
 
-_CT_ACTORDER = {None: False, False: False, True: True, "group": True, "dynamic": True,
-                "weight": False, "static": False}
+_CT_ACTORDER = {None: False, False: False, True: True, "group": True, "dynamic": True, "weight": False, "static": False}
 
 
 def _compressed_tensors(q: dict) -> QuantScheme:
@@ -233,8 +249,7 @@ def _compressed_tensors(q: dict) -> QuantScheme:
     sparsity = q.get("sparsity_config")
     if sparsity not in (None, {}):
         if not isinstance(sparsity, dict) or sparsity.get("format") not in (None, "dense"):
-            raise InputError(f"{_where(m, 'sparsity_config')}: sparse (2:4 / bitmask) checkpoints are "
-                             "not supported")
+            raise InputError(f"{_where(m, 'sparsity_config')}: sparse (2:4 / bitmask) checkpoints are not supported")
     schemes = set()
     for name, grp in groups.items():
         if not isinstance(grp, dict):
@@ -245,12 +260,16 @@ def _compressed_tensors(q: dict) -> QuantScheme:
             schemes.add(_ct_nvfp4_group(grp, pre))
             continue
         if fmt != "pack-quantized":
-            raise InputError(f"{_where(m, pre + 'format' if 'format' in grp else 'format')} = {fmt!r}: "
-                             f"jitmarlin reads 'pack-quantized' int4 / int8 and '{NVFP4_CT}' weights only")
+            raise InputError(
+                f"{_where(m, pre + 'format' if 'format' in grp else 'format')} = {fmt!r}: "
+                f"jitmarlin reads 'pack-quantized' int4 / int8 and '{NVFP4_CT}' weights only"
+            )
         for act in ("input_activations", "output_activations"):
             if grp.get(act) is not None:
-                raise InputError(f"{_where(m, pre + act)} is set: activation quantization (W4A8 / W8A8) "
-                                 "is not supported; jitmarlin runs weight-only schemes (fp16 / bf16 activations)")
+                raise InputError(
+                    f"{_where(m, pre + act)} is set: activation quantization (W4A8 / W8A8) "
+                    "is not supported; jitmarlin runs weight-only schemes (fp16 / bf16 activations)"
+                )
         w = _get(grp, "weights", (dict,), m, prefix=pre)
         wp = pre + "weights."
         typ = _get(w, "type", (str,), m, "int", prefix=wp)
@@ -263,8 +282,9 @@ def _compressed_tensors(q: dict) -> QuantScheme:
         elif strategy in ("channel", "tensor"):
             gs = -1
         else:
-            raise InputError(f"{_where(m, wp + 'strategy')} = {strategy!r}: supported strategies are "
-                             "'group', 'channel' and 'tensor'")
+            raise InputError(
+                f"{_where(m, wp + 'strategy')} = {strategy!r}: supported strategies are 'group', 'channel' and 'tensor'"
+            )
         sym = _get(w, "symmetric", (bool,), m, True, prefix=wp)
         if _get(w, "dynamic", (bool,), m, False, prefix=wp):
             raise InputError(f"{_where(m, wp + 'dynamic')}: dynamic weight quantization is not a checkpoint layout")
@@ -275,8 +295,10 @@ def _compressed_tensors(q: dict) -> QuantScheme:
             raise InputError(f"{_where(m, wp + 'actorder')} = {actorder!r}: expected null, 'group' or 'weight'")
         schemes.add((bits, gs, sym, _CT_ACTORDER[actorder]))
     if len(schemes) > 1:
-        raise InputError(f"{_where(m, 'config_groups')} describe {len(schemes)} different weight schemes "
-                         f"{sorted(map(str, schemes))}: mixed-scheme checkpoints are not supported")
+        raise InputError(
+            f"{_where(m, 'config_groups')} describe {len(schemes)} different weight schemes "
+            f"{sorted(map(str, schemes))}: mixed-scheme checkpoints are not supported"
+        )
     bits, gs, sym, desc_act = schemes.pop()
     ignore = _patterns(q.get("ignore"), m, "ignore")
     if bits == "nvfp4":
@@ -286,12 +308,18 @@ def _compressed_tensors(q: dict) -> QuantScheme:
 
 def _fp4_desc(d: dict, m: str, where: str, dynamic_ok: bool) -> None:
     """An NVFP4 tensor description {num_bits 4, type "float", strategy "tensor_group", group_size 16}."""
-    for key, kinds, want in (("num_bits", (int,), 4), ("type", (str,), "float"),
-                             ("strategy", (str,), "tensor_group"), ("group_size", (int,), 16)):
+    for key, kinds, want in (
+        ("num_bits", (int,), 4),
+        ("type", (str,), "float"),
+        ("strategy", (str,), "tensor_group"),
+        ("group_size", (int,), 16),
+    ):
         v = _get(d, key, kinds, m, prefix=where)
         if v != want:
-            raise InputError(f"{_where(m, where + key)} = {v!r}: {NVFP4_CT} weights are 4-bit floats "
-                             "(e2m1) in groups of 16 with a per-tensor scale (strategy 'tensor_group')")
+            raise InputError(
+                f"{_where(m, where + key)} = {v!r}: {NVFP4_CT} weights are 4-bit floats "
+                "(e2m1) in groups of 16 with a per-tensor scale (strategy 'tensor_group')"
+            )
     if not _get(d, "symmetric", (bool,), m, True, prefix=where):
         raise InputError(f"{_where(m, where + 'symmetric')} = false: NVFP4 has no zero points")
     if not dynamic_ok and _get(d, "dynamic", (bool,), m, False, prefix=where):
@@ -306,7 +334,7 @@ def _ct_nvfp4_group(grp: dict, pre: str) -> tuple:
         if w.get(key) not in (None, False):
             raise InputError(f"{_where(m, pre + 'weights.' + key)} = {w.get(key)!r}: not an NVFP4 field")
     act = grp.get("input_activations")
-    if act is not None:          # W4A4: fp4 activations; jitmarlin runs them in fp16 / bf16
+    if act is not None:  # W4A4: fp4 activations; jitmarlin runs them in fp16 / bf16
         if not isinstance(act, dict):
             raise InputError(f"{_where(m, pre + 'input_activations')} must be an object or null")
         _fp4_desc(act, m, pre + "input_activations.", dynamic_ok=True)
@@ -317,7 +345,7 @@ def _ct_nvfp4_group(grp: dict, pre: str) -> tuple:
 
 def _mxfp4(q: dict) -> QuantScheme:
     m = "mxfp4"
-    _get(q, "dequantize", (bool,), m, False)          # a loading option of transformers: type-checked only
+    _get(q, "dequantize", (bool,), m, False)  # a loading option of transformers: type-checked only
     ignore = _patterns(q.get("modules_to_not_convert"), m, "modules_to_not_convert")
     return QuantScheme("mxfp4", 4, 32, True, False, None, ignore, "mxfp4")
 
@@ -325,19 +353,20 @@ def _mxfp4(q: dict) -> QuantScheme:
 def _modelopt(q: dict) -> QuantScheme:
     m = "modelopt"
     pre = ""
-    if "quantization" in q:                           # hf_quant_config.json's layout
+    if "quantization" in q:  # hf_quant_config.json's layout
         q = _get(q, "quantization", (dict,), m)
         pre = "quantization."
     algo = _get(q, "quant_algo", (str,), m, prefix=pre)
     if algo.upper() != "NVFP4":
-        raise InputError(f"{_where(m, pre + 'quant_algo')} = {algo[:100]!r}: jitmarlin reads ModelOpt "
-                         "'NVFP4' checkpoints only (weight-only: not FP8, INT4 AWQ or mixed precision)")
+        raise InputError(
+            f"{_where(m, pre + 'quant_algo')} = {algo[:100]!r}: jitmarlin reads ModelOpt "
+            "'NVFP4' checkpoints only (weight-only: not FP8, INT4 AWQ or mixed precision)"
+        )
     gs = _get(q, "group_size", (int,), m, 16, prefix=pre)
     if gs != 16:
         raise InputError(f"{_where(m, pre + 'group_size')} = {gs}: NVFP4 scales groups of 16")
-    _get(q, "kv_cache_quant_algo", (str,), m, None, prefix=pre)   # the kv-cache scales are not used
-    ignore = _patterns(_get(q, ("exclude_modules", "ignore"), (list,), m, [], prefix=pre), m,
-                       pre + "exclude_modules")
+    _get(q, "kv_cache_quant_algo", (str,), m, None, prefix=pre)  # the kv-cache scales are not used
+    ignore = _patterns(_get(q, ("exclude_modules", "ignore"), (list,), m, [], prefix=pre), m, pre + "exclude_modules")
     return QuantScheme("modelopt", 4, 16, True, False, None, ignore, "nvfp4")
 
 
@@ -358,15 +387,17 @@ def read_quant_config(config: dict) -> QuantScheme:
             raise InputError(f"quantization_config must be an object, got {type(q).__name__}")
     elif "quant_method" in config:
         q = config
-    elif "quantization" in config and "producer" in config:        # ModelOpt's hf_quant_config.json
+    elif "quantization" in config and "producer" in config:  # ModelOpt's hf_quant_config.json
         prod = config["producer"]
         name = prod.get("name") if isinstance(prod, dict) else None
         if not isinstance(name, str) or name.lower() != "modelopt":
             raise InputError(f"hf_quant_config.json: producer.name must be 'modelopt', got {str(name)[:100]!r}")
         return _modelopt(config)
     else:
-        raise InputError("config has no quantization_config: not a quantized checkpoint "
-                         f"(jitmarlin.hf reads {', '.join(METHODS)} checkpoints)")
+        raise InputError(
+            "config has no quantization_config: not a quantized checkpoint "
+            f"(jitmarlin.hf reads {', '.join(METHODS)} checkpoints)"
+        )
     method = _get(q, "quant_method", (str,), None)
     if method == "gptq":
         return _gptq(q)
@@ -378,5 +409,7 @@ def read_quant_config(config: dict) -> QuantScheme:
         return _mxfp4(q)
     if method == "modelopt":
         return _modelopt(q)
-    raise InputError(f"quantization_config.quant_method = {method[:100]!r} is not supported "
-                     f"(jitmarlin.hf reads {', '.join(METHODS)})")
+    raise InputError(
+        f"quantization_config.quant_method = {method[:100]!r} is not supported "
+        f"(jitmarlin.hf reads {', '.join(METHODS)})"
+    )

@@ -27,6 +27,7 @@ arrive and stacks the block once it is complete (moe_from_experts; moe_from_nvfp
 which puts an expert's gate and up on one global scale, exactly where the ratio folds into the
 block scales, else rounding each folded block scale once to fp16).
 """
+
 from __future__ import annotations
 
 import re
@@ -58,13 +59,22 @@ IGNORED = ("input_scale", "input_global_scale")
 _PARTS = {
     "gptq": ("qweight", ("qweight", "scales"), ("qzeros", "g_idx")),
     "awq": ("qweight", ("qweight", "qzeros", "scales"), ()),
-    "compressed-tensors": ("weight_packed", ("weight_packed", "weight_scale", "weight_shape"),
-                           ("weight_zero_point", "weight_g_idx")),
-    "nvfp4-pack-quantized": ("weight_packed", ("weight_packed", "weight_scale", "weight_global_scale"),
-                             ("weight_shape", "input_global_scale")),
+    "compressed-tensors": (
+        "weight_packed",
+        ("weight_packed", "weight_scale", "weight_shape"),
+        ("weight_zero_point", "weight_g_idx"),
+    ),
+    "nvfp4-pack-quantized": (
+        "weight_packed",
+        ("weight_packed", "weight_scale", "weight_global_scale"),
+        ("weight_shape", "input_global_scale"),
+    ),
     "modelopt": ("weight_scale", ("weight", "weight_scale", "weight_scale_2"), ("input_scale",)),
-    "mxfp4": ("gate_up_proj_blocks", ("gate_up_proj_blocks", "gate_up_proj_scales", "down_proj_blocks",
-                                      "down_proj_scales"), ("gate_up_proj_bias", "down_proj_bias")),
+    "mxfp4": (
+        "gate_up_proj_blocks",
+        ("gate_up_proj_blocks", "gate_up_proj_scales", "down_proj_blocks", "down_proj_scales"),
+        ("gate_up_proj_bias", "down_proj_bias"),
+    ),
 }
 _SCALE_PART = {"gptq": "scales", "awq": "scales", "compressed-tensors": "weight_scale"}
 # expert projection names -> role (0 gate, 1 up, 2 down), one convention per block
@@ -91,7 +101,7 @@ class RawBits(np.ndarray):
             return halves.from_bits(b, "bfloat16")
         if self.stored_dtype == "float8_e4m3fn":
             return E4M3[b.astype(np.int64)].astype(np.float32)
-        if self.stored_dtype == "float8_e5m2":       # e5m2 is the high byte of a float16
+        if self.stored_dtype == "float8_e5m2":  # e5m2 is the high byte of a float16
             return (b.astype(np.uint16) << 8).view(np.float16).astype(np.float32)
         raise InputError(f"RawBits with unknown stored_dtype {self.stored_dtype!r}")
 
@@ -136,8 +146,9 @@ def _fp8_arg(a, module: str, part: str):
 def _global(a, module: str, part: str) -> float:
     g = np.asarray(_arg(a, module, part))
     if g.dtype.kind != "f" or g.size != 1:
-        raise InputError(f"{module}.{part} must be one floating-point number (a per-tensor scale), "
-                         f"got {g.dtype} of shape {g.shape}")
+        raise InputError(
+            f"{module}.{part} must be one floating-point number (a per-tensor scale), got {g.dtype} of shape {g.shape}"
+        )
     v = float(g.reshape(-1)[0])
     if not np.isfinite(v) or v <= 0:
         raise InputError(f"{module}.{part} = {v!r}: a per-tensor scale must be finite and positive")
@@ -148,18 +159,25 @@ def nvfp4_spec(scheme: QuantScheme, module: str, p: dict) -> tuple:
     """(weight bytes, weight_scale, weight_scale_2 float64 (1,)) of an NVFP4 module, as from_nvfp4
     takes them (compressed-tensors' weight_global_scale inverted)."""
     if scheme.method == "modelopt":
-        return (_arg(p["weight"], module, "weight"), _fp8_arg(p["weight_scale"], module, "weight_scale"),
-                np.array([_global(p["weight_scale_2"], module, "weight_scale_2")]))
+        return (
+            _arg(p["weight"], module, "weight"),
+            _fp8_arg(p["weight_scale"], module, "weight_scale"),
+            np.array([_global(p["weight_scale_2"], module, "weight_scale_2")]),
+        )
     w = _arg(p["weight_packed"], module, "weight_packed")
     if "weight_shape" in p:
         shp = np.asarray(p["weight_shape"]).reshape(-1)
         rows, half = (np.shape(w) + (0, 0))[:2]
-        if (shp.dtype.kind not in "iu" or shp.shape != (2,)
-                or [int(shp[0]), int(shp[1])] != [int(rows), 2 * int(half)]):
-            raise InputError(f"{module}.weight_shape = {shp.tolist()[:4]} does not match weight_packed of shape "
-                             f"{tuple(np.shape(w))} (two fp4 codes a byte: [rows, 2 * bytes per row])")
-    return (w, _fp8_arg(p["weight_scale"], module, "weight_scale"),
-            np.array([1.0 / _global(p["weight_global_scale"], module, "weight_global_scale")]))
+        if shp.dtype.kind not in "iu" or shp.shape != (2,) or [int(shp[0]), int(shp[1])] != [int(rows), 2 * int(half)]:
+            raise InputError(
+                f"{module}.weight_shape = {shp.tolist()[:4]} does not match weight_packed of shape "
+                f"{tuple(np.shape(w))} (two fp4 codes a byte: [rows, 2 * bytes per row])"
+            )
+    return (
+        w,
+        _fp8_arg(p["weight_scale"], module, "weight_scale"),
+        np.array([1.0 / _global(p["weight_global_scale"], module, "weight_global_scale")]),
+    )
 
 
 def convert(scheme: QuantScheme, module: str, parts: dict) -> QuantizedWeight:
@@ -175,15 +193,30 @@ def convert(scheme: QuantScheme, module: str, parts: dict) -> QuantizedWeight:
         if scheme.method == "gptq":
             if not scheme.sym and "qzeros" not in p:
                 raise InputError("asymmetric GPTQ (sym=false) needs qzeros")
-            qw = from_gptq(p["qweight"], p.get("qzeros"), p["scales"], p.get("g_idx"), bits=scheme.bits,
-                           sym=scheme.sym, checkpoint_format=scheme.checkpoint_format,
-                           group_size=scheme.group_size, scale_dtype=sdt)
+            qw = from_gptq(
+                p["qweight"],
+                p.get("qzeros"),
+                p["scales"],
+                p.get("g_idx"),
+                bits=scheme.bits,
+                sym=scheme.sym,
+                checkpoint_format=scheme.checkpoint_format,
+                group_size=scheme.group_size,
+                scale_dtype=sdt,
+            )
         elif scheme.method == "awq":
             qw = from_awq(p["qweight"], p["qzeros"], p["scales"], group_size=scheme.group_size, scale_dtype=sdt)
         elif scheme.method == "compressed-tensors":
-            qw = from_compressed_tensors(p["weight_packed"], p["weight_scale"], p["weight_shape"],
-                                         p.get("weight_zero_point"), p.get("weight_g_idx"),
-                                         num_bits=scheme.bits, group_size=scheme.group_size, scale_dtype=sdt)
+            qw = from_compressed_tensors(
+                p["weight_packed"],
+                p["weight_scale"],
+                p["weight_shape"],
+                p.get("weight_zero_point"),
+                p.get("weight_g_idx"),
+                num_bits=scheme.bits,
+                group_size=scheme.group_size,
+                scale_dtype=sdt,
+            )
             if scheme.sym and qw.offsets is not None:
                 raise InputError("the config says symmetric but weight_zero_point holds non-zero zero points")
         else:
@@ -197,8 +230,14 @@ def convert_gpt_oss(module: str, parts: dict) -> MoEExperts:
     """A gpt-oss `<block>.experts` module's MXFP4 tensors -> MoEExperts (bf16 scales, biases float32)."""
     p = {k: _arg(v, module, k) for k, v in parts.items()}
     try:
-        w13, w2 = moe_from_gpt_oss(p["gate_up_proj_blocks"], p["gate_up_proj_scales"], p.get("gate_up_proj_bias"),
-                                   p["down_proj_blocks"], p["down_proj_scales"], p.get("down_proj_bias"))
+        w13, w2 = moe_from_gpt_oss(
+            p["gate_up_proj_blocks"],
+            p["gate_up_proj_scales"],
+            p.get("gate_up_proj_bias"),
+            p["down_proj_blocks"],
+            p["down_proj_scales"],
+            p.get("down_proj_bias"),
+        )
     except (InputError, UnsupportedError) as e:
         raise type(e)(f"{module} (mxfp4): {e}") from None
     return MoEExperts(w13, w2)
@@ -213,8 +252,8 @@ class ExpertBlock:
 
     block: str
     num_experts: int
-    roles: dict                      # module name -> (expert, role: 0 gate, 1 up, 2 down)
-    got: dict = field(default_factory=dict)   # (expert, role) -> converted weight or NVFP4 spec
+    roles: dict  # module name -> (expert, role: 0 gate, 1 up, 2 down)
+    got: dict = field(default_factory=dict)  # (expert, role) -> converted weight or NVFP4 spec
 
 
 def expert_of(module: str):
@@ -238,8 +277,9 @@ def group_experts(modules) -> dict[str, ExpertBlock]:
         conv = next((c for c in CONVENTIONS if projs <= c.keys()), None)
         if conv is None:
             names = " / ".join(", ".join(c) for c in CONVENTIONS)
-            raise InputError(f"{block}.experts: expert projections {sorted(projs)[:6]} are not one of the known "
-                             f"sets ({names})")
+            raise InputError(
+                f"{block}.experts: expert projections {sorted(projs)[:6]} are not one of the known sets ({names})"
+            )
         count = 1 + max(e for e, _ in members.values())
         if count > MAX_EXPERTS:
             raise InputError(f"{block}.experts: expert index {count - 1} exceeds {MAX_EXPERTS - 1}")
@@ -248,8 +288,10 @@ def group_experts(modules) -> dict[str, ExpertBlock]:
         missing = [f"{block}.experts.{e}.{names[r]}" for e in range(count) for r in range(3) if (e, r) not in have]
         if missing:
             shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
-            raise InputError(f"{block}.experts: the checkpoint quantizes {count} experts but lacks {len(missing)} "
-                             f"expert module(s): {shown}")
+            raise InputError(
+                f"{block}.experts: the checkpoint quantizes {count} experts but lacks {len(missing)} "
+                f"expert module(s): {shown}"
+            )
         blocks[block] = ExpertBlock(block, count, {m: (e, conv[p]) for m, (e, p) in members.items()})
     return blocks
 

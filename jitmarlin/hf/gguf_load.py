@@ -31,6 +31,7 @@ Hugging Face rotary layout (two halves) to interleaved pairs; transformers' GGUF
 read_gguf: rows are whole output channels and whole runs of GGUF blocks, so it reorders the raw
 rows before from_gguf (exact). Qwen2 / Qwen3 are stored unpermuted (as transformers assumes).
 """
+
 from __future__ import annotations
 
 import logging
@@ -49,30 +50,47 @@ from jitmarlin.weights.quant import QuantizedWeight
 
 from .load import _build, _imports, _Loader, _pick_dtype
 
-__all__ = ["load_gguf", "open_gguf", "check_gguf", "gguf_arch", "hf_tensor_name", "unpermute_rows",
-           "read_gguf", "ARCHS", "PERMUTED_ARCHS"]
+__all__ = [
+    "load_gguf",
+    "open_gguf",
+    "check_gguf",
+    "gguf_arch",
+    "hf_tensor_name",
+    "unpermute_rows",
+    "read_gguf",
+    "ARCHS",
+    "PERMUTED_ARCHS",
+]
 
 log = logging.getLogger("jitmarlin.hf")
 
-ARCHS = ("llama", "qwen2", "qwen3")        # general.architecture values load_gguf takes
-PERMUTED_ARCHS = ("llama",)                # q / k rows stored through llama.cpp's permute
-MAX_DIMS = 4                               # GGML_MAX_DIMS
-MAX_ITEMS = 1 << 24                        # keys, tensors, array elements (vocabularies: ~2^18)
-MAX_STRING = 1 << 24                       # bytes of one string
-MAX_NAME = 1024                            # bytes of a tensor name (ggml: GGML_MAX_NAME = 64)
-_MAGIC = 0x46554747                        # b"GGUF" read little-endian
-_SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}   # gguf_type sizes
+ARCHS = ("llama", "qwen2", "qwen3")  # general.architecture values load_gguf takes
+PERMUTED_ARCHS = ("llama",)  # q / k rows stored through llama.cpp's permute
+MAX_DIMS = 4  # GGML_MAX_DIMS
+MAX_ITEMS = 1 << 24  # keys, tensors, array elements (vocabularies: ~2^18)
+MAX_STRING = 1 << 24  # bytes of one string
+MAX_NAME = 1024  # bytes of a tensor name (ggml: GGML_MAX_NAME = 64)
+_MAGIC = 0x46554747  # b"GGUF" read little-endian
+_SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # gguf_type sizes
 _STRING, _ARRAY, _UINT32 = 8, 9, 4
 _FLOATS = ("F32", "F16", "BF16", "F64")
 
 # GGUF tensor name -> Hugging Face module name (gguf-py tensor_mapping.py, MODEL_ARCH.LLAMA / QWEN2 /
 # QWEN3: the names these transformers architectures use)
 _TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
-_LAYER = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
-          "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-          "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm",
-          "attn_k_norm": "self_attn.k_norm", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-          "ffn_down": "mlp.down_proj"}
+_LAYER = {
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
 _LINEARS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 _BLK = re.compile(r"blk\.(\d{1,6})\.([a-z_]+)\.(weight|bias)")
 
@@ -94,8 +112,10 @@ class _Cursor:
 
     def take(self, n: int, what: str) -> int:
         if n > self.size - self.pos:
-            raise InputError(f"{self.where}: truncated or corrupt GGUF: {what} at byte {self.pos} "
-                             f"needs {n} bytes, {self.size - self.pos} are left")
+            raise InputError(
+                f"{self.where}: truncated or corrupt GGUF: {what} at byte {self.pos} "
+                f"needs {n} bytes, {self.size - self.pos} are left"
+            )
         p, self.pos = self.pos, self.pos + n
         return p
 
@@ -111,7 +131,7 @@ class _Cursor:
     def string(self, what: str, cap: int = MAX_STRING) -> bytes:
         n = self.count(f"{what} (length)", cap)
         p = self.take(n, what)
-        return bytes(self.buf[p:p + n])
+        return bytes(self.buf[p : p + n])
 
     def value(self, vtype: int, what: str):
         """Skip one value of gguf_type `vtype`; return it when it is a uint32 (general.alignment)."""
@@ -128,8 +148,7 @@ class _Cursor:
                 for _ in range(n):
                     self.take(self.count(f"{what} (length)", MAX_STRING), what)
             else:
-                raise InputError(f"{self.where}: {what}: arrays of gguf_type {itype} are not taken "
-                                 "(nested or unknown)")
+                raise InputError(f"{self.where}: {what}: arrays of gguf_type {itype} are not taken (nested or unknown)")
         else:
             raise InputError(f"{self.where}: {what}: unknown gguf_type {vtype}")
         return None
@@ -160,8 +179,7 @@ def check_gguf(path) -> int:
             version = cur.num("<I", "version")
             if version not in (2, 3):
                 hint = " (a big-endian file?)" if version & 0xFFFF == 0 else ""
-                raise InputError(f"{where}: GGUF version {version}{hint}: versions 2 and 3, "
-                                 "little-endian, are taken")
+                raise InputError(f"{where}: GGUF version {version}{hint}: versions 2 and 3, little-endian, are taken")
             n_tensors = cur.count("tensor count", MAX_ITEMS)
             n_kv = cur.count("metadata key count", MAX_ITEMS)
             align, keys = 32, set()
@@ -189,22 +207,29 @@ def check_gguf(path) -> int:
                 t = cur.num("<I", f"{name!r} type")
                 off = cur.num("<Q", f"{name!r} offset")
                 if t not in sizes:
-                    raise InputError(f"{where}: tensor {name!r} has ggml type {t} "
-                                     f"({names.get(t, 'unknown')}), which the gguf package cannot read")
+                    raise InputError(
+                        f"{where}: tensor {name!r} has ggml type {t} "
+                        f"({names.get(t, 'unknown')}), which the gguf package cannot read"
+                    )
                 bs, ts = sizes[t]
                 if min(dims) < 1 or dims[0] % bs:
-                    raise InputError(f"{where}: tensor {name!r} ({names[t]}) has dimensions {dims}: each "
-                                     f"must be positive, the first a multiple of the block size {bs}")
+                    raise InputError(
+                        f"{where}: tensor {name!r} ({names[t]}) has dimensions {dims}: each "
+                        f"must be positive, the first a multiple of the block size {bs}"
+                    )
                 if off % align:
-                    raise InputError(f"{where}: tensor {name!r}: offset {off} is not a multiple of the "
-                                     f"alignment {align}")
+                    raise InputError(
+                        f"{where}: tensor {name!r}: offset {off} is not a multiple of the alignment {align}"
+                    )
                 spans.append((off, off + int(np.prod(dims, dtype=object)) // bs * ts, name))
             start = -(-cur.pos // align) * align
             end = 0
             for a, b, name in sorted(spans):
                 if start + b > size:
-                    raise InputError(f"{where}: tensor {name!r} (bytes {start + a} to {start + b}) runs "
-                                     f"past the end of the file ({size} bytes): truncated?")
+                    raise InputError(
+                        f"{where}: tensor {name!r} (bytes {start + a} to {start + b}) runs "
+                        f"past the end of the file ({size} bytes): truncated?"
+                    )
                 if a < end:
                     raise InputError(f"{where}: tensor {name!r} overlaps the tensor before it")
                 end = b
@@ -242,16 +267,16 @@ def _field(reader, key: str, kind: type, default=None):
         return v
     if kind is str and isinstance(v, str):
         return v
-    raise InputError(f"GGUF metadata {key!r} must be a {'positive integer' if kind is int else 'string'}, "
-                     f"got {str(v)[:100]!r}")
+    raise InputError(
+        f"GGUF metadata {key!r} must be a {'positive integer' if kind is int else 'string'}, got {str(v)[:100]!r}"
+    )
 
 
 def gguf_arch(reader) -> str:
     """general.architecture, one of ARCHS, else InputError."""
     arch = _field(reader, "general.architecture", str)
     if arch not in ARCHS:
-        raise InputError(f"GGUF architecture {arch[:100]!r} is not taken by load_gguf "
-                         f"(taken: {', '.join(ARCHS)})")
+        raise InputError(f"GGUF architecture {arch[:100]!r} is not taken by load_gguf (taken: {', '.join(ARCHS)})")
     return arch
 
 
@@ -282,11 +307,9 @@ def _dequantize(t, gguf) -> np.ndarray:
     if tname in ("F32", "F16"):
         return np.array(t.data, copy=True)
     try:
-        return np.ascontiguousarray(gguf.quants.dequantize(np.asarray(t.data), t.tensor_type),
-                                    dtype=np.float32)
+        return np.ascontiguousarray(gguf.quants.dequantize(np.asarray(t.data), t.tensor_type), dtype=np.float32)
     except NotImplementedError:
-        raise GGUFTypeError(f"GGUF tensor {t.name!r} is {tname}: the gguf package has no "
-                            "dequantizer for it") from None
+        raise GGUFTypeError(f"GGUF tensor {t.name!r} is {tname}: the gguf package has no dequantizer for it") from None
 
 
 def read_gguf(reader, *, name_map: dict | None = None) -> Iterator[tuple[str, object]]:
@@ -314,29 +337,41 @@ def read_gguf(reader, *, name_map: dict | None = None) -> Iterator[tuple[str, ob
         if leaf == "weight" and (kind in _LINEARS or base == "output") and tname not in _FLOATS:
             if len(t.shape) != 2:
                 raise InputError(f"GGUF tensor {t.name!r} is a linear weight with {len(t.shape)} dimensions")
-            k, n = (int(v) for v in t.shape)                   # ne = [K, N]
+            k, n = (int(v) for v in t.shape)  # ne = [K, N]
             if tname in SUPPORTED:
-                raw = np.asarray(t.data).reshape(n, -1)         # N rows of K / B blocks
+                raw = np.asarray(t.data).reshape(n, -1)  # N rows of K / B blocks
                 if heads is not None:
                     raw = raw[unpermute_rows(n, heads)]
                 yield hf, from_gguf(raw, int(t.tensor_type), (n, k), name=t.name)
                 continue
             if base != "output":
-                raise GGUFTypeError(f"GGUF tensor {t.name!r} is {tname}: jitmarlin cannot run it "
-                                    f"quantized (types taken: {', '.join(SUPPORTED)})")
-            log.info("jitmarlin.hf.load_gguf: %s is %s, not a type jitmarlin runs: dequantized "
-                     "(lm_head stays an nn.Linear)", t.name, tname)
+                raise GGUFTypeError(
+                    f"GGUF tensor {t.name!r} is {tname}: jitmarlin cannot run it "
+                    f"quantized (types taken: {', '.join(SUPPORTED)})"
+                )
+            log.info(
+                "jitmarlin.hf.load_gguf: %s is %s, not a type jitmarlin runs: dequantized (lm_head stays an nn.Linear)",
+                t.name,
+                tname,
+            )
         elif leaf == "weight" and (kind in _LINEARS or base == "output"):
-            log.info("jitmarlin.hf.load_gguf: %s is stored as %s (not quantized): %s stays an nn.Linear",
-                     t.name, tname, hf.rpartition(".")[0])
+            log.info(
+                "jitmarlin.hf.load_gguf: %s is stored as %s (not quantized): %s stays an nn.Linear",
+                t.name,
+                tname,
+                hf.rpartition(".")[0],
+            )
         a = _dequantize(t, gguf)
         if heads is not None:
             a = a[unpermute_rows(a.shape[0], heads)]
         yield hf, a
     if ignored:
         shown = ", ".join(ignored[:10]) + (" ..." if len(ignored) > 10 else "")
-        log.info("jitmarlin.hf.load_gguf: %d GGUF tensor(s) have no place in the transformers model "
-                 "and were skipped: %s", len(ignored), shown)
+        log.info(
+            "jitmarlin.hf.load_gguf: %d GGUF tensor(s) have no place in the transformers model and were skipped: %s",
+            len(ignored),
+            shown,
+        )
 
 
 # ---- torch / transformers ----------------------------------------------------------------------
@@ -364,14 +399,18 @@ def _hf_name_map(model, arch: str):
         import inspect
 
         from transformers.modeling_gguf_pytorch_utils import get_gguf_hf_weights_map
+
         kw = {}
         if "processor" in inspect.signature(get_gguf_hf_weights_map).parameters:
             from transformers.modeling_gguf_pytorch_utils import TensorProcessor
+
             kw["processor"] = TensorProcessor()
         return dict(get_gguf_hf_weights_map(model, model_type=arch, **kw))
     except (ImportError, AttributeError, TypeError, ValueError, KeyError, NotImplementedError) as e:
-        log.info("jitmarlin.hf.load_gguf: transformers' GGUF name map is unavailable (%s): using "
-                 "jitmarlin's table", str(e)[:200])
+        log.info(
+            "jitmarlin.hf.load_gguf: transformers' GGUF name map is unavailable (%s): using jitmarlin's table",
+            str(e)[:200],
+        )
         return None
 
 
@@ -413,16 +452,21 @@ def load_gguf(path, *, device="cuda", dtype=None):
 class _GGUFLoader(_Loader):
     def __init__(self, torch, model, device):
         super().__init__(torch, model, device, None)
-        self.types: dict[str, str] = {}           # module name -> "qtype group g"
+        self.types: dict[str, str] = {}  # module name -> "qtype group g"
 
     def _log_unquantized(self) -> None:
         nn = self.torch.nn
         kept = [n for n, m in self.model.named_modules() if type(m) is nn.Linear]
         for n in kept:
-            log.info("jitmarlin.hf.load_gguf: kept %s as nn.Linear (stored unquantized, or a type "
-                     "jitmarlin does not run)", n)
+            log.info(
+                "jitmarlin.hf.load_gguf: kept %s as nn.Linear (stored unquantized, or a type jitmarlin does not run)", n
+            )
         counts: dict[str, int] = {}
         for q in self.types.values():
             counts[q] = counts.get(q, 0) + 1
-        log.info("jitmarlin.hf.load_gguf: %d linear layers are MarlinLinear (%s), %d kept as nn.Linear",
-                 len(self.quantized), ", ".join(f"{k} x{v}" for k, v in sorted(counts.items())), len(kept))
+        log.info(
+            "jitmarlin.hf.load_gguf: %d linear layers are MarlinLinear (%s), %d kept as nn.Linear",
+            len(self.quantized),
+            ", ".join(f"{k} x{v}" for k, v in sorted(counts.items())),
+            len(kept),
+        )

@@ -43,6 +43,7 @@ How a model is built:
      experts the checkpoint lacks: named as such), the remaining buffers move to `device`, and
      every nn.Linear left unquantized is logged with its reason (logger "jitmarlin.hf").
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -82,8 +83,7 @@ def _version(transformers) -> tuple[int, int]:
         return (0, 0)
 
 
-_DTYPE_NAMES = {"float16": "float16", "fp16": "float16", "half": "float16",
-                "bfloat16": "bfloat16", "bf16": "bfloat16"}
+_DTYPE_NAMES = {"float16": "float16", "fp16": "float16", "half": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16"}
 
 
 def _pick_dtype(torch, dtype, cfg: dict):
@@ -100,8 +100,9 @@ def _pick_dtype(torch, dtype, cfg: dict):
             return getattr(torch, name)
     elif dtype in (torch.float16, torch.bfloat16):
         return dtype
-    raise InputError(f"dtype must be float16 or bfloat16 (the kernels' activation dtypes) or None "
-                     f"(config.json's), got {dtype!r}")
+    raise InputError(
+        f"dtype must be float16 or bfloat16 (the kernels' activation dtypes) or None (config.json's), got {dtype!r}"
+    )
 
 
 @contextlib.contextmanager
@@ -143,14 +144,18 @@ def _build(torch, transformers, cfg: dict, dtype):
     if not isinstance(model_type, str):
         raise InputError(f"config.json: model_type must be a string, got {model_type!r}")
     if hf_cfg.get("auto_map") is not None:
-        log.warning("config.json names remote code (auto_map): ignored; building the built-in "
-                    "transformers architecture for model_type %r", model_type)
+        log.warning(
+            "config.json names remote code (auto_map): ignored; building the built-in "
+            "transformers architecture for model_type %r",
+            model_type,
+        )
         hf_cfg.pop("auto_map")
     try:
         config = transformers.AutoConfig.for_model(model_type, **hf_cfg)
     except (ValueError, KeyError, TypeError) + _strict_errors() as e:
-        raise InputError(f"config.json: transformers cannot build a config for model_type "
-                         f"{model_type!r}: {str(e)[:300]}") from None
+        raise InputError(
+            f"config.json: transformers cannot build a config for model_type {model_type!r}: {str(e)[:300]}"
+        ) from None
     kw = {"dtype": dtype} if _version(transformers) >= (4, 56) else {"torch_dtype": dtype}
     with _parameters_on_meta(torch):
         model = transformers.AutoModelForCausalLM.from_config(config, **kw)
@@ -188,11 +193,11 @@ class _Loader:
         self.torch, self.model, self.device, self.scheme = torch, model, device, scheme
         self.MarlinLinear = MarlinLinear
         self.rename = Renamer(model)
-        self.blocks = moe_blocks(model)                # sparse-MoE blocks, replaced as their experts arrive
+        self.blocks = moe_blocks(model)  # sparse-MoE blocks, replaced as their experts arrive
         self.moe: set[str] = set()
         self.quantized: set[str] = set()
-        self.wants_bias: set[str] = set()          # quantized linears whose nn.Linear had a bias
-        self.late_bias: dict[str, object] = {}     # biases that came before their qweight
+        self.wants_bias: set[str] = set()  # quantized linears whose nn.Linear had a bias
+        self.late_bias: dict[str, object] = {}  # biases that came before their qweight
         self.unexpected: list[str] = []
 
     def experts(self, name: str, experts: MoEExperts) -> None:
@@ -208,14 +213,19 @@ class _Loader:
         name = self.rename(name)
         mod = _submodule(self.model, name)
         if mod is None:
-            raise InputError(f"the checkpoint quantizes {name!r} but the {type(self.model).__name__} "
-                             "architecture has no such module")
+            raise InputError(
+                f"the checkpoint quantizes {name!r} but the {type(self.model).__name__} architecture has no such module"
+            )
         if not isinstance(mod, nn.Linear):
-            raise InputError(f"the checkpoint quantizes {name!r}, a {type(mod).__name__}: only nn.Linear "
-                             "layers can become MarlinLinear")
+            raise InputError(
+                f"the checkpoint quantizes {name!r}, a {type(mod).__name__}: only nn.Linear "
+                "layers can become MarlinLinear"
+            )
         if qw.shape != (mod.out_features, mod.in_features):
-            raise InputError(f"{name}: the checkpoint's quantized weight is (out, in) = {qw.shape} but the "
-                             f"model's nn.Linear is ({mod.out_features}, {mod.in_features})")
+            raise InputError(
+                f"{name}: the checkpoint's quantized weight is (out, in) = {qw.shape} but the "
+                f"model's nn.Linear is ({mod.out_features}, {mod.in_features})"
+            )
         bias = None
         if mod.bias is not None:
             if mod.bias.device.type == "meta":
@@ -246,7 +256,7 @@ class _Loader:
             self.wants_bias.discard(modname)
             return
         if attr == "bias" and isinstance(mod, torch.nn.Linear) and mod.bias is None:
-            self.late_bias[modname] = arr                # a quantized linear's bias, before its qweight
+            self.late_bias[modname] = arr  # a quantized linear's bias, before its qweight
             return
         if attr in mod._parameters and mod._parameters[attr] is not None:
             old = mod._parameters[attr]
@@ -261,8 +271,9 @@ class _Loader:
 
     def _check(self, name, t, old) -> None:
         if tuple(t.shape) != tuple(old.shape):
-            raise InputError(f"{name}: the checkpoint holds shape {tuple(t.shape)}, the model expects "
-                             f"{tuple(old.shape)}")
+            raise InputError(
+                f"{name}: the checkpoint holds shape {tuple(t.shape)}, the model expects {tuple(old.shape)}"
+            )
 
     def _cast(self, t, old):
         dt = old.dtype if (t.is_floating_point() and old.is_floating_point()) else t.dtype
@@ -274,15 +285,21 @@ class _Loader:
             self.unexpected.append(modname + ".bias")
         if self.unexpected:
             shown = ", ".join(self.unexpected[:10]) + (" ..." if len(self.unexpected) > 10 else "")
-            log.warning("jitmarlin.hf.load: %d checkpoint tensor(s) have no place in %s and were ignored: %s",
-                        len(self.unexpected), type(model).__name__, shown)
+            log.warning(
+                "jitmarlin.hf.load: %d checkpoint tensor(s) have no place in %s and were ignored: %s",
+                len(self.unexpected),
+                type(model).__name__,
+                shown,
+            )
         out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
         if getattr(model.config, "tie_word_embeddings", False) and not isinstance(out, self.MarlinLinear):
             model.tie_weights()
         for name, blk in self.blocks.items():
             if name not in self.moe and any(p.device.type == "meta" for p in blk.parameters()):
-                raise InputError(f"the checkpoint lacks the experts of the MoE layer {name} ({type(blk).__name__}): "
-                                 f"no quantized {name}.experts.* tensors")
+                raise InputError(
+                    f"the checkpoint lacks the experts of the MoE layer {name} ({type(blk).__name__}): "
+                    f"no quantized {name}.experts.* tensors"
+                )
         missing = [n for n, p in model.named_parameters() if p.device.type == "meta"]
         missing += [n for n, b in model.named_buffers() if b.device.type == "meta"]
         missing += [f"{n}.bias" for n in sorted(self.wants_bias)]
@@ -302,14 +319,24 @@ class _Loader:
             kept += 1
             reason = self.scheme.skip_reason(name)
             if reason is None:
-                reason = ("the output head: quantizers keep it in full precision" if mod is out
-                          else "stored unquantized in the checkpoint")
+                reason = (
+                    "the output head: quantizers keep it in full precision"
+                    if mod is out
+                    else "stored unquantized in the checkpoint"
+                )
             log.info("jitmarlin.hf.load: kept %s as nn.Linear (%s)", name, reason)
-        log.info("jitmarlin.hf.load: %d linear layers are MarlinLinear (%s, %s, group_size %d), %d kept as nn.Linear",
-                 len(self.quantized), self.scheme.method, self.scheme.qtype, self.scheme.group_size, kept)
+        log.info(
+            "jitmarlin.hf.load: %d linear layers are MarlinLinear (%s, %s, group_size %d), %d kept as nn.Linear",
+            len(self.quantized),
+            self.scheme.method,
+            self.scheme.qtype,
+            self.scheme.group_size,
+            kept,
+        )
         if self.blocks:
-            log.info("jitmarlin.hf.load: %d of %d MoE layers run their experts in MarlinMoE", len(self.moe),
-                     len(self.blocks))
+            log.info(
+                "jitmarlin.hf.load: %d of %d MoE layers run their experts in MarlinMoE", len(self.moe), len(self.blocks)
+            )
 
 
 def load(path, *, device="cuda", dtype=None, fuse=False):
@@ -347,8 +374,7 @@ def load(path, *, device="cuda", dtype=None, fuse=False):
     loader.finish()
     if (root / "generation_config.json").exists():
         try:
-            model.generation_config = transformers.GenerationConfig.from_dict(
-                read_json(root, "generation_config.json"))
+            model.generation_config = transformers.GenerationConfig.from_dict(read_json(root, "generation_config.json"))
         except (ValueError, TypeError) as e:
             log.warning("generation_config.json ignored: %s", str(e)[:200])
     model.jitmarlin_scheme = scheme

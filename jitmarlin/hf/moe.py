@@ -20,6 +20,7 @@ Blocks (transformers 5 module structure; the checkpoint side is read by jitmarli
 transformers 4 builds Qwen3-MoE and Mixtral blocks with a plain nn.Linear router and returns
 (hidden, router logits): MoEBlock reproduces that (softmax, top-k, renormalise).
 """
+
 from __future__ import annotations
 
 import math
@@ -34,11 +35,11 @@ __all__ = ["MOE_BLOCKS", "Renamer", "moe_blocks", "replace_block", "refuse_plain
 
 @dataclass(frozen=True)
 class _Arch:
-    router: str               # attribute of the router module
-    experts_field: str        # config field: number of experts
-    inter_field: str          # config field: each expert's intermediate size
-    gpt_oss: bool = False     # swigluoai, biases, returns (hidden, scores)
-    norm_field: str | None = None   # config field of norm_topk_prob (None: always renormalise)
+    router: str  # attribute of the router module
+    experts_field: str  # config field: number of experts
+    inter_field: str  # config field: each expert's intermediate size
+    gpt_oss: bool = False  # swigluoai, biases, returns (hidden, scores)
+    norm_field: str | None = None  # config field of norm_topk_prob (None: always renormalise)
 
 
 MOE_BLOCKS = {
@@ -48,7 +49,7 @@ MOE_BLOCKS = {
 }
 # checkpoint name part -> transformers 5 module name part, applied where the model lacks the former
 _RENAMES = ((".block_sparse_moe.", ".mlp."),)
-_ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu"}   # config.hidden_act -> jitmarlin.moe's
+_ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu"}  # config.hidden_act -> jitmarlin.moe's
 
 
 def moe_blocks(model) -> dict:
@@ -83,13 +84,17 @@ def _activation(config, arch: _Arch) -> str:
         for name, want in (("swiglu_alpha", 1.702), ("swiglu_limit", 7.0)):
             v = getattr(config, name, want)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isclose(v, want, rel_tol=1e-6):
-                raise InputError(f"config.json: {name} = {v!r}: jitmarlin's swigluoai activation is gpt-oss's "
-                                 f"(alpha 1.702, limit 7.0)")
+                raise InputError(
+                    f"config.json: {name} = {v!r}: jitmarlin's swigluoai activation is gpt-oss's "
+                    f"(alpha 1.702, limit 7.0)"
+                )
         return "swigluoai"
     act = getattr(config, "hidden_act", None)
     if not isinstance(act, str) or act not in _ACTIVATIONS:
-        raise InputError(f"config.json: hidden_act = {act!r}: jitmarlin's MoE kernels gate with "
-                         f"{', '.join(sorted(_ACTIVATIONS))} only")
+        raise InputError(
+            f"config.json: hidden_act = {act!r}: jitmarlin's MoE kernels gate with "
+            f"{', '.join(sorted(_ACTIVATIONS))} only"
+        )
     return _ACTIVATIONS[act]
 
 
@@ -98,8 +103,10 @@ def refuse_plain_expert(name: str, blocks: dict) -> None:
     block jitmarlin replaces: its experts must all be quantized."""
     hit = expert_of(name.rpartition(".")[0])
     if hit is not None and hit[0] in blocks:
-        raise InputError(f"{name}: this MoE layer's experts are stored unquantized; jitmarlin.hf.load runs "
-                         "quantized experts only (every expert of the layer in the checkpoint's scheme)")
+        raise InputError(
+            f"{name}: this MoE layer's experts are stored unquantized; jitmarlin.hf.load runs "
+            "quantized experts only (every expert of the layer in the checkpoint's scheme)"
+        )
 
 
 def replace_block(model, name: str, experts: MoEExperts):
@@ -117,9 +124,11 @@ def replace_block(model, name: str, experts: MoEExperts):
     arch = MOE_BLOCKS.get(type(mod).__name__)
     if arch is None:
         kind = "no such module" if mod is None else f"a {type(mod).__name__}"
-        raise InputError(f"the checkpoint holds MoE experts for {name!r} but the {type(model).__name__} "
-                         f"architecture has {kind} there (jitmarlin.hf.load replaces "
-                         f"{', '.join(MOE_BLOCKS)})")
+        raise InputError(
+            f"the checkpoint holds MoE experts for {name!r} but the {type(model).__name__} "
+            f"architecture has {kind} there (jitmarlin.hf.load replaces "
+            f"{', '.join(MOE_BLOCKS)})"
+        )
     cfg = model.config
     w13, w2 = experts
     count = _int_field(cfg, arch.experts_field, 1)
@@ -128,12 +137,16 @@ def replace_block(model, name: str, experts: MoEExperts):
     top_k = _int_field(cfg, "num_experts_per_tok", 1, count)
     got = (w13.num_experts, w13.intermediate, w13.in_features)
     if got != (count, inter, hidden) or w2.shape != (count, hidden, inter):
-        raise InputError(f"{name}.experts: the checkpoint's experts are (experts, intermediate, hidden) = {got} "
-                         f"(down {w2.shape}) but config.json says ({arch.experts_field}={count}, "
-                         f"{arch.inter_field}={inter}, hidden_size={hidden})")
+        raise InputError(
+            f"{name}.experts: the checkpoint's experts are (experts, intermediate, hidden) = {got} "
+            f"(down {w2.shape}) but config.json says ({arch.experts_field}={count}, "
+            f"{arch.inter_field}={inter}, hidden_size={hidden})"
+        )
     if (w13.qtype, w13.group_size) != (w2.qtype, w2.group_size):
-        raise InputError(f"{name}.experts: gate/up are {w13.qtype} group {w13.group_size} but down is {w2.qtype} "
-                         f"group {w2.group_size}; jitmarlin.moe needs one quant type and group size")
+        raise InputError(
+            f"{name}.experts: gate/up are {w13.qtype} group {w13.group_size} but down is {w2.qtype} "
+            f"group {w2.group_size}; jitmarlin.moe needs one quant type and group size"
+        )
     norm = True
     if arch.norm_field is not None:
         norm = getattr(cfg, arch.norm_field, False)
@@ -142,10 +155,12 @@ def replace_block(model, name: str, experts: MoEExperts):
     router = getattr(mod, arch.router, None)
     if not isinstance(router, torch.nn.Module):
         raise InputError(f"{name}: the {type(mod).__name__} has no router module {arch.router!r}")
-    linear_router = type(router) is torch.nn.Linear          # transformers 4
+    linear_router = type(router) is torch.nn.Linear  # transformers 4
     if arch.gpt_oss and linear_router:
-        raise InputError(f"{name}: this transformers' gpt-oss router is an nn.Linear; jitmarlin.hf.load needs "
-                         "transformers >= 5 for gpt-oss")
+        raise InputError(
+            f"{name}: this transformers' gpt-oss router is an nn.Linear; jitmarlin.hf.load needs "
+            "transformers >= 5 for gpt-oss"
+        )
     returns = "scores" if arch.gpt_oss else ("logits" if linear_router else None)
     new = MoEBlock(router, MarlinMoE(w13, w2, _activation(cfg, arch)), top_k, norm, returns, arch.router)
     parent, _, leaf = name.rpartition(".")

@@ -1,5 +1,6 @@
 """Array interop: NumPy, CuPy, torch and any __dlpack__ producer, without importing the
 frameworks unless the caller uses them."""
+
 from __future__ import annotations
 
 import sys

@@ -17,6 +17,7 @@ members with the expected names only, each member and the whole under a size cap
 everything before it writes anything. Its checksums prove integrity, not authenticity: pin a
 bundle by its digest (import_bundle(sha256=...), `cache import --sha256`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -62,8 +63,9 @@ _MEMBER_NAME = re.compile(rf"({re.escape(MANIFEST_NAME)}|{ENTRY_DIR}/[0-9a-f]{{6
 def _member_ok(name: str) -> bool:
     """A member name a bundle may hold: the manifest, an entry, or a record kind's member."""
     return bool(_MEMBER_NAME.match(name)) or name in {k.member for k in record_kinds()}
-_COMPRESSED = ((b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"),
-               (b"\x28\xb5\x2f\xfd", "zstd"))
+
+
+_COMPRESSED = ((b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zstd"))
 
 
 class BundleError(InputError):
@@ -105,13 +107,12 @@ def _read_members(path) -> dict[str, bytes]:
         raise InputError(f"cannot read bundle {path}: {exc}") from None
     for magic, kind in _COMPRESSED:
         if head.startswith(magic):
-            raise BundleError(f"{path} is {kind}-compressed: bundles are plain tar files "
-                              "(decompress it first)")
+            raise BundleError(f"{path} is {kind}-compressed: bundles are plain tar files (decompress it first)")
     if size > MAX_TOTAL_BYTES + (64 << 20):
         raise BundleError(f"{path} is larger than the {MAX_TOTAL_BYTES >> 20} MiB bundle cap")
     infos, dropped, total = {}, set(), 0
     try:
-        with tarfile.open(path, "r:") as tar:   # "r:", not "r:*": never a decompressor
+        with tarfile.open(path, "r:") as tar:  # "r:", not "r:*": never a decompressor
             while True:
                 info = tar.next()
                 if info is None:
@@ -124,15 +125,15 @@ def _read_members(path) -> dict[str, bytes]:
                 if not _member_ok(name):
                     raise BundleError(f"{path}: unexpected member {name!r}")
                 if info.size > MAX_MEMBER_BYTES:
-                    raise BundleError(f"{path}: member {name} claims {info.size} bytes (cap "
-                                      f"{MAX_MEMBER_BYTES >> 20} MiB a member)")
+                    raise BundleError(
+                        f"{path}: member {name} claims {info.size} bytes (cap {MAX_MEMBER_BYTES >> 20} MiB a member)"
+                    )
                 total += info.size
                 if total > MAX_TOTAL_BYTES:
-                    raise BundleError(f"{path}: members total over the {MAX_TOTAL_BYTES >> 20} "
-                                      "MiB cap")
+                    raise BundleError(f"{path}: members total over the {MAX_TOTAL_BYTES >> 20} MiB cap")
                 if info.offset_data + info.size > size:
                     raise BundleError(f"{path} is truncated (member {name} runs past its end)")
-                if name in infos or name in dropped:   # which copy is real? neither is read
+                if name in infos or name in dropped:  # which copy is real? neither is read
                     if name == MANIFEST_NAME:
                         raise BundleError(f"{path}: {MANIFEST_NAME} appears twice")
                     infos.pop(name, None)
@@ -149,7 +150,7 @@ def _read_members(path) -> dict[str, bytes]:
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise BundleError(f"{path} is not a readable bundle ({exc})") from None
     for name in dropped:
-        members[name] = None    # (reported by the entry that names it)
+        members[name] = None  # (reported by the entry that names it)
     return members
 
 
@@ -158,22 +159,22 @@ def _read_manifest(members: dict, path) -> dict:
     try:
         manifest = json.loads(data) if data is not None else None
     except ValueError as exc:
-        raise BundleError(f"{path}: {MANIFEST_NAME} is not JSON ({exc}); not a jitmarlin "
-                          "bundle") from None
+        raise BundleError(f"{path}: {MANIFEST_NAME} is not JSON ({exc}); not a jitmarlin bundle") from None
     if data is None:
         raise BundleError(f"{path}: no {MANIFEST_NAME}; not a jitmarlin bundle")
     if not isinstance(manifest, dict) or not isinstance(manifest.get("entries"), list):
         raise BundleError(f"{path}: {MANIFEST_NAME} is not a jitmarlin bundle manifest")
     if manifest.get("bundle_format") != BUNDLE_FORMAT:
-        raise BundleError(f"{path}: bundle format {manifest.get('bundle_format')!r}, this "
-                          f"jitmarlin reads format {BUNDLE_FORMAT}")
+        raise BundleError(
+            f"{path}: bundle format {manifest.get('bundle_format')!r}, this jitmarlin reads format {BUNDLE_FORMAT}"
+        )
     return manifest
 
 
 def _current_nvrtc():
     try:
         return list(nvrtc.version())
-    except Exception:   # no NVRTC here: nothing to compare against (keys use the same call)
+    except Exception:  # no NVRTC here: nothing to compare against (keys use the same call)
         return None
 
 
@@ -198,8 +199,7 @@ def _bundle_entry(members: dict, item, nv) -> tuple[str, dict | None, str | None
         return key, None, f"{name} is not a valid entry ({exc})"
     ki = e.get("key_inputs")
     if isinstance(ki, dict) and e.get("format") == ki.get("format") != ENTRY_FORMAT:
-        return key, None, _Skip(f"entry format {e.get('format')!r}, this jitmarlin reads "
-                                f"format {ENTRY_FORMAT}")
+        return key, None, _Skip(f"entry format {e.get('format')!r}, this jitmarlin reads format {ENTRY_FORMAT}")
     problem = entry_problem(e)
     if problem is None:
         for f in ("name", "arch", "spec", "sha256"):
@@ -227,15 +227,17 @@ class ImportReport:
     present: int = 0
     rejected: list = field(default_factory=list)
     evicted: int = 0
-    records_imported: dict = field(default_factory=dict)   # record kind's section -> count
+    records_imported: dict = field(default_factory=dict)  # record kind's section -> count
     records_present: dict = field(default_factory=dict)
-    skipped: list = field(default_factory=list)   # (key, reason): another jitmarlin/NVRTC/format
+    skipped: list = field(default_factory=list)  # (key, reason): another jitmarlin/NVRTC/format
 
 
 # ---- read-only tier ------------------------------------------------------------------------------
 
-def export_bundle(cache: KernelCache, path: str | os.PathLike, keys=None, *, archs=None,
-                  allow_empty: bool = False) -> dict:
+
+def export_bundle(
+    cache: KernelCache, path: str | os.PathLike, keys=None, *, archs=None, allow_empty: bool = False
+) -> dict:
     """Write a bundle (uncompressed tar: manifest.json + entries/<key>.json, fixed member
     metadata, sorted: the same entries give the same bytes) of every sound entry, or only
     `keys` / only `archs` (e.g. {'sm_90'}), and the records of every registered kind (all, or
@@ -247,8 +249,7 @@ def export_bundle(cache: KernelCache, path: str | os.PathLike, keys=None, *, arc
     archs = set(archs) if archs else None
     unknown = sorted(a for a in archs or () if a.removesuffix("a") not in ARCH_DEFAULT_PROFILE)
     if unknown:
-        raise BundleError(f"unknown arch {', '.join(unknown)} (known: "
-                          f"{', '.join(ARCH_DEFAULT_PROFILE)}, sm_90a)")
+        raise BundleError(f"unknown arch {', '.join(unknown)} (known: {', '.join(ARCH_DEFAULT_PROFILE)}, sm_90a)")
     skipped, members, listed = [], [], []
     for key in sorted(cache.keys()):
         if want is not None and key not in want:
@@ -268,29 +269,48 @@ def export_bundle(cache: KernelCache, path: str | os.PathLike, keys=None, *, arc
         e = dict(e, key_inputs=entry_key_inputs(e))
         data = entry_to_json(e)
         members.append((f"{ENTRY_DIR}/{key}.json", data))
-        listed.append({
-            "key": key, "name": e["name"], "arch": e["arch"], "spec": e["spec"],
-            "nvrtc": list(e["nvrtc"]), "sha256": e["sha256"],
-            "file_sha256": hashlib.sha256(data).hexdigest(),
-        })
+        listed.append(
+            {
+                "key": key,
+                "name": e["name"],
+                "arch": e["arch"],
+                "spec": e["spec"],
+                "nvrtc": list(e["nvrtc"]),
+                "sha256": e["sha256"],
+                "file_sha256": hashlib.sha256(data).hexdigest(),
+            }
+        )
     sections = {kind: _export_records(cache, kind, want, archs, skipped) for kind in record_kinds()}
     if want is not None:
         have = set(cache.keys()) | set(cache.record_keys())
         skipped += [(k, "not in the cache") for k in sorted(want - have)]
     if not listed and not any(items for items, _ in sections.values()) and not allow_empty:
         what = f" for {', '.join(sorted(archs))}" if archs else ""
-        raise BundleError(f"nothing to export{what} from {cache.directory}: no sound entries; "
-                          f"no bundle written")
-    manifest = {"bundle_format": BUNDLE_FORMAT, "entry_format": ENTRY_FORMAT,
-                "jitmarlin": __version__, "entries": listed}
+        raise BundleError(f"nothing to export{what} from {cache.directory}: no sound entries; no bundle written")
+    manifest = {
+        "bundle_format": BUNDLE_FORMAT,
+        "entry_format": ENTRY_FORMAT,
+        "jitmarlin": __version__,
+        "entries": listed,
+    }
     for kind, (items, choices) in sections.items():
         if items:
             manifest[kind.section] = items
-            members.append((kind.member, json.dumps({"format": kind.format, "choices": choices},
-                                                    sort_keys=True, separators=(",", ":")).encode()))
+            members.append(
+                (
+                    kind.member,
+                    json.dumps(
+                        {"format": kind.format, "choices": choices}, sort_keys=True, separators=(",", ":")
+                    ).encode(),
+                )
+            )
     _write_bundle(Path(path), manifest, members)
-    return {"exported": len(listed), **{k.section: len(s[0]) for k, s in sections.items()},
-            "skipped": skipped, "path": str(path)}
+    return {
+        "exported": len(listed),
+        **{k.section: len(s[0]) for k, s in sections.items()},
+        "skipped": skipped,
+        "path": str(path),
+    }
 
 
 def _export_records(cache: KernelCache, kind: RecordKind, want, archs, skipped):
@@ -351,6 +371,7 @@ def _bundle_records(members: dict, manifest: dict, kind: RecordKind):
             out.append((key, None, problem) if problem else (key, choices[key], None))
     return out
 
+
 def _write_bundle(path: Path, manifest: dict, members) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -358,7 +379,7 @@ def _write_bundle(path: Path, manifest: dict, members) -> None:
             _tar_add(tar, MANIFEST_NAME, json.dumps(manifest, indent=1, sort_keys=True).encode())
             for name, data in members:
                 _tar_add(tar, name, data)
-        os.replace(tmp, path)   # readers never see a half-written bundle
+        os.replace(tmp, path)  # readers never see a half-written bundle
     except OSError as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
@@ -389,8 +410,7 @@ def _store_items(items, seen: set, report: ImportReport, has, put) -> tuple[list
     return stored, present
 
 
-def import_bundle(cache: KernelCache, path: str | os.PathLike, *,
-                  sha256: str | None = None) -> ImportReport:
+def import_bundle(cache: KernelCache, path: str | os.PathLike, *, sha256: str | None = None) -> ImportReport:
     """Merge a bundle written by export_bundle(): every entry is checked (its member's sha256
     against the manifest, entry format, checksum, key re-derived from its inputs) and stored
     unless its key is already here (existing entries are kept); so is every record (its sha256

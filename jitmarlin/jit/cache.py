@@ -18,6 +18,7 @@ For fleets: a size cap with least-recently-used eviction, verify(), portable bun
 (bundles: jitmarlin.jit.bundle) and an optional read-only tier (JITMARLIN_CACHE_RO) looked at before
 compiling. The on-disk layout and formats are described in cache/README.md.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -69,7 +70,7 @@ from jitmarlin.settings import cache_root, lock_timeout_s
 log = logging.getLogger("jitmarlin")
 
 
-MB = 1 << 20                 # "MB" in sizes and JITMARLIN_CACHE_MAX_MB means MiB
+MB = 1 << 20  # "MB" in sizes and JITMARLIN_CACHE_MAX_MB means MiB
 DEFAULT_MAX_MB = 2048
 # Eviction goes down to this fraction of the cap, so a full cache pays for the scan over all
 # entries once per ~10% of the cap of new kernels instead of after every compile.
@@ -80,6 +81,7 @@ TOUCH_RESOLUTION_S = 60.0
 
 
 # ---- settings ------------------------------------------------------------------------------------
+
 
 def default_cache_dir() -> Path:
     return cache_root()
@@ -93,8 +95,7 @@ def default_max_bytes() -> int:
     try:
         return max(0, int(float(raw) * MB))
     except ValueError:
-        log.warning("jitmarlin: JITMARLIN_CACHE_MAX_MB=%r is not a number; using %d",
-                    raw, DEFAULT_MAX_MB)
+        log.warning("jitmarlin: JITMARLIN_CACHE_MAX_MB=%r is not a number; using %d", raw, DEFAULT_MAX_MB)
         return DEFAULT_MAX_MB * MB
 
 
@@ -106,6 +107,7 @@ def default_ro_dir() -> Path | None:
 
 # ---- the cache -----------------------------------------------------------------------------------
 
+
 class KernelCache:
     """Disk + memory cache of compiled kernels under `directory` (default: JITMARLIN_CACHE_DIR,
     else ~/.cache/jitmarlin). A directory that cannot be written still works: kernels are then
@@ -115,19 +117,24 @@ class KernelCache:
     afterwards as `max_bytes`. ro_dir: read-only tier (default JITMARLIN_CACHE_RO; "" = none).
     """
 
-    def __init__(self, directory: str | os.PathLike | None = None, *,
-                 max_mb: float | None = None, ro_dir: str | os.PathLike | None = None):
+    def __init__(
+        self,
+        directory: str | os.PathLike | None = None,
+        *,
+        max_mb: float | None = None,
+        ro_dir: str | os.PathLike | None = None,
+    ):
         self.directory = Path(directory) if directory else default_cache_dir()
         self.max_bytes = default_max_bytes() if max_mb is None else max(0, int(max_mb * MB))
         self.ro_dir = default_ro_dir() if ro_dir is None else (Path(ro_dir) if ro_dir else None)
         self._ro = ReadOnlyTier(self.ro_dir) if self.ro_dir else None
         self._mem: dict[str, nvrtc.Artifact] = {}
-        self._keys: dict = {}        # (spec, arch) -> (key, source, key inputs): render once
+        self._keys: dict = {}  # (spec, arch) -> (key, source, key inputs): render once
         self._disk = None
         self._readonly = False
         self._warned = False
-        self.problem: str | None = None   # why the dir is not used (refused or corrupt store)
-        self.corrupt = False             # the store exists but SQLite cannot read it
+        self.problem: str | None = None  # why the dir is not used (refused or corrupt store)
+        self.corrupt = False  # the store exists but SQLite cannot read it
 
     # ---- storage ----
     def _open(self):
@@ -142,8 +149,7 @@ class KernelCache:
                 if not self._warned:
                     self._warned = True
                     what = self.problem or f"cache dir {self.directory} is not writable ({e})"
-                    log.warning("jitmarlin: %s; compiling in memory (nothing read from or "
-                                "written to it)", what)
+                    log.warning("jitmarlin: %s; compiling in memory (nothing read from or written to it)", what)
         return self._disk
 
     def _open_store(self):
@@ -159,7 +165,7 @@ class KernelCache:
             raise PermissionError(f"{d} is not writable")
         make_dir(d / "locks")
         make_dir(d / STORE_DIR)
-        create_file(d / STORE_DIR / "cache.db")   # 0600 before SQLite opens it
+        create_file(d / STORE_DIR / "cache.db")  # 0600 before SQLite opens it
         return diskcache.Cache(str(d / STORE_DIR), disk=SafeDisk, eviction_policy="none")
 
     @property
@@ -245,8 +251,7 @@ class KernelCache:
         if problem is None and inputs is not None:
             problem = entry_mismatch(e, inputs)
         if problem:
-            log.warning("jitmarlin: cache entry %s is corrupted (%s); dropping and recompiling",
-                        key[:12], problem)
+            log.warning("jitmarlin: cache entry %s is corrupted (%s); dropping and recompiling", key[:12], problem)
             self._delete(key)
             return None
         self._touch(key, e)
@@ -336,7 +341,7 @@ class KernelCache:
         read-only tier) or 'compiled'; with compile_missing=False returns (None, key, 'missing')
         instead of compiling.
         """
-        spec = spec.kernel_spec()   # e.g. a whole-tile plan's kernel is the Stream-K plan's
+        spec = spec.kernel_spec()  # e.g. a whole-tile plan's kernel is the Stream-K plan's
         arch = source().target_arch(spec, arch)
         key, text, inputs = self._identity(spec, arch)
         art = self._mem.get(key)
@@ -349,13 +354,12 @@ class KernelCache:
             return art, key, "disk"
         e = self._ro.get(key, inputs) if self._ro is not None else None
         if e is not None:
-            log.info("jitmarlin: cache hit %s arch=%s (read-only tier %s)", spec.name, arch,
-                     self.ro_dir)
+            log.info("jitmarlin: cache hit %s arch=%s (read-only tier %s)", spec.name, arch, self.ro_dir)
             art = self._mem[key] = _from_entry(e)
             return art, key, "disk"
         if not compile_missing:
             return None, key, "missing"
-        if text is None:   # keyed by a memo: render, and start again if the memo was stale
+        if text is None:  # keyed by a memo: render, and start again if the memo was stale
             key2, text, inputs = self._identity(spec, arch, render_now=True)
             if key2 != key:
                 log.warning("jitmarlin: stale source digest memo for %s; replaced", spec.name)
@@ -365,16 +369,19 @@ class KernelCache:
         stored = False
         with self._flight(key) as held:
             if not held and self._disk is not None:
-                log.warning("jitmarlin: the compile lock of %s stayed held by another process for "
-                            "%.0f s (JITMARLIN_LOCK_TIMEOUT_S); compiling in memory, not stored",
-                            spec.name, lock_timeout_s())
+                log.warning(
+                    "jitmarlin: the compile lock of %s stayed held by another process for "
+                    "%.0f s (JITMARLIN_LOCK_TIMEOUT_S); compiling in memory, not stored",
+                    spec.name,
+                    lock_timeout_s(),
+                )
             art = self._load(key, inputs)  # another process may have compiled it meanwhile
             if art is not None:
                 # (no "compiled" in this line: logs are grepped for the one process that did)
                 log.info("jitmarlin: cache hit %s arch=%s (waited for another process)", spec.name, arch)
                 self._mem[key] = art
                 return art, key, "disk"
-            source().check_target(spec, arch)   # e.g. clusters on a GPU without them
+            source().check_target(spec, arch)  # e.g. clusters on a GPU without them
             art = nvrtc.compile_source(text, spec.name, arch, spec)
             log.info("jitmarlin: compiled %s arch=%s in %.2f s", spec.name, arch, art.seconds)
             if held:
@@ -403,8 +410,11 @@ class KernelCache:
         disk = self._open()
         if disk is None:
             return []
-        return [(repr(k), "?", "key stored pickled (refused, never loaded)")
-                for k in disk.iterkeys() if isinstance(k, NonRawKey)]
+        return [
+            (repr(k), "?", "key stored pickled (refused, never loaded)")
+            for k in disk.iterkeys()
+            if isinstance(k, NonRawKey)
+        ]
 
     def _drop_bad_rows(self) -> None:
         with contextlib.suppress(Exception):
@@ -454,7 +464,7 @@ class KernelCache:
                     disk.set(USAGE_PREFIX + k, row)
                 rows[k] = row
         for uk in usage_keys:
-            k = uk[len(USAGE_PREFIX):]
+            k = uk[len(USAGE_PREFIX) :]
             if k not in rows and k not in disk:
                 with contextlib.suppress(Exception):
                     disk.delete(uk)
@@ -484,8 +494,12 @@ class KernelCache:
             self._delete(key)
             total -= row.get("size", 0)
             evicted.append(key)
-        log.info("jitmarlin: cache over its %.1f MB cap: evicted %d least recently used entries, "
-                 "%.1f MB left", self.max_bytes / MB, len(evicted), total / MB)
+        log.info(
+            "jitmarlin: cache over its %.1f MB cap: evicted %d least recently used entries, %.1f MB left",
+            self.max_bytes / MB,
+            len(evicted),
+            total / MB,
+        )
         return evicted
 
     def stats(self) -> dict:

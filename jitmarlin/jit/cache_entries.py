@@ -1,5 +1,6 @@
 """Cache entries: keys, the entry format and its checks, bundle members (JSON) and the read-only
 tier's reader. Split from jitmarlin.jit.cache (which re-exports these names)."""
+
 from __future__ import annotations
 
 import base64
@@ -21,7 +22,7 @@ from jitmarlin.jit.store_disk import ReadOnlySafeDisk, encode, read_bounded, tre
 
 log = logging.getLogger("jitmarlin")
 
-ENTRY_FORMAT = 2   # 2: cubin and PTX stored zlib-compressed
+ENTRY_FORMAT = 2  # 2: cubin and PTX stored zlib-compressed
 
 # Usage rows (size, last_used, ...) live in the same diskcache store under this prefix, beside
 # the entries, so a hit opens one SQLite database, not two.
@@ -37,28 +38,39 @@ SOURCE_PREFIX = "source:"
 # rows in kernels/: never opened again (a miss, not an error); `cache clear` removes them.
 STORE_DIR = "store"
 LEGACY_DIRS = ("kernels", "jinja")
-_TREE = ("locks", STORE_DIR, f"{STORE_DIR}/cache.db")   # checked by tree_problem on open
+_TREE = ("locks", STORE_DIR, f"{STORE_DIR}/cache.db")  # checked by tree_problem on open
 
 ENTRY_DIR = "entries"
 _KEY_RE = re.compile(r"[0-9a-f]{64}\Z")
-_REQUIRED = ("spec", "name", "arch", "cubin", "ptx", "log", "options", "nvrtc",
-             "compile_seconds", "sha256")
-_BLOBS = ("cubin", "ptx")    # bytes fields, base64 in bundles
-
+_REQUIRED = ("spec", "name", "arch", "cubin", "ptx", "log", "options", "nvrtc", "compile_seconds", "sha256")
+_BLOBS = ("cubin", "ptx")  # bytes fields, base64 in bundles
 
 
 # ---- keys ----------------------------------------------------------------------------------------
+
 
 def source_digest(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
 
 
-def key_inputs(spec_canonical: str, source_sha256: str, arch: str, nvrtc_version, options,
-               version: str = __version__, fmt: int = ENTRY_FORMAT) -> dict:
+def key_inputs(
+    spec_canonical: str,
+    source_sha256: str,
+    arch: str,
+    nvrtc_version,
+    options,
+    version: str = __version__,
+    fmt: int = ENTRY_FORMAT,
+) -> dict:
     """Everything the cache key hashes (stored in each entry, so the key can be re-derived)."""
     return {
-        "format": fmt, "spec": spec_canonical, "source": source_sha256, "arch": arch,
-        "nvrtc": list(nvrtc_version), "options": list(options), "jitmarlin": version,
+        "format": fmt,
+        "spec": spec_canonical,
+        "source": source_sha256,
+        "arch": arch,
+        "nvrtc": list(nvrtc_version),
+        "options": list(options),
+        "jitmarlin": version,
     }
 
 
@@ -68,8 +80,7 @@ def key_of(inputs: dict) -> str:
 
 
 def _current_inputs(spec: Buildable, source: str, arch: str) -> dict:
-    return key_inputs(spec.canonical(), source_digest(source), arch, nvrtc.version(),
-                      nvrtc.options_for(arch))
+    return key_inputs(spec.canonical(), source_digest(source), arch, nvrtc.version(), nvrtc.options_for(arch))
 
 
 def cache_key(spec: Buildable, source: str, arch: str) -> str:
@@ -85,8 +96,9 @@ def entry_key_inputs(e: dict, *, render_missing: bool = True) -> dict | None:
     if not render_missing or e.get("jitmarlin") != __version__:
         return None
     source = render(parse(e["spec"]))
-    return key_inputs(e["spec"], source_digest(source), e["arch"], e["nvrtc"], e["options"],
-                      e["jitmarlin"], e["format"])
+    return key_inputs(
+        e["spec"], source_digest(source), e["arch"], e["nvrtc"], e["options"], e["jitmarlin"], e["format"]
+    )
 
 
 def key_problem(key: str, e: dict, *, render_missing: bool = True, strict: bool = False):
@@ -109,6 +121,7 @@ def key_problem(key: str, e: dict, *, render_missing: bool = True, strict: bool 
 
 # ---- entries -------------------------------------------------------------------------------------
 
+
 def _checksum(cubin: bytes, ptx: str) -> str:
     h = hashlib.sha256(cubin)
     h.update(ptx.encode())
@@ -117,11 +130,19 @@ def _checksum(cubin: bytes, ptx: str) -> str:
 
 def _to_entry(spec: Buildable, art: nvrtc.Artifact, inputs: dict | None = None) -> dict:
     e = {
-        "format": ENTRY_FORMAT, "spec": spec.canonical(), "name": art.name, "arch": art.arch,
-        "cubin": zlib.compress(art.cubin, 6), "ptx": zlib.compress(art.ptx.encode(), 6),
-        "log": art.log, "options": list(art.options),
-        "nvrtc": list(art.nvrtc_version), "compile_seconds": art.seconds,
-        "resources": art.resources, "jitmarlin": __version__, "created": time.time(),
+        "format": ENTRY_FORMAT,
+        "spec": spec.canonical(),
+        "name": art.name,
+        "arch": art.arch,
+        "cubin": zlib.compress(art.cubin, 6),
+        "ptx": zlib.compress(art.ptx.encode(), 6),
+        "log": art.log,
+        "options": list(art.options),
+        "nvrtc": list(art.nvrtc_version),
+        "compile_seconds": art.seconds,
+        "resources": art.resources,
+        "jitmarlin": __version__,
+        "created": time.time(),
         "sha256": _checksum(art.cubin, art.ptx),
     }
     if inputs is not None:
@@ -136,9 +157,15 @@ def _unpack(e: dict) -> tuple[bytes, str]:
 def _from_entry(e: dict) -> nvrtc.Artifact:
     cubin, ptx = _unpack(e)
     return nvrtc.Artifact(
-        name=e["name"], arch=e["arch"], cubin=cubin, ptx=ptx, log=e["log"],
-        options=tuple(e["options"]), nvrtc_version=tuple(e["nvrtc"]),
-        seconds=e["compile_seconds"], resources=e.get("resources", {}),
+        name=e["name"],
+        arch=e["arch"],
+        cubin=cubin,
+        ptx=ptx,
+        log=e["log"],
+        options=tuple(e["options"]),
+        nvrtc_version=tuple(e["nvrtc"]),
+        seconds=e["compile_seconds"],
+        resources=e.get("resources", {}),
     )
 
 
@@ -188,11 +215,17 @@ def entry_mismatch(e: dict, inputs: dict) -> str | None:
 
 def _usage_row(e: dict, last_used: float) -> dict:
     """The small per-entry row kept beside each entry: size (bytes), times (epoch seconds)."""
-    return {"size": entry_size(e), "created": e.get("created", 0.0), "last_used": last_used,
-            "arch": e.get("arch", "?"), "name": e.get("name", "?")}
+    return {
+        "size": entry_size(e),
+        "created": e.get("created", 0.0),
+        "last_used": last_used,
+        "arch": e.get("arch", "?"),
+        "name": e.get("name", "?"),
+    }
 
 
 # ---- bundle members ------------------------------------------------------------------------------
+
 
 def entry_to_json(e: dict) -> bytes:
     """An entry as deterministic JSON bytes (cubin/ptx base64 of their zlib streams). Bundles use
@@ -222,8 +255,7 @@ def _connect_ro(db: Path) -> sqlite3.Connection:
         con.execute("SELECT 1 FROM Cache LIMIT 1").fetchall()
         return con
     except sqlite3.OperationalError:
-        return _harden(sqlite3.connect(uri + "?mode=ro&immutable=1", uri=True,
-                                       check_same_thread=False))
+        return _harden(sqlite3.connect(uri + "?mode=ro&immutable=1", uri=True, check_same_thread=False))
 
 
 def _harden(con: sqlite3.Connection) -> sqlite3.Connection:
@@ -255,8 +287,7 @@ class ReadOnlyTier:
 
     def trust_problem(self) -> str | None:
         if self._checked is None:
-            self._checked = tree_problem(self.directory, (STORE_DIR, ENTRY_DIR),
-                                         owner_root_ok=True) or ""
+            self._checked = tree_problem(self.directory, (STORE_DIR, ENTRY_DIR), owner_root_ok=True) or ""
         return self._checked or None
 
     def get(self, key: str, inputs: dict | None = None) -> dict | None:
@@ -277,8 +308,7 @@ class ReadOnlyTier:
         if problem is None and inputs is not None:
             problem = entry_mismatch(e, inputs)
         if problem:
-            log.warning("jitmarlin: read-only cache entry %s is bad (%s); ignoring it",
-                        key[:12], problem)
+            log.warning("jitmarlin: read-only cache entry %s is bad (%s); ignoring it", key[:12], problem)
             return None
         return e
 
@@ -299,8 +329,7 @@ class ReadOnlyTier:
             return self._row(key)
         except Exception as exc:
             what = kind.label if kind is not None else "record"
-            log.warning("jitmarlin: read-only cache %s: %s %s unreadable (%s)",
-                        self.directory, what, key, exc)
+            log.warning("jitmarlin: read-only cache %s: %s %s unreadable (%s)", self.directory, what, key, exc)
             return None
 
     def keys(self) -> list[str]:
@@ -329,10 +358,8 @@ class ReadOnlyTier:
         """The value stored under `key` in the tier's store, or None."""
         if self._connect() is None:
             return None
-        row = self._db.execute("SELECT mode, filename, value FROM Cache WHERE key = ? AND raw = 1",
-                               (key,)).fetchone()
+        row = self._db.execute("SELECT mode, filename, value FROM Cache WHERE key = ? AND raw = 1", (key,)).fetchone()
         return None if row is None else self._store.fetch(row[0], row[1], row[2], False)
-
 
 
 def _is_entry_key(k) -> bool:
@@ -344,5 +371,3 @@ def _is_record_key(k, prefix: str | None = None) -> bool:
     if prefix is not None:
         return isinstance(k, str) and k.startswith(prefix) and kind_of(k) is not None
     return kind_of(k) is not None
-
-

@@ -6,6 +6,7 @@ Nothing here compiles or plans or knows a kernel family: the families' launch gl
 Stream-K workspace, the Launcher that turns a Plan into a grid and arguments) is
 jitmarlin.kernels.launch.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -104,33 +105,48 @@ def stream_object(stream_ptr: int):
 TENSOR_MAP = np.dtype([("opaque", "<u8", (16,))], align=True)
 
 
-def tensor_map_2d(ptr: int, elem_bytes: int, dims: tuple[int, int], row_bytes: int,
-                  box: tuple[int, int], swizzle_128b: bool = False):
+def tensor_map_2d(
+    ptr: int, elem_bytes: int, dims: tuple[int, int], row_bytes: int, box: tuple[int, int], swizzle_128b: bool = False
+):
     """A 2-D tensor map for the wgmma kernel's TMA loads: dims = (elements along the contiguous
     dimension, rows) of `elem_bytes` (2 or 8) each at `ptr` (16-byte aligned), rows `row_bytes`
     apart (a multiple of 16); boxes of box[0] x box[1] elements; reads outside the array give
     zeros. Host-only (the driver encodes it; no GPU work, so allowed during CUDA-graph capture)."""
     from cuda.bindings import driver as cu  # cuda-python >= 12.6 (both extras pin it)
 
-    dtype = {2: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16,
-             8: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT64}[elem_bytes]
-    swizzle = (cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B if swizzle_128b
-               else cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE)
+    dtype = {
+        2: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16,
+        8: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT64,
+    }[elem_bytes]
+    swizzle = (
+        cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B
+        if swizzle_128b
+        else cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE
+    )
     err, tmap = cu.cuTensorMapEncodeTiled(
-        dtype, 2, ptr, [cu.cuuint64_t(dims[0]), cu.cuuint64_t(dims[1])], [cu.cuuint64_t(row_bytes)],
-        [cu.cuuint32_t(box[0]), cu.cuuint32_t(box[1])], [cu.cuuint32_t(1), cu.cuuint32_t(1)],
-        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+        dtype,
+        2,
+        ptr,
+        [cu.cuuint64_t(dims[0]), cu.cuuint64_t(dims[1])],
+        [cu.cuuint64_t(row_bytes)],
+        [cu.cuuint32_t(box[0]), cu.cuuint32_t(box[1])],
+        [cu.cuuint32_t(1), cu.cuuint32_t(1)],
+        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        swizzle,
         cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+    )
     if err != cu.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"cuTensorMapEncodeTiled failed ({err}): {dims[1]} rows of {dims[0]} "
-                           f"{elem_bytes}-byte elements, {row_bytes} bytes apart, at 0x{ptr:x}, box {box}")
+        raise RuntimeError(
+            f"cuTensorMapEncodeTiled failed ({err}): {dims[1]} rows of {dims[0]} "
+            f"{elem_bytes}-byte elements, {row_bytes} bytes apart, at 0x{ptr:x}, box {box}"
+        )
     import ctypes
 
     return np.frombuffer(ctypes.string_at(tmap.getPtr(), TENSOR_MAP.itemsize), dtype=TENSOR_MAP)[0]
 
 
-PDL_MIN_CC = (9, 0)   # griddepcontrol and the launch attribute: Hopper and newer
+PDL_MIN_CC = (9, 0)  # griddepcontrol and the launch attribute: Hopper and newer
 
 
 def _ctype_of(value):
@@ -140,8 +156,11 @@ def _ctype_of(value):
 
     if isinstance(value, np.void):
         return (ctypes.c_ubyte * value.dtype.itemsize).from_buffer_copy(value.tobytes())
-    kind = {np.dtype(np.uint64): ctypes.c_uint64, np.dtype(np.int32): ctypes.c_int32,
-            np.dtype(np.float32): ctypes.c_float}[np.asarray(value).dtype]
+    kind = {
+        np.dtype(np.uint64): ctypes.c_uint64,
+        np.dtype(np.int32): ctypes.c_int32,
+        np.dtype(np.float32): ctypes.c_float,
+    }[np.asarray(value).dtype]
     return kind(value.item())
 
 
@@ -167,7 +186,7 @@ class PdlLaunch:
         cfg.attrs = [attr]
         cfg.numAttrs = 1
         self.cfg, self.f, self.cu = cfg, cu.CUfunction(func_ptr), cu
-        self.seen: list = []     # the argument objects of the last call, and their ctypes copies
+        self.seen: list = []  # the argument objects of the last call, and their ctypes copies
         self.vals: list = []
         self.ptrs = None
 
@@ -177,10 +196,10 @@ class PdlLaunch:
         if len(args) != len(self.seen):
             self.seen, self.vals = [None] * len(args), [None] * len(args)
             self.ptrs = (ctypes.c_void_p * len(args))()
-        for i, a in enumerate(args):   # the launcher's fixed arguments are the same objects
+        for i, a in enumerate(args):  # the launcher's fixed arguments are the same objects
             if a is not self.seen[i]:
                 self.seen[i], self.vals[i] = a, _ctype_of(a)
                 self.ptrs[i] = ctypes.addressof(self.vals[i])
-        err, = self.cu.cuLaunchKernelEx(self.cfg, self.f, ctypes.addressof(self.ptrs), 0)
+        (err,) = self.cu.cuLaunchKernelEx(self.cfg, self.f, ctypes.addressof(self.ptrs), 0)
         if err != self.cu.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"cuLaunchKernelEx (programmatic dependent launch) failed: {err}")

@@ -4,6 +4,7 @@ NVRTC comes from pip (nvidia-cuda-nvrtc-cu12 / nvidia-cuda-nvrtc) through cuda-p
 bindings; no CUDA toolkit and no GPU are needed. The NVRTC major version decides which
 architectures can be built: CUDA 13 dropped Volta, so sm_70 needs the cu12 extra.
 """
+
 from __future__ import annotations
 
 import re
@@ -92,9 +93,7 @@ def check_arch(arch: str) -> None:
             f"NVRTC {major}.{minor} cannot compile for sm_70 (V100): CUDA 13 dropped Volta. "
             "Install the CUDA 12 stack, pip install 'jitmarlin[cu12]' (NVRTC 12.9), to build V100 kernels"
         )
-    raise UnsupportedError(
-        f"NVRTC {major}.{minor} cannot compile for {arch}; it supports {', '.join(archs)}"
-    )
+    raise UnsupportedError(f"NVRTC {major}.{minor} cannot compile for {arch}; it supports {', '.join(archs)}")
 
 
 @dataclass(frozen=True)
@@ -125,7 +124,9 @@ def compile_source(source: str, name: str, arch: str, spec=None) -> Artifact:
 
         logging.getLogger("jitmarlin").warning(
             "jitmarlin: the NVRTC library is %s but its wheel says %s; cache keys use the wheel's",
-            library_version(), version())
+            library_version(),
+            version(),
+        )
     nv = _nvrtc()
     opts = options_for(arch)
     t0 = time.perf_counter()
@@ -146,8 +147,15 @@ def compile_source(source: str, name: str, arch: str, spec=None) -> Artifact:
     if not cubin:
         raise CompileError("NVRTC produced no cubin", spec=spec, arch=arch, log=log)
     return Artifact(
-        name=name, arch=arch, cubin=bytes(cubin), ptx=ptx, log=log, options=opts,
-        nvrtc_version=library_version(), seconds=seconds, resources=parse_resources(log, name),
+        name=name,
+        arch=arch,
+        cubin=bytes(cubin),
+        ptx=ptx,
+        log=log,
+        options=opts,
+        nvrtc_version=library_version(),
+        seconds=seconds,
+        resources=parse_resources(log, name),
     )
 
 
@@ -156,7 +164,7 @@ def _get(nv, prog, what: str) -> bytes:
     if int(err) != 0:
         raise RuntimeError(f"nvrtcGet{what}Size failed: {err}")
     buf = b" " * size
-    err, = getattr(nv, f"nvrtcGet{what}")(prog, buf)
+    (err,) = getattr(nv, f"nvrtcGet{what}")(prog, buf)
     if int(err) != 0:
         raise RuntimeError(f"nvrtcGet{what} failed: {err}")
     return buf
@@ -171,8 +179,14 @@ _RE_CMEM = re.compile(r"(\d+) bytes cmem\[0\]")
 
 def parse_resources(log: str, name: str) -> dict:
     """Registers, spills, stack and static shared memory of kernel `name` from ptxas -v output."""
-    out = {"registers": None, "spill_stores": None, "spill_loads": None, "stack_bytes": None,
-           "static_shared_bytes": 0, "param_bytes": None}
+    out = {
+        "registers": None,
+        "spill_stores": None,
+        "spill_loads": None,
+        "stack_bytes": None,
+        "static_shared_bytes": 0,
+        "param_bytes": None,
+    }
     current = None
     for line in log.splitlines():
         m = _RE_FUNC.search(line)

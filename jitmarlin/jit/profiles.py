@@ -4,6 +4,7 @@ The named profiles describe the GPUs serving fleets still run. `live_profile()` 
 that is present; `JITMARLIN_EMULATE=<name>` makes `planning_profile()` plan and render as that
 named profile while code is still compiled for (and run on) the real GPU.
 """
+
 from __future__ import annotations
 
 import os
@@ -92,8 +93,16 @@ PROFILES: dict[str, DeviceProfile] = {
 }
 
 ARCH_DEFAULT_PROFILE = {
-    "sm_70": "v100", "sm_75": "t4", "sm_80": "a100", "sm_86": "a10", "sm_89": "l4",
-    "sm_90": "h100", "sm_100": "b200", "sm_103": "b300", "sm_120": "rtx-pro-6000", "sm_121": "gb10",
+    "sm_70": "v100",
+    "sm_75": "t4",
+    "sm_80": "a100",
+    "sm_86": "a10",
+    "sm_89": "l4",
+    "sm_90": "h100",
+    "sm_100": "b200",
+    "sm_103": "b300",
+    "sm_120": "rtx-pro-6000",
+    "sm_121": "gb10",
 }
 
 
@@ -130,8 +139,9 @@ def live_profile(device: int) -> DeviceProfile:
             l2_bytes=int(p["l2CacheSize"]),
             regs_per_sm=int(p["regsPerMultiprocessor"]),
             max_threads_per_sm=int(p["maxThreadsPerMultiProcessor"]),
-            clusters=GH100_132_CLUSTERS if (int(p["major"]), int(p["minor"])) == (9, 0)
-            and int(p["multiProcessorCount"]) == 132 else (),
+            clusters=GH100_132_CLUSTERS
+            if (int(p["major"]), int(p["minor"])) == (9, 0) and int(p["multiProcessorCount"]) == 132
+            else (),
         )
         code_path(prof.cc)  # raises a clear error for pre-Volta GPUs
         _live_cache[device] = prof
@@ -155,8 +165,4 @@ def planning_profile(device: int) -> DeviceProfile:
     if name is None:
         return live
     emu = get_profile(name)
-    return replace(
-        emu,
-        sms=min(emu.sms, live.sms),
-        smem_per_block=min(emu.smem_per_block, live.smem_per_block),
-    )
+    return replace(emu, sms=min(emu.sms, live.sms), smem_per_block=min(emu.smem_per_block, live.smem_per_block))

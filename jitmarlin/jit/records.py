@@ -7,6 +7,7 @@ unpickles), never evicted by the size cap, removed by clear(), checked by verify
 kind's own check and carried by bundles in the kind's member. The tuned choices
 (jitmarlin.kernels.tuned, "tune:" rows) are the one kind today.
 """
+
 from __future__ import annotations
 
 import json

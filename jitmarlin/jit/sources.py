@@ -6,6 +6,7 @@ spec's CUDA source, parses a stored spec's canonical form back, names the templa
 decides a spec's NVRTC target. The store (jitmarlin.jit.cache) keys, memoises, compiles and
 verifies through it.
 """
+
 from __future__ import annotations
 
 from typing import Protocol

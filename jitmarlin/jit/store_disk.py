@@ -6,6 +6,7 @@ whose mode column says pickle (or whose key has raw=0): a row planted in the sto
 every process that reads it. SafeDisk stores only JSON (bytes fields tagged and base64'd), keys
 only as raw str/bytes, and treats a pickle row, a non-raw key or a foreign value as corrupt.
 """
+
 from __future__ import annotations
 
 import base64
@@ -28,9 +29,9 @@ from jitmarlin.settings import cache_shared_group, lock_timeout_s
 
 log = logging.getLogger("jitmarlin")
 
-MAGIC = b"JMJ1"                   # every stored value starts with it: no other row is ours
-MAX_VALUE_BYTES = 256 << 20       # a value file bigger than this is not one of ours: not read
-_B64 = "$b64"                     # {"$b64": "..."} is a bytes value in the JSON
+MAGIC = b"JMJ1"  # every stored value starts with it: no other row is ours
+MAX_VALUE_BYTES = 256 << 20  # a value file bigger than this is not one of ours: not read
+_B64 = "$b64"  # {"$b64": "..."} is a bytes value in the JSON
 # diskcache's value file names: 2 + 2 hex directories, 28 hex + .val (never a path from the row)
 _VALUE_NAME = re.compile(r"[0-9a-f]{2}/[0-9a-f]{2}/[0-9a-f]{28}\.val\Z")
 
@@ -51,6 +52,7 @@ class NonRawKey:
 
 # ---- modes and owner checks ---------------------------------------------------------------------
 
+
 def dir_mode() -> int:
     """0700, or setgid 2770 with JITMARLIN_CACHE_SHARED=group."""
     return 0o2770 if cache_shared_group() else 0o700
@@ -70,7 +72,7 @@ def make_dir(path: Path) -> None:
         os.mkdir(path, dir_mode())
     except FileExistsError:
         return
-    os.chmod(path, dir_mode())   # mkdir's mode is masked by the umask; chmod is not
+    os.chmod(path, dir_mode())  # mkdir's mode is masked by the umask; chmod is not
 
 
 def create_file(path: Path) -> None:
@@ -98,14 +100,16 @@ def stat_problem(st: os.stat_result, what: str, *, owner_root_ok: bool = False) 
     if shared:
         owner_ok = owner_ok or _my_group(st.st_gid)
     if not owner_ok:
-        return (f"{what} is owned by uid {st.st_uid}, not by this user (uid {uid})"
-                + ("" if shared else "; set JITMARLIN_CACHE_SHARED=group for a group cache"))
+        return f"{what} is owned by uid {st.st_uid}, not by this user (uid {uid})" + (
+            "" if shared else "; set JITMARLIN_CACHE_SHARED=group for a group cache"
+        )
     mode = stat.S_IMODE(st.st_mode)
     if mode & 0o002:
         return f"{what} is writable by other users (mode {mode:o})"
     if mode & 0o020 and not shared:
-        return (f"{what} is group-writable (mode {mode:o}); set JITMARLIN_CACHE_SHARED=group "
-                "to share a cache with a group")
+        return (
+            f"{what} is group-writable (mode {mode:o}); set JITMARLIN_CACHE_SHARED=group to share a cache with a group"
+        )
     return None
 
 
@@ -134,6 +138,7 @@ def tree_problem(root: Path, parts=(), *, owner_root_ok: bool = False) -> str | 
 
 # ---- values --------------------------------------------------------------------------------------
 
+
 def _enc(obj):
     if isinstance(obj, (bytes, bytearray)):
         return {_B64: base64.b64encode(bytes(obj)).decode("ascii")}
@@ -155,7 +160,7 @@ def decode(data: bytes):
     if not data.startswith(MAGIC):
         raise CorruptRow("value is not in jitmarlin's store encoding")
     try:
-        return json.loads(data[len(MAGIC):], object_hook=_dec)
+        return json.loads(data[len(MAGIC) :], object_hook=_dec)
     except (ValueError, TypeError) as exc:
         raise CorruptRow(f"value does not decode ({exc})") from None
 
@@ -182,7 +187,7 @@ class SafeDisk(diskcache.Disk):
     """diskcache Disk storing JSON only. No code path here calls pickle: put/get take raw str
     or bytes keys, store encodes JSON, fetch decodes it and refuses every other row."""
 
-    check_owner = True   # value files must pass stat_problem (off for the read-only tier)
+    check_owner = True  # value files must pass stat_problem (off for the read-only tier)
 
     def __init__(self, directory, min_file_size=0, **_ignored):
         # (the store's Settings table passes pickle_protocol etc.: ignored, never used)
@@ -198,7 +203,7 @@ class SafeDisk(diskcache.Disk):
     def get(self, key, raw):
         if raw:
             return bytes(key) if type(key) is sqlite3.Binary else key
-        return NonRawKey(key)   # a pickled key: reported by verify, never loaded
+        return NonRawKey(key)  # a pickled key: reported by verify, never loaded
 
     def store(self, value, read, key=diskcache.core.UNKNOWN):
         if read:
@@ -217,10 +222,9 @@ class SafeDisk(diskcache.Disk):
             try:
                 for d in (full_dir.parent, full_dir):
                     make_dir(d)
-                fd = os.open(full_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                             file_mode())
+                fd = os.open(full_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, file_mode())
                 break
-            except FileNotFoundError:     # another process removed the directory meanwhile
+            except FileNotFoundError:  # another process removed the directory meanwhile
                 if attempt == 9:
                     raise
         size = 0
@@ -238,15 +242,13 @@ class SafeDisk(diskcache.Disk):
             return decode(bytes(value))
         if mode == MODE_BINARY and isinstance(filename, str) and _VALUE_NAME.match(filename):
             try:
-                data = read_bounded(os.path.join(self._directory, filename),
-                                    check_owner=self.check_owner)
+                data = read_bounded(os.path.join(self._directory, filename), check_owner=self.check_owner)
             except FileNotFoundError:
-                raise   # (an IOError: diskcache reads it as "deleted meanwhile", a miss)
+                raise  # (an IOError: diskcache reads it as "deleted meanwhile", a miss)
             except OSError as exc:
                 raise CorruptRow(f"value file unreadable ({exc})") from None
             return decode(data)
-        raise CorruptRow(f"row of mode {mode!r} refused (jitmarlin stores JSON only; a pickle "
-                         "row is never loaded)")
+        raise CorruptRow(f"row of mode {mode!r} refused (jitmarlin stores JSON only; a pickle row is never loaded)")
 
     def remove(self, file_path):
         # a planted row's filename must not make a delete remove a file outside the store
@@ -255,10 +257,11 @@ class SafeDisk(diskcache.Disk):
 
 
 class ReadOnlySafeDisk(SafeDisk):
-    check_owner = False   # the tier's directory was checked; its files may belong to root
+    check_owner = False  # the tier's directory was checked; its files may belong to root
 
 
 # ---- locks ---------------------------------------------------------------------------------------
+
 
 def _open_lock(path: Path) -> int:
     """An fd to flock `path` through, created with the cache's file mode. In a group cache the
@@ -269,7 +272,7 @@ def _open_lock(path: Path) -> int:
         return os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     with contextlib.suppress(OSError):
         if os.fstat(fd).st_uid == os.geteuid():
-            os.fchmod(fd, file_mode())    # (the umask applied to O_CREAT's mode)
+            os.fchmod(fd, file_mode())  # (the umask applied to O_CREAT's mode)
     return fd
 
 
@@ -301,13 +304,13 @@ def flock_timeout(path: Path, timeout: float | None = None):
                 same = os.stat(path).st_ino == os.fstat(fd).st_ino
             except FileNotFoundError:
                 same = False
-            if not same:      # the previous holder removed it: lock the current file instead
+            if not same:  # the previous holder removed it: lock the current file instead
                 continue
             try:
                 yield True
             finally:
                 with contextlib.suppress(OSError):
-                    os.unlink(path)   # while still holding it (see above)
+                    os.unlink(path)  # while still holding it (see above)
             return
         finally:
-            os.close(fd)   # (closing releases the flock)
+            os.close(fd)  # (closing releases the flock)

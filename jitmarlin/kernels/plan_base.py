@@ -1,6 +1,7 @@
 """What every family's plan rules share: the Plan value (a spec plus its launch geometry), the
 problem checks, each code path's quant types, activations and pipeline limits, and the fused
 tile helpers (shared memory fit, deepest pipeline). Pure: no GPU, no I/O."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,8 +18,12 @@ from jitmarlin.weights.qtypes import ACT_DTYPES, GROUP_SIZES, get_qtype
 ALL_QTYPES = ("uint4b8", "uint4", "uint8b128", "uint8", "float8_e4m3fn", "nvfp4", "mxfp4")
 PATH_QTYPES = {"sm70": ALL_QTYPES, "sm75": ALL_QTYPES, "sm80": ALL_QTYPES, "sm90": ALL_QTYPES}
 # Activation dtypes each path implements (Volta and Turing tensor cores have no bf16).
-PATH_ACTS = {"sm70": ("float16",), "sm75": ("float16",), "sm80": ("float16", "bfloat16"),
-             "sm90": ("float16", "bfloat16")}
+PATH_ACTS = {
+    "sm70": ("float16",),
+    "sm75": ("float16",),
+    "sm80": ("float16", "bfloat16"),
+    "sm90": ("float16", "bfloat16"),
+}
 PATH_MAX_STAGES = {"sm70": 2, "sm75": 2, "sm80": 8, "sm90": 8}
 # m16 blocks per tile: sm70 keeps 8 accumulators per n8 sub-tile (the m8n8k4 layout), so at most
 # two m16 blocks fit in registers; larger M takes more M chunks.
@@ -107,9 +112,7 @@ def check_problem(profile: DeviceProfile, p: Problem) -> None:
             f"supported there: {', '.join(PATH_QTYPES[path])}"
         )
     if p.group_size not in GROUP_SIZES + (16,):
-        raise UnsupportedError(
-            f"group_size must be one of {GROUP_SIZES} (-1 = per output channel), got {p.group_size}"
-        )
+        raise UnsupportedError(f"group_size must be one of {GROUP_SIZES} (-1 = per output channel), got {p.group_size}")
     if q.fixed_group and p.group_size != q.fixed_group:
         raise InputError(f"{q.name} uses groups of {q.fixed_group}, got {p.group_size}")
     if p.m < 1:
@@ -161,8 +164,9 @@ def _preferences(profile: DeviceProfile, p: Problem) -> list[tuple[int, int, int
     return ([wide, narrow] if big else [narrow, wide]) + rest
 
 
-def _deepest_fused(profile: DeviceProfile, p: Problem, tm: int, tn: int, tk: int, max_stages: int,
-                   cluster: int = 1) -> KernelSpec | None:
+def _deepest_fused(
+    profile: DeviceProfile, p: Problem, tm: int, tn: int, tk: int, max_stages: int, cluster: int = 1
+) -> KernelSpec | None:
     """The mma.sync kernel (profile's path) with that tile and the deepest pipeline, at most
     `max_stages`, that fits `profile`; None if none does."""
     for stages in range(min(max_stages, PATH_MAX_STAGES[profile.path]), 1, -1):
@@ -178,11 +182,11 @@ def _fits(profile: DeviceProfile, spec: KernelSpec) -> bool:
         spec.check()
     except ValueError:
         return False
-    return (spec.smem_bytes() <= profile.smem_per_block
-            and (getattr(spec, "occupancy", 1) == 1 or spec.smem_per_sm() <= profile.smem_per_sm))
+    return spec.smem_bytes() <= profile.smem_per_block and (
+        getattr(spec, "occupancy", 1) == 1 or spec.smem_per_sm() <= profile.smem_per_sm
+    )
 
 
 def _check_spec_matches(spec: AnySpec, p: Problem) -> None:
     if (spec.qtype, spec.act, spec.group_blocks) != (p.qtype, p.act, group_blocks(p)):
-        raise InputError(f"{spec.name} is not a kernel for {p.qtype} x {p.act} with group "
-                         f"size {p.group_size}")
+        raise InputError(f"{spec.name} is not a kernel for {p.qtype} x {p.act} with group size {p.group_size}")

@@ -11,15 +11,14 @@ gemv/plan.py, dequant/plan.py, and plan_base.py what they share. Their names are
 here (the planner's public surface); a family's tuning switches (e.g. mma.plan.WHOLE_DECODE) are
 read from its own module.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
 from jitmarlin.errors import InputError, UnsupportedError
 from jitmarlin.jit.profiles import DeviceProfile
-from jitmarlin.kernels.dequant.plan import (  # noqa: F401
-    dequant_spec,
-)
+from jitmarlin.kernels.dequant.plan import dequant_spec  # noqa: F401
 from jitmarlin.kernels.gemv.plan import (  # noqa: F401
     GEMV_COL_BLOCKS,
     GEMV_MAX_M,
@@ -153,7 +152,7 @@ def dequant_min_m(profile: DeviceProfile) -> int:
     return DEQUANT_MIN_M.get(profile.arch, DEQUANT_MIN_M_DEFAULT)
 
 
-HYBRID_ROUTE_MIN_STEPS = 128   # see dequant_route
+HYBRID_ROUTE_MIN_STEPS = 128  # see dequant_route
 
 
 def dequant_route(profile: DeviceProfile, p: Problem) -> bool:
@@ -169,8 +168,7 @@ def dequant_route(profile: DeviceProfile, p: Problem) -> bool:
     with tiles of at least HYBRID_ROUTE_MIN_STEPS K-steps (entry 57, H100, N = 2560 and 5120:
     0.87-0.95x the route's time at K = 8192, 1.03-1.05x at K = 4096, where each tile's pipeline
     fill and the striped tiles' sums weigh more)."""
-    if not (p.m >= dequant_min_m(profile) or (
-            p.m >= DEQUANT_CANDIDATE_MIN_M and 2 * p.m * p.k > profile.l2_bytes)):
+    if not (p.m >= dequant_min_m(profile) or (p.m >= DEQUANT_CANDIDATE_MIN_M and 2 * p.m * p.k > profile.l2_bytes)):
         return False
     if wgmma_available(profile) and p.m >= WGMMA_MIN_M:
         spec = choose_fused_spec(profile, p)
@@ -200,8 +198,11 @@ def choose_fused_spec(profile: DeviceProfile, p: Problem) -> KernelSpec:
     if gemv:
         return gemv
     tm = min(max_tm(profile.path, p), -(-p.m // 16))
-    fitting = [s for tn, tk, max_stages in _preferences(profile, p) if p.k % (16 * tk) == 0
-               and (s := _deepest_fused(profile, p, tm, tn, tk, max_stages))]
+    fitting = [
+        s
+        for tn, tk, max_stages in _preferences(profile, p)
+        if p.k % (16 * tk) == 0 and (s := _deepest_fused(profile, p, tm, tn, tk, max_stages))
+    ]
     if not fitting:
         raise UnsupportedError(
             f"no tile configuration fits {profile.name} ({profile.smem_per_block} bytes of shared "
@@ -209,8 +210,13 @@ def choose_fused_spec(profile: DeviceProfile, p: Problem) -> KernelSpec:
         )
     # Prefer a tile width that divides N (no idle columns); keep preference order otherwise.
     spec = next((s for s in fitting if p.n % s.tile_n == 0), fitting[0])
-    return bulk_spec(profile, _cluster_spec(profile, p, spec) or _whole_decode(profile, p, spec)
-                     or _narrow_deep_decode(profile, p, spec) or _late_spec(profile, p, spec))
+    return bulk_spec(
+        profile,
+        _cluster_spec(profile, p, spec)
+        or _whole_decode(profile, p, spec)
+        or _narrow_deep_decode(profile, p, spec)
+        or _late_spec(profile, p, spec),
+    )
 
 
 # Whole-tile plans of the mma.sync kernel the autotuner tries (KernelSpec.whole): those whose
@@ -264,8 +270,12 @@ def candidate_specs(profile: DeviceProfile, p: Problem) -> list[AnySpec]:
                     # two blocks per SM where the sums leave registers for it (<= 64 a thread;
                     # not with three warpgroups)
                     for occ in (1, 2) if tm * tn <= 64 and tn != 12 else (1,):
-                        spec = tail_spec(p, KernelSpec("sm90", p.qtype, p.act, gb, tm, tn, 4, st, occupancy=occ,
-                                                       threads=wgmma_threads(tn)))
+                        spec = tail_spec(
+                            p,
+                            KernelSpec(
+                                "sm90", p.qtype, p.act, gb, tm, tn, 4, st, occupancy=occ, threads=wgmma_threads(tn)
+                            ),
+                        )
                         if _fits(profile, spec):
                             out.append(spec)
                             # and in clusters of two where its plan halves the split tiles

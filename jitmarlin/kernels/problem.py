@@ -1,4 +1,5 @@
 """Problem stage: a GEMM described by shapes and types (frozen), validated before anything else."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -6,6 +6,7 @@ holds the shared template environment and renders KernelSpecs (gemm.cu.j2: mma.s
 wgmma.cu.j2: Hopper warpgroup MMA, sm_90a); the other families register their own renderers from
 their folders (kernels/gemv/source.py, kernels/dequant/source.py, kernels/moe/source.py).
 """
+
 from __future__ import annotations
 
 import functools
@@ -18,7 +19,7 @@ import jinja2
 from jitmarlin._version import __version__
 from jitmarlin.kernels.spec import AnySpec, KernelSpec
 
-_PKG = Path(__file__).resolve().parents[1]   # the jitmarlin package folder
+_PKG = Path(__file__).resolve().parents[1]  # the jitmarlin package folder
 
 
 def templates_dir() -> Path:
@@ -36,7 +37,7 @@ def _env() -> jinja2.Environment:
     # Environment only (parsing costs ~20 ms once per process; every later render reuses them).
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir())),
-        cache_size=-1,     # never drop a parsed template (the default LRU holds 400)
+        cache_size=-1,  # never drop a parsed template (the default LRU holds 400)
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,
@@ -53,8 +54,13 @@ def _env() -> jinja2.Environment:
 # quant type -> dequant partial family (affine types share their symmetric sibling's bit trick:
 # their offsets absorb the implicit bias)
 DEQUANT_FAMILY = {
-    "uint4b8": "int4", "uint4": "int4", "uint8b128": "int8", "uint8": "int8",
-    "float8_e4m3fn": "fp8", "nvfp4": "fp4", "mxfp4": "fp4",
+    "uint4b8": "int4",
+    "uint4": "int4",
+    "uint8b128": "int8",
+    "uint8": "int8",
+    "float8_e4m3fn": "fp8",
+    "nvfp4": "fp4",
+    "mxfp4": "fp4",
 }
 
 
@@ -111,12 +117,22 @@ def render(spec: AnySpec, target: str = "cuda") -> str:
     own = RENDERERS.get(type(spec))
     if own is not None:
         return own(spec, target)
-    spec = spec.kernel_spec()   # without plan-only fields (KernelSpec.whole)
+    spec = spec.kernel_spec()  # without plan-only fields (KernelSpec.whole)
     if spec.wgmma and target == "emu":
         raise ValueError("the CPU emulator does not model wgmma (sm90 kernels run on a GPU only)")
-    return _env().get_template(main_template(spec)).render(
-        spec=spec, target=target, version=__version__, partials=partials(spec, target),
-        act_ptx="bf16" if spec.act == "bfloat16" else "f16", bits=spec.bits, affine=spec.affine)
+    return (
+        _env()
+        .get_template(main_template(spec))
+        .render(
+            spec=spec,
+            target=target,
+            version=__version__,
+            partials=partials(spec, target),
+            act_ptx="bf16" if spec.act == "bfloat16" else "f16",
+            bits=spec.bits,
+            affine=spec.affine,
+        )
+    )
 
 
 @functools.lru_cache(maxsize=1)

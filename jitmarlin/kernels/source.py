@@ -1,6 +1,7 @@
 """The kernel families' side of the store (jitmarlin.jit.sources): how a spec is rendered,
 parsed back from its canonical form, and targeted. Registered with jit when jitmarlin.kernels
 is imported; jit itself knows no family."""
+
 from __future__ import annotations
 
 from jitmarlin.errors import UnsupportedError
@@ -31,8 +32,7 @@ class FamilySource:
     def check_target(self, spec, arch: str) -> None:
         """Clusters, and a GEMV pair's 128-bit atomics, need sm_90 or newer."""
         if getattr(spec, "cluster", 1) > 1 and int(arch[3:].rstrip("af")) < 90:
-            what = ("128-bit atomic exchanges (a pair plan)" if getattr(spec, "pair", False)
-                    else "thread-block clusters")
+            what = "128-bit atomic exchanges (a pair plan)" if getattr(spec, "pair", False) else "thread-block clusters"
             raise UnsupportedError(f"{spec.name} uses {what}, which need sm_90 or newer (not {arch})")
 
 

@@ -5,6 +5,7 @@ families define theirs in their folders (GemvSpec: kernels/gemv/spec.py, Dequant
 kernels/dequant/spec.py, MoESpec: kernels/moe/spec.py); this module re-exports the first two and
 the registry (kernels/spec_base.py) for the callers that take any kind.
 """
+
 from __future__ import annotations
 
 import json
@@ -137,8 +138,7 @@ class KernelSpec(_Tiles, _WeightFormat):
         """Whether the mma.sync kernel applies the group scale to a group's fp32 sums instead of
         to every weight: symmetric types with groups of at least 64 along K, one m16 row block,
         on the paths whose accumulators already have the common C layout (not sm70's)."""
-        return (self.path in ("sm75", "sm80") and self.tm == 1 and self.group_blocks >= 4
-                and not self.affine)
+        return self.path in ("sm75", "sm80") and self.tm == 1 and self.group_blocks >= 4 and not self.affine
 
     @property
     def raw_codes(self) -> bool:
@@ -149,9 +149,10 @@ class KernelSpec(_Tiles, _WeightFormat):
         at least 8 k16 steps (256-wide tiles, groups of 128 or more). H100, M = 9 / 16
         (tools/PERF.md entry 60): 1-3% faster there; with runs of 2 or 4 steps (64- and 128-wide
         tiles) the correction a run costs more than it saves (2-5% slower), and in fp16 no gain."""
-        run = min(self.group_blocks, self.tk * self.tn // 32)      # SCALE_RUN of gemm.cu.j2
-        return (self.path == "sm80" and self.scale_sums and self.qtype == "uint4b8" and self.act == "bfloat16"
-                and run >= 8)
+        run = min(self.group_blocks, self.tk * self.tn // 32)  # SCALE_RUN of gemm.cu.j2
+        return (
+            self.path == "sm80" and self.scale_sums and self.qtype == "uint4b8" and self.act == "bfloat16" and run >= 8
+        )
 
     @property
     def wgmma(self) -> bool:
@@ -175,7 +176,7 @@ class KernelSpec(_Tiles, _WeightFormat):
         a = self.tile_m * self.tile_k * 2
         b = self.tile_k * self.tile_n * bits // 8
         s = self.scale_rows * self.tile_n * 2
-        if self.wgmma or self.xbox:   # stages start on 1024-byte boundaries (the swizzle period)
+        if self.wgmma or self.xbox:  # stages start on 1024-byte boundaries (the swizzle period)
             return -(-(a + b + s) // 1024) * 1024
         return a + b + s
 
@@ -228,13 +229,17 @@ class KernelSpec(_Tiles, _WeightFormat):
         if self.whole not in (False, True):
             raise ValueError(f"whole must be a bool, got {self.whole!r}")
         if self.whole and (self.wgmma or self.cluster > 1):
-            raise ValueError("whole-tile plans (whole=True) are for the mma.sync kernel without clusters "
-                             "(the wgmma planner takes whole tiles by itself)")
+            raise ValueError(
+                "whole-tile plans (whole=True) are for the mma.sync kernel without clusters "
+                "(the wgmma planner takes whole tiles by itself)"
+            )
         if self.late not in (False, True):
             raise ValueError(f"late must be a bool, got {self.late!r}")
         if self.late and (self.wgmma or self.cluster > 1 or self.tm != 1 or self.whole):
-            raise ValueError("late publishing (late=True) is for the mma.sync kernel's Stream-K plans of one "
-                             "m16 row block (tm=1), without clusters")
+            raise ValueError(
+                "late publishing (late=True) is for the mma.sync kernel's Stream-K plans of one "
+                "m16 row block (tm=1), without clusters"
+            )
         if self.tail not in (False, True):
             raise ValueError(f"tail must be a bool, got {self.tail!r}")
         if self.tail and not self.wgmma:
@@ -242,13 +247,17 @@ class KernelSpec(_Tiles, _WeightFormat):
         if self.bulk not in (False, True):
             raise ValueError(f"bulk must be a bool, got {self.bulk!r}")
         if self.bulk and (self.path != "sm80" or self.cluster > 1 or self.tile_n * self.bits // 4 > 256):
-            raise ValueError("TMA weight boxes (bulk=True) are for the sm80-path kernel without clusters, "
-                             "at most 256 8-byte words a k16 row of the tile, built for sm_90 or later")
+            raise ValueError(
+                "TMA weight boxes (bulk=True) are for the sm80-path kernel without clusters, "
+                "at most 256 8-byte words a k16 row of the tile, built for sm_90 or later"
+            )
         if self.xbox not in (False, True):
             raise ValueError(f"xbox must be a bool, got {self.xbox!r}")
         if self.xbox and (not self.bulk or self.tm != 1 or self.tk % 4):
-            raise ValueError("x by TMA boxes (xbox=True) needs TMA weight boxes (bulk=True), one m16 row "
-                             "block (tm=1) and K tiles a multiple of 64 (tk a multiple of 4)")
+            raise ValueError(
+                "x by TMA boxes (xbox=True) needs TMA weight boxes (bulk=True), one m16 row "
+                "block (tm=1) and K tiles a multiple of 64 (tk a multiple of 4)"
+            )
         if self.path not in ("sm70", "sm75", "sm80", "sm90"):
             raise ValueError(f"unknown code path {self.path!r}")
         if self.qtype not in QTYPES:
@@ -256,8 +265,10 @@ class KernelSpec(_Tiles, _WeightFormat):
         if self.act not in ACT_DTYPES:
             raise ValueError(f"unknown activation dtype {self.act!r}")
         if self.wgmma and self.threads != 128 * self.warpgroups:
-            raise ValueError(f"the wgmma kernel with tn={self.tn} uses {128 * self.warpgroups} threads "
-                             f"({self.warpgroups} warpgroups), got {self.threads}")
+            raise ValueError(
+                f"the wgmma kernel with tn={self.tn} uses {128 * self.warpgroups} threads "
+                f"({self.warpgroups} warpgroups), got {self.threads}"
+            )
         if not self.wgmma and self.threads != THREADS:
             raise ValueError("kernels use 256 threads")
         if self.occupancy not in (1, 2):
@@ -265,8 +276,9 @@ class KernelSpec(_Tiles, _WeightFormat):
         if self.cluster not in (1, 2, 4, 8):
             raise ValueError(f"cluster (blocks per thread-block cluster) must be 1, 2, 4 or 8, got {self.cluster}")
         if self.cluster > 1 and self.path not in ("sm80", "sm90"):
-            raise ValueError("thread-block clusters are built into the sm80-path (mma.sync) and sm90 (wgmma) "
-                             "kernels only")
+            raise ValueError(
+                "thread-block clusters are built into the sm80-path (mma.sync) and sm90 (wgmma) kernels only"
+            )
         if self.cluster > 1 and self.wgmma and (self.cluster != 2 or self.occupancy != 1):
             raise ValueError("the wgmma kernel takes clusters of 2 (half-tile plans), one block an SM")
         if self.wgmma:
@@ -293,16 +305,19 @@ class KernelSpec(_Tiles, _WeightFormat):
         if self.tk != 4:
             raise ValueError("the wgmma kernel takes K tiles of 64 (tk=4)")
         if self.tn not in (8, 12, 16):
-            raise ValueError(f"the wgmma kernel takes tn 8 or 16 (two warpgroups of 64-feature slabs) or 12 "
-                             f"(three warpgroups of one slab), got {self.tn}")
+            raise ValueError(
+                f"the wgmma kernel takes tn 8 or 16 (two warpgroups of 64-feature slabs) or 12 "
+                f"(three warpgroups of one slab), got {self.tn}"
+            )
         if self.tm not in (1, 2, 4, 8, 16):
             raise ValueError(f"the wgmma kernel takes tm 1, 2, 4, 8 or 16 (16..256 tokens), got {self.tm}")
         # fp32 sums a thread holds: slabs a warpgroup x tokens / 2. Three warpgroups leave a thread
         # 168 registers (384 threads), two 255.
         sums, most = self.tn // (4 * self.warpgroups) * 8 * self.tm, 64 if self.warpgroups == 3 else 128
         if sums > most:
-            raise ValueError(f"wgmma tile too large: {sums} fp32 sums per thread "
-                             f"(at most {most} with {self.warpgroups} warpgroups)")
+            raise ValueError(
+                f"wgmma tile too large: {sums} fp32 sums per thread (at most {most} with {self.warpgroups} warpgroups)"
+            )
         if self.warpgroups == 3 and self.occupancy != 1:
             raise ValueError("the three-warpgroup wgmma kernel (tn=12) runs one block an SM")
         if self.group_blocks > 0 and self.tk % self.group_blocks and self.group_blocks % self.tk:
@@ -340,7 +355,6 @@ class KernelSpec(_Tiles, _WeightFormat):
             + ("b" if self.bulk else "")
             + ("x" if self.xbox else "")
         )
-
 
 
 register_kind(KernelSpec)

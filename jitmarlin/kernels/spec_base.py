@@ -2,6 +2,7 @@
 spec-kind registry: a stored canonical text names its kind by a "family" or "route" field (a
 KernelSpec's has neither), and spec_from_canonical() rebuilds it. Each family registers its spec
 class where it defines it (register_kind)."""
+
 from __future__ import annotations
 
 import json
@@ -9,8 +10,8 @@ from dataclasses import fields
 
 from jitmarlin.weights.qtypes import QTYPES
 
-PATHS = ("sm70", "sm75", "sm80")   # the mma.sync code paths
-THREADS = 256          # 8 warps per block
+PATHS = ("sm70", "sm75", "sm80")  # the mma.sync code paths
+THREADS = 256  # 8 warps per block
 WARPS = THREADS // 32
 
 

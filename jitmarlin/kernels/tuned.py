@@ -13,6 +13,7 @@ for other kernel code is never used (it stays on disk, shown as stale by `jitmar
 until `cache clear`). It is a "tune:" record of the kernel store (jitmarlin.jit.records): the
 store keeps it without knowing its format.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,14 +35,15 @@ from jitmarlin.settings import autotune_enabled
 
 log = logging.getLogger("jitmarlin")
 
-MAX_BUCKET = 8192      # M above this shares the 8192 bucket
-MARGIN = 0.02          # a candidate replaces the default only when >= 2% faster (noise)
+MAX_BUCKET = 8192  # M above this shares the 8192 bucket
+MARGIN = 0.02  # a candidate replaces the default only when >= 2% faster (noise)
 RECORD_FORMAT = 1
-TUNE_PREFIX = "tune:"          # the store's record prefix of tuned choices
-TUNED_MEMBER = "tuned.json"   # their member in a bundle
+TUNE_PREFIX = "tune:"  # the store's record prefix of tuned choices
+TUNED_MEMBER = "tuned.json"  # their member in a bundle
 
 
 # ---- keys ----------------------------------------------------------------------------------------
+
 
 def shape_bucket(m: int) -> int:
     """The M bucket of a batch of `m` rows: m rounded up to a power of two, at most MAX_BUCKET
@@ -64,18 +66,28 @@ def templates_tag() -> str:
     return templates_digest()[:16]
 
 
-def tune_key(gpu: str, arch: str, p: Problem, version: str | None = None,
-             templates: str | None = None) -> str:
+def tune_key(gpu: str, arch: str, p: Problem, version: str | None = None, templates: str | None = None) -> str:
     """The cache key of the tuned choice for problem `p` on GPU `gpu` (a profile name) with arch
     `arch`: 'tune:<gpu>|<arch>|<qtype>|<act>|g<group>|n<N>|k<K>|m<M bucket>|<version>|<templates>'.
     version and templates default to this jitmarlin's."""
     gpu = " ".join(str(gpu).replace("|", "/").split())
-    parts = (gpu, arch, p.qtype, p.act, f"g{p.group_size}", f"n{p.n}", f"k{p.k}",
-             f"m{shape_bucket(p.m)}", version or __version__, templates or templates_tag())
+    parts = (
+        gpu,
+        arch,
+        p.qtype,
+        p.act,
+        f"g{p.group_size}",
+        f"n{p.n}",
+        f"k{p.k}",
+        f"m{shape_bucket(p.m)}",
+        version or __version__,
+        templates or templates_tag(),
+    )
     return TUNE_PREFIX + "|".join(map(str, parts))
 
 
 # ---- the record ----------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class TunedChoice:
@@ -185,11 +197,16 @@ def record_problem(key: str, d) -> str | None:
 
 # The tuned choices are the store's "tune:" records (jitmarlin.jit.records): verify() checks them
 # with record_problem, bundles carry them in tuned.json (manifest section "tuned").
-TUNED_KIND = register_record_kind(RecordKind(
-    prefix=TUNE_PREFIX, label="tuned choice", section="tuned", member=TUNED_MEMBER,
-    format=RECORD_FORMAT, check=record_problem))
-
-
+TUNED_KIND = register_record_kind(
+    RecordKind(
+        prefix=TUNE_PREFIX,
+        label="tuned choice",
+        section="tuned",
+        member=TUNED_MEMBER,
+        format=RECORD_FORMAT,
+        check=record_problem,
+    )
+)
 
 
 # ---- the autotune hook (registered by jitmarlin.service.tune) ---------------------------------------
@@ -229,9 +246,17 @@ def read_record(cache: KernelCache, key: str, kind: RecordKind, cls):
     return cls.from_dict(d)
 
 
-def choose_for(profile: DeviceProfile, arch: str, p: Problem, cache: KernelCache, *,
-               device: int = 0, capturing: bool = False, autotune: bool | None = None,
-               tuner: Callable[[DeviceProfile, str, Problem], TunedChoice] | None = None):
+def choose_for(
+    profile: DeviceProfile,
+    arch: str,
+    p: Problem,
+    cache: KernelCache,
+    *,
+    device: int = 0,
+    capturing: bool = False,
+    autotune: bool | None = None,
+    tuner: Callable[[DeviceProfile, str, Problem], TunedChoice] | None = None,
+):
     """The spec ops.linear._prepare should use for problem `p`, or None for the planner's default.
 
     A stored choice for (profile.name, arch, bucket of p) is used when its winner is not the
@@ -252,11 +277,10 @@ def choose_for(profile: DeviceProfile, arch: str, p: Problem, cache: KernelCache
         spec = planner.tail_spec(p, choice.winner())
         planner.plan(profile, p, spec)
     except (JitMarlinError, ValueError) as exc:
-        log.warning("jitmarlin: tuned choice %s does not fit M=%d (%s); using the planner's",
-                    choice.key, p.m, exc)
+        log.warning("jitmarlin: tuned choice %s does not fit M=%d (%s); using the planner's", choice.key, p.m, exc)
         return None
     if capturing and cache.get(spec, arch, compile_missing=False)[0] is None:
-        return None    # (stored after warm-up, not compiled: nothing may compile during capture)
+        return None  # (stored after warm-up, not compiled: nothing may compile during capture)
     return spec
 
 

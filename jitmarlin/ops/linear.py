@@ -6,6 +6,7 @@ workspace set-up happen once, on the first call with that key. The planner picks
 fused kernel (kernels.launch.Launcher), or from its M threshold up, dequantise + cuBLAS
 (dequant_gemm.DequantLauncher); both take the same call.
 """
+
 from __future__ import annotations
 
 import sys
@@ -51,8 +52,9 @@ def _pdl(enable_pdl) -> bool:
     return settings.pdl_default() if enable_pdl is None else bool(enable_pdl)
 
 
-def _prepare(qw: QuantizedWeight, device: int, act: str, m: int, stream: int,
-             spec=None, pdl: bool = False) -> family_launch.Launcher | dequant_gemm.DequantLauncher:
+def _prepare(
+    qw: QuantizedWeight, device: int, act: str, m: int, stream: int, spec=None, pdl: bool = False
+) -> family_launch.Launcher | dequant_gemm.DequantLauncher:
     """First call for this key: plan, fetch or compile, upload the weight, set up the workspace.
     `spec` (a KernelSpec or a DequantSpec) overrides the route and kernel choice (the autotuner
     measures candidates through it); without it a tuned choice stored for this GPU and shape
@@ -69,11 +71,12 @@ def _prepare(qw: QuantizedWeight, device: int, act: str, m: int, stream: int,
         spec = tuned.choose_for(profile, arch, problem, cache, device=device, capturing=capturing)
     plan = planner.plan(profile, problem, spec)
     pdl = pdl and plan.route == "fused" and live.cc >= launch.PDL_MIN_CC
-    if pdl != getattr(plan.spec, "pdl", False):   # the same kernel, built with (or without) the wait
+    if pdl != getattr(plan.spec, "pdl", False):  # the same kernel, built with (or without) the wait
         plan = planner.plan(profile, problem, replace(plan.spec, pdl=pdl))
     if capturing and (device, act) not in qw._device:
-        raise CaptureError("the weight has not been uploaded to this GPU yet: call linear() once "
-                           "with it before capturing (warm-up)")
+        raise CaptureError(
+            "the weight has not been uploaded to this GPU yet: call linear() once with it before capturing (warm-up)"
+        )
     art, key, status = cache.get(plan.spec, arch, compile_missing=not capturing)
     if art is None:
         raise CaptureError(
@@ -82,15 +85,17 @@ def _prepare(qw: QuantizedWeight, device: int, act: str, m: int, stream: int,
         )
     b, s, z, _ = qw.to_device(device, act)
     ptrs = {"B": b.data.ptr, "S": s.data.ptr, "Z": 0 if z is None else z.data.ptr}
-    if plan.route == "dequant":   # large M: dense weight workspace + cuBLAS
+    if plan.route == "dequant":  # large M: dense weight workspace + cuBLAS
         ws = dequant_gemm.workspace(device, stream, qw.n * qw.k, live.cc)
-        return dequant_gemm.DequantLauncher(plan, art, key, device, stream, ptrs, ws,
-                                            qw.out_features, qw.in_features, qw.global_scale)
+        return dequant_gemm.DequantLauncher(
+            plan, art, key, device, stream, ptrs, ws, qw.out_features, qw.in_features, qw.global_scale
+        )
     func = launch.get_function(art, key, device)
     # Sized for the largest grid this GPU can run (two blocks an SM), so it never has to grow.
     ws = family_launch.workspace(device, stream, live.sms)
-    return family_launch.Launcher(plan, func, device, stream, ptrs, ws, qw.out_features, qw.in_features,
-                           qw.global_scale, pdl=pdl)
+    return family_launch.Launcher(
+        plan, func, device, stream, ptrs, ws, qw.out_features, qw.in_features, qw.global_scale, pdl=pdl
+    )
 
 
 def _rows(shape, strides, k: int, what: str = "x"):
@@ -108,7 +113,7 @@ def _rows(shape, strides, k: int, what: str = "x"):
     lead = [(shape[i], strides[i]) for i in range(nd - 1) if shape[i] != 1]
     if m <= 1 or not lead:
         return m, k
-    for (_, s_outer), (n_inner, s_inner) in zip(lead, lead[1:]):   # must collapse to one index
+    for (_, s_outer), (n_inner, s_inner) in zip(lead, lead[1:]):  # must collapse to one index
         if s_outer != s_inner * n_inner:
             raise InputError(f"{what}'s leading dimensions cannot be flattened into rows (strides {tuple(strides)})")
     lda = lead[-1][1]
@@ -182,12 +187,22 @@ def _linear_torch(x, qw, bias, out, pdl=False):
     shape = tuple(x.shape)
     m, lda = _rows(shape, x.stride(), qw.in_features)
     out_shape = shape[:-1] + (qw.out_features,)
-    if out is not None or bias is not None:   # checks cost nothing on the common path
+    if out is not None or bias is not None:  # checks cost nothing on the common path
         for name, t in (("out", out), ("bias", bias)):
             if t is not None and (not is_torch(t) or t.device != x.device):
                 raise InputError(f"{name} must be a torch tensor on {x.device}")
-        _check_out_bias("torch", x, out, bias, out_shape, qw.out_features, dev, x.dtype,
-                        lambda t: t.is_contiguous(), lambda t: t.data_ptr())
+        _check_out_bias(
+            "torch",
+            x,
+            out,
+            bias,
+            out_shape,
+            qw.out_features,
+            dev,
+            x.dtype,
+            lambda t: t.is_contiguous(),
+            lambda t: t.data_ptr(),
+        )
     if out is None:
         out = torch.empty(out_shape, dtype=x.dtype, device=x.device)
     if m == 0:
@@ -197,10 +212,17 @@ def _linear_torch(x, qw, bias, out, pdl=False):
         raise InputError("x's data must be 16-byte aligned")
     stream = _torch_stream(torch, dev)
     lz = _launcher(qw, dev, act, m, stream, pdl)
-    if qw.perm is not None:   # act-order: the kernel reads x's columns in the weight's order
-        buf, perm = _gather_buffer(qw, dev, stream, m, x.dtype, "torch",
-                                   lambda rows: torch.empty((rows, qw.in_features), dtype=x.dtype, device=x.device),
-                                   lambda: torch.from_dlpack(qw.to_device(dev, act)[3]))
+    if qw.perm is not None:  # act-order: the kernel reads x's columns in the weight's order
+        buf, perm = _gather_buffer(
+            qw,
+            dev,
+            stream,
+            m,
+            x.dtype,
+            "torch",
+            lambda rows: torch.empty((rows, qw.in_features), dtype=x.dtype, device=x.device),
+            lambda: torch.from_dlpack(qw.to_device(dev, act)[3]),
+        )
         torch.index_select(x.reshape(m, qw.in_features), 1, perm, out=buf)
         ptr, lda = buf.data_ptr(), qw.in_features
     lz(ptr, lda, out.data_ptr(), 0 if bias is None else bias.data_ptr())
@@ -215,8 +237,10 @@ def _gather_buffer(qw, dev, stream, m, dtype, kind, alloc, index):
     st = qw._gather.get((dev, stream, str(dtype), kind))
     if st is None or st[0].shape[0] < m:
         if launch.is_capturing(stream):
-            raise CaptureError("act-order needs a larger gather buffer, which cannot be allocated "
-                               "during CUDA-graph capture: warm up with the largest batch first")
+            raise CaptureError(
+                "act-order needs a larger gather buffer, which cannot be allocated "
+                "during CUDA-graph capture: warm up with the largest batch first"
+            )
         rows = max(m, 2 * st[0].shape[0]) if st is not None else m
         st = (alloc(rows), st[1] if st is not None else index(), (st[0],) + st[2] if st else ())
         qw._gather[(dev, stream, str(dtype), kind)] = st
@@ -257,9 +281,19 @@ def _linear_cupy(x, qw, bias, out, pdl=False):
         for name, a in (("out", out), ("bias", bias)):
             if a is not None and (not is_cupy(a) or a.data.device_id != dev):
                 raise InputError(f"{name} must be a CuPy array on device {dev}")
-        _check_out_bias("cupy", x, out, bias, out_shape, qw.out_features, dev, x.dtype,
-                        lambda a: a.flags.c_contiguous, lambda a: a.data.ptr)
-    if launch.current_device() != dev:   # a device context only when x lives on another GPU
+        _check_out_bias(
+            "cupy",
+            x,
+            out,
+            bias,
+            out_shape,
+            qw.out_features,
+            dev,
+            x.dtype,
+            lambda a: a.flags.c_contiguous,
+            lambda a: a.data.ptr,
+        )
+    if launch.current_device() != dev:  # a device context only when x lives on another GPU
         with cupy.cuda.Device(dev):
             return _linear_cupy(x, qw, bias, out, pdl)
     if out is None:
@@ -271,10 +305,17 @@ def _linear_cupy(x, qw, bias, out, pdl=False):
         raise InputError("x's data must be 16-byte aligned")
     stream = cupy.cuda.get_current_stream().ptr
     lz = _launcher(qw, dev, act, m, stream, pdl)
-    if qw.perm is not None:   # act-order: the kernel reads x's columns in the weight's order
-        buf, perm = _gather_buffer(qw, dev, stream, m, x.dtype, "cupy",
-                                   lambda rows: cupy.empty((rows, qw.in_features), dtype=x.dtype),
-                                   lambda: qw.to_device(dev, act)[3])
+    if qw.perm is not None:  # act-order: the kernel reads x's columns in the weight's order
+        buf, perm = _gather_buffer(
+            qw,
+            dev,
+            stream,
+            m,
+            x.dtype,
+            "cupy",
+            lambda rows: cupy.empty((rows, qw.in_features), dtype=x.dtype),
+            lambda: qw.to_device(dev, act)[3],
+        )
         cupy.take(x.reshape(m, qw.in_features), perm, axis=1, out=buf)
         ptr, lda = buf.data.ptr, qw.in_features
     lz(ptr, lda, out.data.ptr, 0 if bias is None else bias.data.ptr)
@@ -283,18 +324,20 @@ def _linear_cupy(x, qw, bias, out, pdl=False):
 
 # ---- prewarm -------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class PrewarmResult:
     profile: str
     arch: str
     kernel: str
-    status: str          # 'compiled', 'cached', 'failed'
+    status: str  # 'compiled', 'cached', 'failed'
     seconds: float
     detail: str = ""
 
 
-def plan_for(profile: DeviceProfile, m: int, n: int, k: int, act: str = "float16",
-             qtype: str = "uint4b8", group_size: int = 128) -> planner.Plan:
+def plan_for(
+    profile: DeviceProfile, m: int, n: int, k: int, act: str = "float16", qtype: str = "uint4b8", group_size: int = 128
+) -> planner.Plan:
     """The plan linear() would use for a weight of (n, k) = (out_features, in_features) on
     `profile` (no GPU needed): n and k must pass the shape rule (qtypes.shape_problem) and are
     padded as the weight is (qtypes.kernel_dims), so the plan is the padded weight's."""

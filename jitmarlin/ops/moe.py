@@ -3,6 +3,7 @@ the caller's stream (kernels/moe): alignment, the w13 grouped GEMM with the gate
 fused, the w2 grouped GEMM with the router weights, and the combine. Nothing on the host depends
 on the routing, so a CUDA graph captured once replays with new topk_ids every step.
 """
+
 from __future__ import annotations
 
 import sys
@@ -34,33 +35,60 @@ class _Runner:
     """Everything fixed for one (weights, device, dtype, T, topk, stream, ...): the plan, the four
     kernels and the workspaces (aligned pair list, intermediate rows, per-pair outputs)."""
 
-    def __init__(self, w13: MoEWeight, w2: MoEWeight, device: int, act: str, tokens: int, topk: int,
-                 stream_ptr: int, activation: str, on_input: bool, plan=None):
+    def __init__(
+        self,
+        w13: MoEWeight,
+        w2: MoEWeight,
+        device: int,
+        act: str,
+        tokens: int,
+        topk: int,
+        stream_ptr: int,
+        activation: str,
+        on_input: bool,
+        plan=None,
+    ):
         import cupy as cp
         from cupy.cuda import driver
 
         profile = planning_profile(device)
         arch = live_profile(device).arch
         mixed = (w2.qtype, w2.group_size) != (w13.qtype, w13.group_size)
-        problem = MoEProblem(tokens, topk, w13.num_experts, w13.n, w13.k, w2.n, w2.k, w13.intermediate,
-                             w2.out_features, act, w13.qtype, w13.group_size, activation,
-                             w2.qtype if mixed else "", w2.group_size if mixed else 0)
+        problem = MoEProblem(
+            tokens,
+            topk,
+            w13.num_experts,
+            w13.n,
+            w13.k,
+            w2.n,
+            w2.k,
+            w13.intermediate,
+            w2.out_features,
+            act,
+            w13.qtype,
+            w13.group_size,
+            activation,
+            w2.qtype if mixed else "",
+            w2.group_size if mixed else 0,
+        )
         cache = default_cache()
-        if plan is None:   # a tuned choice for this GPU model and token bucket, else the planner's
+        if plan is None:  # a tuned choice for this GPU model and token bucket, else the planner's
             plan = moe_tuned.plan_for(profile, arch, problem, cache)
-        elif plan.problem != problem:   # (a sweep's or tuner's plan: kernels.moe.plan_moe with overrides)
+        elif plan.problem != problem:  # (a sweep's or tuner's plan: kernels.moe.plan_moe with overrides)
             raise InputError(f"the plan is for {plan.problem}, not {problem}")
         capturing = launch.is_capturing(stream_ptr)
         funcs = {}
         for spec in (plan.route, plan.up, plan.down):
             art, key, _ = cache.get(spec, arch, compile_missing=not capturing)
             if art is None:
-                raise CaptureError(f"kernel {spec.name} is not compiled yet and CUDA-graph capture is in "
-                                   "progress: call jitmarlin.moe once with this shape before capturing")
+                raise CaptureError(
+                    f"kernel {spec.name} is not compiled yet and CUDA-graph capture is in "
+                    "progress: call jitmarlin.moe once with this shape before capturing"
+                )
             funcs[spec.name] = launch.get_function(art, key, device)
             if spec is plan.route:
                 funcs[spec.combine_name] = launch.get_function(art, key, device, spec.combine_name)
-            if spec is plan.up and plan.up_splits > 1:   # the split up stage's activation kernel
+            if spec is plan.up and plan.up_splits > 1:  # the split up stage's activation kernel
                 funcs[spec.name + "_act"] = launch.get_function(art, key, device, spec.name + "_act")
         self.plan, self.device, self.on_input = plan, device, on_input
         self.stream = launch.stream_object(stream_ptr)
@@ -72,6 +100,7 @@ class _Runner:
         for f, smem in ((self.up, plan.up.smem_bytes()), (self.down, plan.down.smem_bytes())):
             with cp.cuda.Device(device):
                 driver.funcSetAttribute(f.ptr, launch.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
+
         # Workspaces shared by every MoE layer on this device and stream (launches on one stream
         # run in order): the aligned pair list, the intermediate rows, the per-pair outputs and,
         # with K splits, the down GEMM's fp32 partial sums (x's dtype as bit patterns).
@@ -84,8 +113,7 @@ class _Runner:
         self.h = ws("h", cp.uint16, (problem.pairs, problem.inter))
         self.y = ws("y", cp.uint16, (problem.pairs, problem.hidden))
         self.yp = ws("yp", cp.float32, (plan.splits, problem.pairs, problem.hidden)) if plan.splits > 1 else None
-        self.hp = (ws("hp", cp.float32, (plan.up_splits, problem.pairs, problem.n13)) if plan.up_splits > 1
-                   else None)
+        self.hp = ws("hp", cp.float32, (plan.up_splits, problem.pairs, problem.n13)) if plan.up_splits > 1 else None
         b13, s13, z13, g13, bias13 = w13.to_device(device, act)
         b2, s2, z2, g2, bias2 = w2.to_device(device, act)
 
@@ -102,10 +130,24 @@ class _Runner:
         if plan.wgmma:
             self.up_maps = weight_maps(plan.up, w13.num_experts, w13.n, w13.k, *(int(v) for v in self.up_w[:3]))
             self.down_maps = weight_maps(plan.down, w2.num_experts, w2.n, w2.k, *(int(v) for v in self.down_w[:3]))
-        self.ints = {name: np.int32(v) for name, v in dict(
-            pairs=p.pairs, topk=topk, n13=w13.n, k13=w13.k, n2=w2.n, k2=w2.k, inter=p.inter, hidden=p.hidden,
-            experts=p.experts, max_blocks=plan.max_blocks, tokens=tokens, splits=plan.splits,
-            up_splits=plan.up_splits).items()}
+        self.ints = {
+            name: np.int32(v)
+            for name, v in dict(
+                pairs=p.pairs,
+                topk=topk,
+                n13=w13.n,
+                k13=w13.k,
+                n2=w2.n,
+                k2=w2.k,
+                inter=p.inter,
+                hidden=p.hidden,
+                experts=p.experts,
+                max_blocks=plan.max_blocks,
+                tokens=tokens,
+                splits=plan.splits,
+                up_splits=plan.up_splits,
+            ).items()
+        }
 
     def __call__(self, x_ptr: int, ids_ptr: int, tw_ptr: int, emap_ptr: int, n_global: int, out_ptr: int):
         plan, i = self.plan, self.ints
@@ -117,27 +159,86 @@ class _Runner:
         ids, emap, tw = _u64(ids_ptr), _u64(emap_ptr), _u64(tw_ptr)
         ng = np.int32(n_global)
         st = self.stream
-        self.align((1,), (ROUTE_THREADS,), (ids, emap, i["pairs"], ng, i["experts"], i["max_blocks"], sorted_,
-                                            blk, n_rows), shared_mem=2 * ROUTE_THREADS * 4, stream=st)
+        self.align(
+            (1,),
+            (ROUTE_THREADS,),
+            (ids, emap, i["pairs"], ng, i["experts"], i["max_blocks"], sorted_, blk, n_rows),
+            shared_mem=2 * ROUTE_THREADS * 4,
+            stream=st,
+        )
         b, s, z, bias, g = self.up_w
-        self.up((plan.grid_up,), (plan.up.threads,),
-                (_u64(x_ptr), b, s, z, bias, g, tw if self.on_input else _u64(0), sorted_, blk, n_rows, h,
-                 i["pairs"], i["topk"], i["n13"], i["k13"], i["inter"], i["hidden"], i["hidden"], hp, i["up_splits"],
-                 *self.up_maps),
-                shared_mem=plan.up.smem_bytes(), stream=st)
-        if self.act_k is not None:   # up_splits > 1: the splits' sums, activated, into the intermediate rows
-            self.act_k((plan.act_grid,), (plan.up.threads,), (hp, h, i["pairs"], i["n13"], i["inter"], i["up_splits"]),
-                       stream=st)
+        self.up(
+            (plan.grid_up,),
+            (plan.up.threads,),
+            (
+                _u64(x_ptr),
+                b,
+                s,
+                z,
+                bias,
+                g,
+                tw if self.on_input else _u64(0),
+                sorted_,
+                blk,
+                n_rows,
+                h,
+                i["pairs"],
+                i["topk"],
+                i["n13"],
+                i["k13"],
+                i["inter"],
+                i["hidden"],
+                i["hidden"],
+                hp,
+                i["up_splits"],
+                *self.up_maps,
+            ),
+            shared_mem=plan.up.smem_bytes(),
+            stream=st,
+        )
+        if self.act_k is not None:  # up_splits > 1: the splits' sums, activated, into the intermediate rows
+            self.act_k(
+                (plan.act_grid,),
+                (plan.up.threads,),
+                (hp, h, i["pairs"], i["n13"], i["inter"], i["up_splits"]),
+                stream=st,
+            )
         b, s, z, bias, g = self.down_w
-        self.down((plan.grid_down,), (plan.down.threads,),
-                  (h, b, s, z, bias, g, _u64(0) if self.on_input else tw, sorted_, blk, n_rows, y,
-                   i["pairs"], one, i["n2"], i["k2"], i["hidden"], i["inter"], i["inter"], yp, i["splits"],
-                   *self.down_maps),
-                  shared_mem=plan.down.smem_bytes(), stream=st)
-        self.combine((plan.combine_grid,), (ROUTE_THREADS,),
-                     (y, ids, emap, ng, i["experts"], i["tokens"], i["topk"], i["hidden"], _u64(out_ptr), yp,
-                      i["splits"]),
-                     stream=st)
+        self.down(
+            (plan.grid_down,),
+            (plan.down.threads,),
+            (
+                h,
+                b,
+                s,
+                z,
+                bias,
+                g,
+                _u64(0) if self.on_input else tw,
+                sorted_,
+                blk,
+                n_rows,
+                y,
+                i["pairs"],
+                one,
+                i["n2"],
+                i["k2"],
+                i["hidden"],
+                i["inter"],
+                i["inter"],
+                yp,
+                i["splits"],
+                *self.down_maps,
+            ),
+            shared_mem=plan.down.smem_bytes(),
+            stream=st,
+        )
+        self.combine(
+            (plan.combine_grid,),
+            (ROUTE_THREADS,),
+            (y, ids, emap, ng, i["experts"], i["tokens"], i["topk"], i["hidden"], _u64(out_ptr), yp, i["splits"]),
+            stream=st,
+        )
 
 
 # (device, stream, name) -> [the current buffer, the outgrown ones]: outgrown buffers stay alive,
@@ -153,8 +254,10 @@ def _workspace(device: int, stream_ptr: int, name: str, dtype, shape: tuple, cap
     held = _workspaces.get((device, stream_ptr, name))
     if held is None or held[0].nbytes < need:
         if capturing:
-            raise CaptureError("jitmarlin.moe needs a larger workspace, which cannot be allocated during "
-                               "CUDA-graph capture: call it once with this shape (the largest first) before capturing")
+            raise CaptureError(
+                "jitmarlin.moe needs a larger workspace, which cannot be allocated during "
+                "CUDA-graph capture: call it once with this shape (the largest first) before capturing"
+            )
         size = max(need, 2 * held[0].nbytes if held else 0, 256)
         s = launch.private_stream(device)
         with cp.cuda.Device(device), s:
@@ -171,21 +274,32 @@ def _check_weights(w13, w2, activation: str) -> None:
         if not isinstance(w, MoEWeight):
             raise InputError(f"{name} must be a jitmarlin MoEWeight, got {type(w).__name__}")
     if not w13.gated:
-        raise InputError("w13 must be a gated MoEWeight (gate and up fused: quantize_moe(..., gated=True) or "
-                         "MoEWeight.stack_gate_up)")
+        raise InputError(
+            "w13 must be a gated MoEWeight (gate and up fused: quantize_moe(..., gated=True) or "
+            "MoEWeight.stack_gate_up)"
+        )
     if w2.gated:
         raise InputError("w2 must not be gated")
     if w13.num_experts != w2.num_experts:
         raise InputError(f"w13 has {w13.num_experts} experts but w2 has {w2.num_experts}")
     if w2.in_features != w13.intermediate:
-        raise InputError(f"w2.in_features ({w2.in_features}) must equal w13's intermediate size "
-                         f"({w13.intermediate})")
+        raise InputError(f"w2.in_features ({w2.in_features}) must equal w13's intermediate size ({w13.intermediate})")
     if activation not in ACTIVATIONS:
         raise InputError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
 
 
-def moe(x, w13: MoEWeight, w2: MoEWeight, topk_weights, topk_ids, *, activation: str = "silu",
-        expert_map=None, apply_router_weight_on_input: bool = False, out=None):
+def moe(
+    x,
+    w13: MoEWeight,
+    w2: MoEWeight,
+    topk_weights,
+    topk_ids,
+    *,
+    activation: str = "silu",
+    expert_map=None,
+    apply_router_weight_on_input: bool = False,
+    out=None,
+):
     """The routed experts of a MoE layer: out[t] = sum_j w[t, j] * W2[e] @ act(W13[e] @ x[t]),
     e = topk_ids[t, j] (vLLM's fused_experts).
 
@@ -205,11 +319,13 @@ def moe(x, w13: MoEWeight, w2: MoEWeight, topk_weights, topk_ids, *, activation:
     """
     _check_weights(w13, w2, activation)
     if is_torch(x):
-        return _moe_torch(x, w13, w2, topk_weights, topk_ids, activation, expert_map,
-                          bool(apply_router_weight_on_input), out)
+        return _moe_torch(
+            x, w13, w2, topk_weights, topk_ids, activation, expert_map, bool(apply_router_weight_on_input), out
+        )
     if is_cupy(x):
-        return _moe_cupy(x, w13, w2, topk_weights, topk_ids, activation, expert_map,
-                         bool(apply_router_weight_on_input), out)
+        return _moe_cupy(
+            x, w13, w2, topk_weights, topk_ids, activation, expert_map, bool(apply_router_weight_on_input), out
+        )
     raise InputError(f"x must be a CuPy array or a torch tensor on a GPU, got {type(x).__name__}")
 
 
@@ -261,8 +377,9 @@ def _moe_cupy(x, w13, w2, tw, ids, activation, expert_map, on_input, out):
         ids = ids.astype(cp.int32)
     ids = cp.ascontiguousarray(ids)
     tw = cp.ascontiguousarray(tw, dtype=cp.float32)
-    n_global, emap_ptr = _expert_map(expert_map, lambda m: (m.dtype == cp.int32 and m.ndim == 1
-                                                           and m.flags.c_contiguous), lambda m: m.data.ptr)
+    n_global, emap_ptr = _expert_map(
+        expert_map, lambda m: m.dtype == cp.int32 and m.ndim == 1 and m.flags.c_contiguous, lambda m: m.data.ptr
+    )
     if out is None:
         out = cp.empty((t, x.shape[1]), dtype=x.dtype)
     elif tuple(out.shape) != (t, x.shape[1]) or out.dtype != x.dtype or not out.flags.c_contiguous:
@@ -272,8 +389,14 @@ def _moe_cupy(x, w13, w2, tw, ids, activation, expert_map, on_input, out):
     with cp.cuda.Device(dev):
         stream = cp.cuda.get_current_stream().ptr
         r = _runner(w13, w2, dev, act, t, k, stream, activation, on_input)
-        r(x.data.ptr, ids.data.ptr, tw.data.ptr, emap_ptr, n_global if expert_map is not None else w13.num_experts,
-          out.data.ptr)
+        r(
+            x.data.ptr,
+            ids.data.ptr,
+            tw.data.ptr,
+            emap_ptr,
+            n_global if expert_map is not None else w13.num_experts,
+            out.data.ptr,
+        )
     return out
 
 
@@ -304,8 +427,9 @@ def _moe_torch(x, w13, w2, tw, ids, activation, expert_map, on_input, out):
         ids = ids.to(torch.int32)
     ids = ids.contiguous()
     tw = tw.to(torch.float32).contiguous()
-    n_global, emap_ptr = _expert_map(expert_map, lambda m: (m.dtype == torch.int32 and m.dim() == 1
-                                                           and m.is_contiguous()), lambda m: m.data_ptr())
+    n_global, emap_ptr = _expert_map(
+        expert_map, lambda m: m.dtype == torch.int32 and m.dim() == 1 and m.is_contiguous(), lambda m: m.data_ptr()
+    )
     if out is None:
         out = torch.empty((t, x.shape[1]), dtype=x.dtype, device=x.device)
     elif tuple(out.shape) != (t, x.shape[1]) or out.dtype != x.dtype or not out.is_contiguous():
@@ -318,6 +442,12 @@ def _moe_torch(x, w13, w2, tw, ids, activation, expert_map, on_input, out):
 
     with cp.cuda.Device(dev):
         r = _runner(w13, w2, dev, act, t, k, stream, activation, on_input)
-        r(x.data_ptr(), ids.data_ptr(), tw.data_ptr(), emap_ptr,
-          n_global if expert_map is not None else w13.num_experts, out.data_ptr())
+        r(
+            x.data_ptr(),
+            ids.data_ptr(),
+            tw.data_ptr(),
+            emap_ptr,
+            n_global if expert_map is not None else w13.num_experts,
+            out.data_ptr(),
+        )
     return out

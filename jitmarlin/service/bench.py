@@ -3,6 +3,7 @@ floor from a measured copy bandwidth, host overhead per eager call. tools/bench 
 comparison of ../shared/BENCH.md on these; `jitmarlin bench` runs a quick one. Needs torch (CUDA
 graphs and peers) and CuPy.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,7 +29,7 @@ class Timer:
 
     def __call__(self, fns, use_graph=True):
         torch = self.torch
-        for f in fns:              # warm-up: compiles, uploads, autotune, allocator
+        for f in fns:  # warm-up: compiles, uploads, autotune, allocator
             f()
         torch.cuda.synchronize()
         # estimate with one eager pass
@@ -39,7 +40,7 @@ class Timer:
             f()
         t1.record()
         torch.cuda.synchronize()
-        est = max(t0.elapsed_time(t1) / len(fns), 1e-3)   # ms per call
+        est = max(t0.elapsed_time(t1) / len(fns), 1e-3)  # ms per call
         calls = max(len(fns), min(2000, int(self.target_ms / est)))
         reps = max(1, calls // len(fns))
         if not use_graph:
@@ -48,7 +49,7 @@ class Timer:
         s.wait_stream(torch.cuda.current_stream())
         g = torch.cuda.CUDAGraph()
         with torch.cuda.stream(s):
-            for f in fns:          # warm the capture stream too
+            for f in fns:  # warm the capture stream too
                 f()
             torch.cuda.synchronize()
             with torch.cuda.graph(g, stream=s):
@@ -137,9 +138,9 @@ def weight_bytes(n, k, group, qtype="uint4b8"):
 def _random_scales(qtype, u, z_draw):
     """(scales, offsets or None, global scale) as float64 (G, N) from uniform draws `u` in [0, 1):
     each type's valid scale format, sized so that weights stay around 0.01-0.2 in magnitude."""
-    if qtype == "nvfp4":      # e4m3 values 0.5..7.5 (codes 0x30..0x4f) under a global 2^-8
-        return E4M3[0x30 + (u * 32).astype(np.int64)], None, 2.0 ** -8
-    if qtype == "mxfp4":      # e8m0: powers of two
+    if qtype == "nvfp4":  # e4m3 values 0.5..7.5 (codes 0x30..0x4f) under a global 2^-8
+        return E4M3[0x30 + (u * 32).astype(np.int64)], None, 2.0**-8
+    if qtype == "mxfp4":  # e8m0: powers of two
         return 2.0 ** (-8 + np.floor(u * 4)), None, 1.0
     s = u.astype(np.float64) * 0.01 + 0.001
     s /= {"uint8b128": 16, "float8_e4m3fn": 64}.get(qtype, 1)
@@ -165,7 +166,7 @@ def random_weights(n, k, group, act, copies, shared_values=False, qtype="uint4b8
     gs = check_group(qtype, qtype_group(qtype, group))
     g = 1 if gs == -1 else k // gs
     words = (2 if qt.bits == 4 else 4) * n
-    natural = gs == -1 and not qt.zero_points        # per-channel symmetric scales: (n,), not permuted
+    natural = gs == -1 and not qt.zero_points  # per-channel symmetric scales: (n,), not permuted
 
     def bits(v):
         if shared_values:
@@ -175,7 +176,7 @@ def random_weights(n, k, group, act, copies, shared_values=False, qtype="uint4b8
 
     out = []
     for _ in range(copies):
-        packed = xp.random.randint(-2**31, 2**31 - 1, size=(k // 16, words), dtype=xp.int64).astype(xp.int32)
+        packed = xp.random.randint(-(2**31), 2**31 - 1, size=(k // 16, words), dtype=xp.int64).astype(xp.int32)
         if qtype == "float8_e4m3fn":
             b = packed.view(xp.uint8)
             b ^= ((b & 0x7F) == 0x7F).astype(xp.uint8)
@@ -186,8 +187,7 @@ def random_weights(n, k, group, act, copies, shared_values=False, qtype="uint4b8
             s = halves.round_to(s, "bfloat16").astype(np.float64)
         s_used = halves.round_to(s, act).astype(np.float64)
         off = None if zf is None else bits(zf * s_used)
-        out.append(QuantizedWeight(qtype, gs, n, k, packed, bits(s), scale_dtype=act, offsets=off,
-                                   global_scale=gscale))
+        out.append(QuantizedWeight(qtype, gs, n, k, packed, bits(s), scale_dtype=act, offsets=off, global_scale=gscale))
     return out
 
 
@@ -233,9 +233,11 @@ def host_overhead(torch, cp):
 
     res = {}
     for _ in range(3):  # take the best of 3 rounds for each
-        for key, f in (("jitmarlin_torch_us", lambda: linear(xt, qw)),
-                       ("jitmarlin_cupy_us", lambda: linear(xc, qw)),
-                       ("torch_matmul_fp16_us", lambda: torch.matmul(xt, wt.t()))):
+        for key, f in (
+            ("jitmarlin_torch_us", lambda: linear(xt, qw)),
+            ("jitmarlin_cupy_us", lambda: linear(xc, qw)),
+            ("torch_matmul_fp16_us", lambda: torch.matmul(xt, wt.t())),
+        ):
             v = per_call(f)
             res[key] = round(min(v, res.get(key, v)), 2)
     return res
@@ -264,6 +266,15 @@ def quick(shapes, ms, act: str = "float16", group: int = 128, target_ms: float =
             xh, oh = x.half(), torch.empty(m, n, device="cuda", dtype=torch.float16)
             t = timer([lambda q=q: linear(x, q, out=out, enable_pdl=False) for q in qws])
             tc = timer([lambda w=w: torch.matmul(xh, w.t(), out=oh) for w in wts])
-            rows.append({"K": k, "N": n, "M": m, "act": act, "jitmarlin_us": round(t, 2),
-                         "cublas_fp16_us": round(tc, 2), "floor_us": round(floor_us(m, n, k, group, bw), 2)})
+            rows.append(
+                {
+                    "K": k,
+                    "N": n,
+                    "M": m,
+                    "act": act,
+                    "jitmarlin_us": round(t, 2),
+                    "cublas_fp16_us": round(tc, 2),
+                    "floor_us": round(floor_us(m, n, k, group, bw), 2),
+                }
+            )
     return bw, rows

@@ -1,16 +1,16 @@
 """The `jitmarlin` command (also `python -m jitmarlin`): info, inspect, prewarm, tune, cache, bench."""
+
 from __future__ import annotations
 
 import argparse
 import json
 import os
 import sys
-import time
 
 from jitmarlin._version import __version__
-from jitmarlin.kernels.tuned import TUNE_PREFIX
 from jitmarlin.service import cli_moe
 from jitmarlin.service.cli_args import HelpFormatter, arch_notes, group_size, jobs, positive_int, run_main
+from jitmarlin.service.cli_cache import cmd_cache
 
 
 def _gpus():
@@ -38,7 +38,7 @@ def cmd_info(args) -> int:
     try:
         info["nvrtc"] = ".".join(map(str, nvrtc.version()))
         info["nvrtc_archs"] = list(nvrtc.supported_archs())
-        info["arch_profiles"] = arch_notes()     # plannable (its profile) or compile-only
+        info["arch_profiles"] = arch_notes()  # plannable (its profile) or compile-only
     except Exception as e:
         info["nvrtc"] = f"unavailable ({e})"
     for mod in ("cuda.bindings", "cupy", "numpy", "jinja2", "diskcache", "torch"):
@@ -59,7 +59,7 @@ def cmd_info(args) -> int:
     try:
         state, problem = cache.health()
         info["cache_state"] = state if problem is None else f"{state}: {problem}"
-        if state in ("ok", "read-only"):   # a refused or corrupt store has no entries to count
+        if state in ("ok", "read-only"):  # a refused or corrupt store has no entries to count
             st = cache.stats()
             info["cache_entries"] = st["entries"]
             info["cache_mb"] = round(st["bytes"] / 2**20, 1)
@@ -78,8 +78,12 @@ def cmd_info(args) -> int:
         if k == "nvrtc_archs":
             v = ", ".join(f"{a} ({info['arch_profiles'].get(a, '?')})" for a in v)
         if isinstance(v, list):
-            v = ", ".join(str(x if not isinstance(x, dict) else f"[{x['index']}] {x['name']} (cc {x['cc']})")
-                          for x in v) or "none"
+            v = (
+                ", ".join(
+                    str(x if not isinstance(x, dict) else f"[{x['index']}] {x['name']} (cc {x['cc']})") for x in v
+                )
+                or "none"
+            )
         print(f"{k:<{w}}  {v}")
     return 0
 
@@ -90,8 +94,10 @@ def _profile_from(args):
 
     prof = get_profile(args.profile or args.arch)
     if args.profile and args.arch and args.arch.strip().lower() != prof.arch:
-        raise InputError(f"--profile {args.profile} is {prof.arch}, not --arch {args.arch}: give one "
-                         "of them (or both naming the same arch)")
+        raise InputError(
+            f"--profile {args.profile} is {prof.arch}, not --arch {args.arch}: give one "
+            "of them (or both naming the same arch)"
+        )
     return prof
 
 
@@ -101,10 +107,10 @@ def cmd_inspect(args) -> int:
     from jitmarlin.ops.linear import plan_for
 
     prof = _profile_from(args)
-    if args.moe:   # a MoE layer's kernels (service/cli_moe.py)
+    if args.moe:  # a MoE layer's kernels (service/cli_moe.py)
         return cli_moe.inspect(args, prof)
     plan = plan_for(prof, args.m, args.n, args.k, args.act, args.quant, args.group)
-    if args.pdl and plan.route == "fused":   # the variant linear(enable_pdl=True) runs on sm_90+
+    if args.pdl and plan.route == "fused":  # the variant linear(enable_pdl=True) runs on sm_90+
         from dataclasses import replace
 
         from jitmarlin.kernels.planner import plan as make_plan
@@ -134,11 +140,18 @@ def cmd_inspect(args) -> int:
     res["blocks_per_sm"] = blocks
     res["occupancy"] = round(blocks * spec.threads / prof.max_threads_per_sm, 3)
     report = {
-        "kernel": spec.name, "route": plan.route, "spec": json.loads(spec.canonical()),
+        "kernel": spec.name,
+        "route": plan.route,
+        "spec": json.loads(spec.canonical()),
         "profile": prof.name,
-        "arch": prof.arch, "grid": plan.grid, "iters": plan.iters, "whole_tiles": plan.whole,
+        "arch": prof.arch,
+        "grid": plan.grid,
+        "iters": plan.iters,
+        "whole_tiles": plan.whole,
         "cache": status,
-        "cache_key": key[:16], "compile_seconds": round(art.seconds, 3), **res,
+        "cache_key": key[:16],
+        "compile_seconds": round(art.seconds, 3),
+        **res,
     }
     if args.json:
         print(json.dumps(report, indent=2))
@@ -218,24 +231,39 @@ def cmd_prewarm(args) -> int:
     shapes, skipped = _selected_shapes(args)
     jobs = args.jobs if args.jobs > 0 else (os.cpu_count() or 1)
     cache = KernelCache(args.cache_dir) if args.cache_dir else default_cache()
-    if not cache.writable:   # compiling kernels nobody can keep would only waste the time
-        print(f"jitmarlin: error: prewarm cannot save any kernel: {_unwritable(cache)}; set "
-              "--cache-dir or JITMARLIN_CACHE_DIR to a directory this user can write", file=sys.stderr)
+    if not cache.writable:  # compiling kernels nobody can keep would only waste the time
+        print(
+            f"jitmarlin: error: prewarm cannot save any kernel: {_unwritable(cache)}; set "
+            "--cache-dir or JITMARLIN_CACHE_DIR to a directory this user can write",
+            file=sys.stderr,
+        )
         return 1
     bar = fleet.TextProgress(sys.stderr)
     try:
         report = fleet.prewarm_fleet(
-            names, shapes, csv(args.m, int, "--m"), csv(args.act), csv(args.quant),
-            csv(args.group, int, "--group"), jobs=jobs, cache=cache, progress=bar, pdl=args.pdl)
+            names,
+            shapes,
+            csv(args.m, int, "--m"),
+            csv(args.act),
+            csv(args.quant),
+            csv(args.group, int, "--group"),
+            jobs=jobs,
+            cache=cache,
+            progress=bar,
+            pdl=args.pdl,
+        )
     except KeyboardInterrupt:
         print("\nprewarm: interrupted (kernels compiled so far are cached)", file=sys.stderr)
         return 130
-    report.skipped[:0] = skipped     # TP splits that were skipped before planning
+    report.skipped[:0] = skipped  # TP splits that were skipped before planning
     bar.finish(report)
     print(fleet.format_report(report, cache.directory))
     if not report.results:
-        why = "every shape was skipped" if not report.unsupported else \
-            "every problem was skipped or is unsupported on these GPUs"
+        why = (
+            "every shape was skipped"
+            if not report.unsupported
+            else "every problem was skipped or is unsupported on these GPUs"
+        )
         print(f"jitmarlin: error: prewarm compiled nothing: {why} (reasons above)", file=sys.stderr)
         return 1
     return 1 if report.failed else 0
@@ -263,22 +291,24 @@ def cmd_tune(args) -> int:
     from jitmarlin.service import fleet, measure, tune
     from jitmarlin.weights.qtypes import kernel_dims
 
-    if args.moe:   # the MoE layers of MoE manifests (service/cli_moe.py)
+    if args.moe:  # the MoE layers of MoE manifests (service/cli_moe.py)
         return cli_moe.tune(args, _csv, _gpus)
     if not (args.model or args.manifest or args.shapes):
         print("tune: give --model, --manifest or --shapes (see prewarm --list-models)", file=sys.stderr)
         return 2
     gpus = _gpus()
     if not gpus:
-        print("jitmarlin tune: no GPU is visible (CuPy sees none). Tuning times the kernels on "
-              "the GPU it tunes for: run it on a GPU node (`jitmarlin cache export` then carries "
-              "the choices to the others); `jitmarlin prewarm` compiles without a GPU.",
-              file=sys.stderr)
+        print(
+            "jitmarlin tune: no GPU is visible (CuPy sees none). Tuning times the kernels on "
+            "the GPU it tunes for: run it on a GPU node (`jitmarlin cache export` then carries "
+            "the choices to the others); `jitmarlin prewarm` compiles without a GPU.",
+            file=sys.stderr,
+        )
         return 1
     if not 0 <= args.device < len(gpus):
         print(f"jitmarlin tune: --device {args.device}: {len(gpus)} GPU(s) visible", file=sys.stderr)
         return 2
-    if args.cache_dir:   # linear() must find the choices: tune into the cache it will read
+    if args.cache_dir:  # linear() must find the choices: tune into the cache it will read
         os.environ["JITMARLIN_CACHE_DIR"] = args.cache_dir
     shapes, skipped = _selected_shapes(args)
     ms, acts = _csv(args.m, int, "--m"), _csv(args.act)
@@ -293,7 +323,7 @@ def cmd_tune(args) -> int:
     dev = args.device
     profile, arch = planning_profile(dev), live_profile(dev).arch
     cache = default_cache()
-    problems: dict[str, Problem] = {}     # one per tune key, in selection order
+    problems: dict[str, Problem] = {}  # one per tune key, in selection order
 
     for sh in map(fleet._as_shape, shapes):
         why = fleet.shape_problem(sh.k, sh.n)
@@ -301,21 +331,19 @@ def cmd_tune(args) -> int:
             skipped.append(fleet.Skipped(sh.label, sh.k, sh.n, why))
             continue
         for g in groups:
-            n, k = kernel_dims(sh.n, sh.k, g)     # the padded dims linear() plans with
+            n, k = kernel_dims(sh.n, sh.k, g)  # the padded dims linear() plans with
             for act in acts:
                 for q in quants:
                     for m in ms:
                         p = Problem(tune.shape_bucket(m), n, k, act, q, g)
                         problems.setdefault(tune.tune_key(profile.name, arch, p), p)
     if not args.json:
-        print(f"tuning on [{dev}] {profile.name} ({arch}); choices stored in {cache.directory}",
-              flush=True)
+        print(f"tuning on [{dev}] {profile.name} ({arch}); choices stored in {cache.directory}", flush=True)
         for sk in skipped:
             print(f"  skipped {sk.label}: {sk.reason}")
     rows, failed = [], 0
     for _key, p in problems.items():
-        row = {"K": p.k, "N": p.n, "M_bucket": p.m, "quant": p.qtype, "act": p.act,
-               "group": p.group_size}
+        row = {"K": p.k, "N": p.n, "M_bucket": p.m, "quant": p.qtype, "act": p.act, "group": p.group_size}
         try:
             planner.check_problem(profile, p)
         except JitMarlinError as e:
@@ -332,202 +360,37 @@ def cmd_tune(args) -> int:
                 failed += 1
                 row.update(status="failed", reason=f"{type(e).__name__}: {e}")
             else:
-                row.update(default=tune.describe_spec(choice.default_spec, choice.default_kind),
-                           default_us=round(choice.default_us, 2),
-                           winner=tune.describe_spec(choice.spec, choice.kind),
-                           winner_us=round(choice.us, 2), speedup=round(choice.speedup, 3),
-                           candidates=choice.candidates, failed=choice.failed)
+                row.update(
+                    default=tune.describe_spec(choice.default_spec, choice.default_kind),
+                    default_us=round(choice.default_us, 2),
+                    winner=tune.describe_spec(choice.spec, choice.kind),
+                    winner_us=round(choice.us, 2),
+                    speedup=round(choice.speedup, 3),
+                    candidates=choice.candidates,
+                    failed=choice.failed,
+                )
         rows.append(row)
         if not args.json:
             print(_tune_line(row), flush=True)
     if args.json:
-        print(json.dumps({"gpu": profile.name, "arch": arch, "cache_dir": str(cache.directory),
-                          "rows": rows}, indent=1))
+        print(
+            json.dumps({"gpu": profile.name, "arch": arch, "cache_dir": str(cache.directory), "rows": rows}, indent=1)
+        )
     elif failed:
         print(f"{failed} problem(s) failed to tune", file=sys.stderr)
     return 1 if failed else 0
 
 
 def _tune_line(r: dict) -> str:
-    head = (f"  {r['K']:>6}x{r['N']:<6} M<={r['M_bucket']:<5} {r['quant']} {r['act']} "
-            f"g{r['group']}")
+    head = f"  {r['K']:>6}x{r['N']:<6} M<={r['M_bucket']:<5} {r['quant']} {r['act']} g{r['group']}"
     if r["status"] in ("unsupported", "failed"):
         return f"{head}  {r['status']}: {r['reason']}"
     same = " (planner's choice kept)" if r["winner"] == r["default"] else ""
-    return (f"{head}  default {r['default']} {r['default_us']:.1f} us  winner {r['winner']} "
-            f"{r['winner_us']:.1f} us  x{r['speedup']:.2f}{same}  [{r['status']}, "
-            f"{r['candidates']} candidates, {r['failed']} failed]")
-
-
-def _tuned_lines(cache) -> list[str]:
-    """`cache ls`'s section on tuned choices (empty when there are none)."""
-    from jitmarlin.service.tune import TunedChoice, describe_spec
-
-    tuned = cache.records(TUNE_PREFIX)
-    if not tuned:
-        return []
-    lines = ["tuned choices (GPU, arch, problem bucket: winner, us per call, default us):"]
-    stale = 0
-    for key, rec in sorted(tuned.items()):
-        try:
-            c = TunedChoice.from_dict(rec)
-        except ValueError as e:
-            lines.append(f"  {key}  bad record ({e})")
-            continue
-        stale += c.stale
-        flag = "  [stale: other jitmarlin or templates, not used]" if c.stale else ""
-        winner = describe_spec(c.spec, c.kind) if c.improved else "planner's choice"
-        lines.append(f"  {c.gpu} {c.arch} {c.qtype} {c.act} g{c.group_size} N={c.n} K={c.k} "
-                     f"M<={c.m_bucket}: {winner} {c.us:.1f} us, default {c.default_us:.1f} us "
-                     f"(x{c.speedup:.2f}){flag}")
-    lines.append(f"{len(tuned)} tuned choices ({stale} stale)")
-    return lines
-
-
-def cmd_cache(args) -> int:
-    """`jitmarlin cache ACTION`: ls, stats, verify, clear, export, import (see cache/README.md)."""
-    from jitmarlin.jit.cache import MB, KernelCache, default_cache
-
-    cache = KernelCache(args.cache_dir) if args.cache_dir else default_cache()
-
-    def when(t):  # epoch seconds -> local time, '-' when unknown
-        return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else "-"
-
-    if args.action in ("export", "import"):
-        from jitmarlin.jit.bundle import BundleError
-
-        try:
-            return _cache_bundle(cache, args)
-        except BundleError as e:   # a bad bundle or an empty export: one line, exit 1
-            print(f"jitmarlin: error: {e}", file=sys.stderr)
-            return 1
-    state, problem = cache.health()
-    if state != "ok" and getattr(args, "json", False):
-        print(json.dumps({"directory": str(cache.directory), "state": state, "problem": problem,
-                          "entries": None}, indent=2))
-        return 1
-    if state != "ok":
-        return _cache_unhealthy(cache, args.action, state, problem, getattr(args, "fix", False))
-    if args.action == "ls":
-        rows = sorted(cache.usage().items(), key=lambda kv: (kv[1]["arch"], kv[1]["name"], kv[0]))
-        print(f"{'key':16}  {'arch':7} {'KiB':>8}  {'created':16}  {'last used':16}  kernel")
-        for key, r in rows:
-            print(f"{key[:16]}  {r['arch']:7} {r['size'] / 1024:8.1f}  {when(r['created'])}  "
-                  f"{when(r['last_used'])}  {r['name']}")
-        total = sum(r["size"] for _, r in rows)
-        print(f"{len(rows)} entries, {total / MB:.1f} MB in {cache.directory}")
-        for line in _tuned_lines(cache):
-            print(line)
-    elif args.action == "stats":
-        st = cache.stats()
-        if args.json:
-            print(json.dumps(st, indent=2))
-            return 0
-        archs = ", ".join(f"{a}: {n}" for a, n in st["archs"].items()) or "-"
-        cap = f"{st['cap_bytes'] / MB:.0f} MB" if st["cap_bytes"] else "none"
-        for label, value in (("directory", st["directory"]), ("entries", st["entries"]),
-                             ("size", f"{st['bytes'] / MB:.1f} MB (cap {cap})"), ("archs", archs),
-                             ("oldest", when(st["oldest"])), ("newest", when(st["newest"])),
-                             ("last used", when(st["last_used"])),
-                             ("tuned choices", st["tuned"]),
-                             ("read-only tier", st["read_only_tier"] or "-")):
-            print(f"{label:15} {value}")
-    elif args.action == "verify":
-        n, t = len(cache.keys()), len(cache.record_keys(TUNE_PREFIX))
-        bad = cache.verify(fix=args.fix)
-        for key, name, problem in bad:
-            print(f"{_short(key)}  {name}  {problem}")
-        done = ", removed" if args.fix and bad else ""
-        tuned = f" and {t} tuned choices" if t else ""
-        print(f"{n} entries{tuned} checked, {len(bad)} bad{done} in {cache.directory}")
-        return 1 if bad else 0
-    elif args.action == "clear":
-        t = len(cache.record_keys(TUNE_PREFIX))
-        n = cache.clear()
-        tuned = f" and {t} tuned choices" if t else ""
-        print(f"removed {n} entries{tuned} from {cache.directory}")
-    return 0
-
-
-def _cache_bundle(cache, args) -> int:
-    """`cache export` / `cache import` (BundleError propagates: cmd_cache prints it)."""
-    if args.action == "export":
-        archs = [a.strip() for a in args.arch.split(",") if a.strip()] if args.arch else None
-        from jitmarlin.jit.bundle import export_bundle
-
-        r = export_bundle(cache, args.file, archs=archs)
-        for key, why in r["skipped"]:
-            print(f"skipped {_short(key)}  {why}", file=sys.stderr)
-        tuned = f" and {r['tuned']} tuned choices" if r["tuned"] else ""
-        print(f"exported {r['exported']} kernels{tuned} to {r['path']}")
-        return 0
-    from jitmarlin.jit.bundle import import_bundle
-
-    r = import_bundle(cache, args.file, sha256=args.sha256)
-    for key, why in r.rejected:
-        print(f"rejected {_short(key)}  {why}", file=sys.stderr)
-    for key, why in r.skipped:
-        print(f"skipped {_short(key)}  {why}", file=sys.stderr)
-    imported, present = r.records_imported.get("tuned", 0), r.records_present.get("tuned", 0)
-    tuned = (f"; tuned choices: imported {imported}, already present {present}"
-             if imported or present else "")
-    skipped = f", skipped {len(r.skipped)} (other jitmarlin/NVRTC/format)" if r.skipped else ""
-    print(f"imported {r.imported}, already present {r.present}, rejected {len(r.rejected)}"
-          f"{skipped} into {cache.directory}{tuned}")
-    return 1 if r.rejected or (r.skipped and not r.imported) else 0
-
-
-def _cache_unhealthy(cache, action: str, state: str, problem, fix: bool) -> int:
-    """`cache ls/stats/verify/clear` on a cache that is refused, corrupt or read-only: say so
-    (never "0 entries"); verify --fix and clear remove a corrupt store."""
-    d = cache.directory
-    if state == "refused":
-        print(f"jitmarlin: error: cache dir {d} refused: {problem}", file=sys.stderr)
-        return 1
-    if state == "corrupt":
-        if action == "clear" or (action == "verify" and fix):
-            cache.repair()
-            print(f"{d}: removed the corrupt store ({problem})")
-            return 0 if action == "clear" else 1
-        print(f"jitmarlin: error: {problem}; `jitmarlin cache verify --fix` or `cache clear` "
-              "removes it", file=sys.stderr)
-        return 1
-    # read-only: what is there is listed through the read-only reader (nothing written)
-    from jitmarlin.jit.cache import entry_problem, key_problem
-
-    if action == "clear" or (action == "verify" and fix):
-        print(f"jitmarlin: error: cache dir {d} is read-only: nothing removed", file=sys.stderr)
-        return 1
-    view = cache.readonly_view()
-    keys = view.keys()
-    bad = []
-    for key in keys:
-        try:
-            e = view._fetch(key)
-            why = entry_problem(e) or key_problem(key, e, render_missing=False, strict=True)
-        except Exception as exc:   # (a pickle row is refused here too: never unpickled)
-            e, why = None, f"unreadable ({exc})"
-        if action == "ls":
-            name = e.get("name", "?") if isinstance(e, dict) else "?"
-            arch = e.get("arch", "?") if isinstance(e, dict) else "?"
-            print(f"{key[:16]}  {arch:7}  {name}" + (f"  BAD: {why}" if why else ""))
-        if why:
-            bad.append((key, why))
-    if action == "verify":
-        for key, why in bad:
-            print(f"{_short(key)}  {why}")
-        print(f"{len(keys)} entries checked, {len(bad)} bad in {d} (read-only)")
-        return 1 if bad else 0
-    print(f"{len(keys)} entries in {d} (read-only: not writable by this user; listed, not used "
-          "as this process's cache)")
-    return 0
-
-
-def _short(key: str) -> str:
-    """A cache key for messages: kernel keys by their first 16 hex digits, tuned ones whole."""
-    from jitmarlin.kernels.tuned import TUNE_PREFIX
-
-    return key if key.startswith(TUNE_PREFIX) else key[:16]
+    return (
+        f"{head}  default {r['default']} {r['default_us']:.1f} us  winner {r['winner']} "
+        f"{r['winner_us']:.1f} us  x{r['speedup']:.2f}{same}  [{r['status']}, "
+        f"{r['candidates']} candidates, {r['failed']} failed]"
+    )
 
 
 def cmd_bench(args) -> int:
@@ -535,8 +398,7 @@ def cmd_bench(args) -> int:
         import cupy
         import torch
     except ImportError as e:
-        print(f"jitmarlin bench needs torch and CuPy ({e}); tools/bench is the full benchmark",
-              file=sys.stderr)
+        print(f"jitmarlin bench needs torch and CuPy ({e}); tools/bench is the full benchmark", file=sys.stderr)
         return 2
     if not torch.cuda.is_available():
         print("jitmarlin bench needs a CUDA GPU", file=sys.stderr)
@@ -553,31 +415,44 @@ def cmd_bench(args) -> int:
         print(json.dumps(report, indent=1))
         return 0
     print(f"{report['gpu']}: copy bandwidth {bw:.2f} TB/s (read + write); graph replay, weights past 4x L2")
-    print(f"{'K x N':>13} {'M':>5} {'jitmarlin us':>13} {'floor us':>9} {'x floor':>8} "
-          f"{'cuBLAS fp16 us':>15} {'x cuBLAS':>9}")
+    print(
+        f"{'K x N':>13} {'M':>5} {'jitmarlin us':>13} {'floor us':>9} {'x floor':>8} "
+        f"{'cuBLAS fp16 us':>15} {'x cuBLAS':>9}"
+    )
     for r in rows:
-        print(f"{r['K']:>6}x{r['N']:<6} {r['M']:>5} {r['jitmarlin_us']:>13.1f} {r['floor_us']:>9.1f} "
-              f"{r['jitmarlin_us'] / r['floor_us']:>8.2f} {r['cublas_fp16_us']:>15.1f} "
-              f"{r['jitmarlin_us'] / r['cublas_fp16_us']:>9.2f}")
+        print(
+            f"{r['K']:>6}x{r['N']:<6} {r['M']:>5} {r['jitmarlin_us']:>13.1f} {r['floor_us']:>9.1f} "
+            f"{r['jitmarlin_us'] / r['floor_us']:>8.2f} {r['cublas_fp16_us']:>15.1f} "
+            f"{r['jitmarlin_us'] / r['cublas_fp16_us']:>9.2f}"
+        )
     if args.overhead:
         o = report["host_overhead_us"]
-        print(f"host overhead per eager call: jitmarlin {o['jitmarlin_torch_us']:.1f} us (torch input), "
-              f"{o['jitmarlin_cupy_us']:.1f} us (CuPy input); torch fp16 matmul {o['torch_matmul_fp16_us']:.1f} us")
+        print(
+            f"host overhead per eager call: jitmarlin {o['jitmarlin_torch_us']:.1f} us (torch input), "
+            f"{o['jitmarlin_cupy_us']:.1f} us (CuPy input); torch fp16 matmul {o['torch_matmul_fp16_us']:.1f} us"
+        )
     return 0
 
 
 def _shape_args(s, m_help: str) -> None:
     """The problem-selection options prewarm and tune share."""
-    s.add_argument("--model", default=None,
-                   help="manifest names, e.g. llama-3-8b,qwen2.5-7b (see prewarm --list-models)")
+    s.add_argument(
+        "--model", default=None, help="manifest names, e.g. llama-3-8b,qwen2.5-7b (see prewarm --list-models)"
+    )
     s.add_argument("--manifest", default=None, help="a manifest JSON file (format: cache/README.md)")
-    s.add_argument("--shapes", default=None, help="per-rank KxN list (K = in_features, N = "
-                   "out_features, positive multiples of 8), e.g. 4096x4096,4096x14336")
+    s.add_argument(
+        "--shapes",
+        default=None,
+        help="per-rank KxN list (K = in_features, N = "
+        "out_features, positive multiples of 8), e.g. 4096x4096,4096x14336",
+    )
     s.add_argument("--tp", default=None, help="tensor-parallel degrees, e.g. 1,2 (default: the manifest's)")
-    s.add_argument("--quant", default="uint4b8", help="quant types, comma list (uint4b8, uint4, "
-                   "uint8b128, uint8, float8_e4m3fn, nvfp4, mxfp4)")
-    s.add_argument("--group", default="128", help="group sizes, comma list (-1: per channel; nvfp4 "
-                   "takes 16, mxfp4 32)")
+    s.add_argument(
+        "--quant",
+        default="uint4b8",
+        help="quant types, comma list (uint4b8, uint4, uint8b128, uint8, float8_e4m3fn, nvfp4, mxfp4)",
+    )
+    s.add_argument("--group", default="128", help="group sizes, comma list (-1: per channel; nvfp4 takes 16, mxfp4 32)")
     s.add_argument("--act", default="float16", help="activation dtypes, comma list: float16,bfloat16")
     s.add_argument("--m", default="1,16,64", help=m_help)
 
@@ -594,24 +469,33 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="jitmarlin", description=f"jitmarlin {__version__}: runtime-JIT quantized GEMM kernels")
     p.add_argument("--version", action="version", version=f"jitmarlin {__version__}")
-    sub = p.add_subparsers(dest="cmd", required=True)   # every subparser is a _Parser too
+    sub = p.add_subparsers(dest="cmd", required=True)  # every subparser is a _Parser too
 
     s = sub.add_parser("info", help="versions, NVRTC archs (with the profile each plans for), GPUs, cache")
     s.add_argument("--json", action="store_true", help="print JSON")
     s.set_defaults(func=cmd_info)
 
     def problem_args(s):
-        s.add_argument("--arch", default=None, help="target arch, e.g. sm_90 (uses its reference GPU; "
-                       "default sm_90 when --profile is not given either)")
-        s.add_argument("--profile", default=None, help="named GPU profile, e.g. h100, v100, rtx-pro-6000 "
-                       "(with --arch: must be that arch)")
+        s.add_argument(
+            "--arch",
+            default=None,
+            help="target arch, e.g. sm_90 (uses its reference GPU; default sm_90 when --profile is not given either)",
+        )
+        s.add_argument(
+            "--profile",
+            default=None,
+            help="named GPU profile, e.g. h100, v100, rtx-pro-6000 (with --arch: must be that arch)",
+        )
         s.add_argument("--quant", default="uint4b8", help="quant type")
         s.add_argument("--group", type=group_size, default=128, help="group size (-1: per channel)")
         s.add_argument("--act", default="float16", choices=["float16", "bfloat16"], help="activation dtype")
 
-    s = sub.add_parser("inspect", help="show the kernel for a problem: source, PTX or resources (no GPU "
-                       "needed); where the planner takes the dequant + cuBLAS route (large M), its "
-                       "dequantisation kernel")
+    s = sub.add_parser(
+        "inspect",
+        help="show the kernel for a problem: source, PTX or resources (no GPU "
+        "needed); where the planner takes the dequant + cuBLAS route (large M), its "
+        "dequantisation kernel",
+    )
     problem_args(s)
     s.add_argument("--m", type=positive_int, default=16, help="rows of x (batch x tokens)")
     s.add_argument("--n", type=positive_int, default=4096, help="out_features (a multiple of 8)")
@@ -621,43 +505,63 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--ptx", action="store_true", help="the PTX")
     g.add_argument("--sass", action="store_true", help="the SASS (needs cuobjdump or nvdisasm)")
     g.add_argument("--resources", action="store_true", help="registers, shared memory, spills (default)")
-    s.add_argument("--pdl", action="store_true",
-                   help="the kernel built for programmatic dependent launch (linear(enable_pdl=True))")
+    s.add_argument(
+        "--pdl",
+        action="store_true",
+        help="the kernel built for programmatic dependent launch (linear(enable_pdl=True))",
+    )
     s.add_argument("--json", action="store_true", help="print JSON")
     cli_moe.add_args(s)
     s.set_defaults(func=cmd_inspect)
 
     s = sub.add_parser("prewarm", help="compile the kernels a fleet will need (no GPU needed)")
-    s.add_argument("--arch", default=None, help="target archs, e.g. sm_70,sm_90 (each as its reference "
-                   "GPU; `jitmarlin info` lists the plannable ones)")
-    s.add_argument("--profile", default=None, help="GPU profiles, e.g. v100,t4,h100,rtx-pro-6000 (with "
-                   "--arch: the GPUs of both lists are prewarmed)")
+    s.add_argument(
+        "--arch",
+        default=None,
+        help="target archs, e.g. sm_70,sm_90 (each as its reference GPU; `jitmarlin info` lists the plannable ones)",
+    )
+    s.add_argument(
+        "--profile",
+        default=None,
+        help="GPU profiles, e.g. v100,t4,h100,rtx-pro-6000 (with --arch: the GPUs of both lists are prewarmed)",
+    )
     _shape_args(s, "batch sizes (M buckets) to plan for")
     s.add_argument("--jobs", type=jobs, default=1, help="compile processes, >= 1 or 'auto' (one per CPU)")
-    s.add_argument("--cache-dir", default=None, help="cache to compile into (default: "
-                   "JITMARLIN_CACHE_DIR or ~/.cache/jitmarlin)")
+    s.add_argument(
+        "--cache-dir", default=None, help="cache to compile into (default: JITMARLIN_CACHE_DIR or ~/.cache/jitmarlin)"
+    )
     s.add_argument("--list-models", action="store_true", help="list the shipped manifests and exit")
-    s.add_argument("--pdl", action="store_true", help="also the sm_90+ builds for programmatic dependent "
-                   "launch (linear(enable_pdl=True))")
+    s.add_argument(
+        "--pdl",
+        action="store_true",
+        help="also the sm_90+ builds for programmatic dependent launch (linear(enable_pdl=True))",
+    )
     s.set_defaults(func=cmd_prewarm)
 
-    s = sub.add_parser("tune", help="time the candidate kernels on this GPU and store the fastest "
-                       "per shape bucket (used by linear(); carried by cache export)")
+    s = sub.add_parser(
+        "tune",
+        help="time the candidate kernels on this GPU and store the fastest "
+        "per shape bucket (used by linear(); carried by cache export)",
+    )
     _shape_args(s, "batch sizes; each tunes its M bucket (power of two)")
     s.add_argument("--device", type=int, default=0, help="GPU index")
     s.add_argument("--jobs", type=jobs, default="auto", help="compile processes, >= 1 or 'auto' (one per CPU)")
     s.add_argument("--force", action="store_true", help="re-tune problems that have a stored choice")
     cli_moe.add_tune_args(s)
     s.add_argument("--json", action="store_true", help="print JSON")
-    s.add_argument("--cache-dir", default=None, help="cache to store the choices in (default: "
-                   "JITMARLIN_CACHE_DIR or ~/.cache/jitmarlin)")
+    s.add_argument(
+        "--cache-dir",
+        default=None,
+        help="cache to store the choices in (default: JITMARLIN_CACHE_DIR or ~/.cache/jitmarlin)",
+    )
     s.set_defaults(func=cmd_tune)
 
     s = sub.add_parser("cache", help="list, check, bundle or clear the kernel cache")
     # --cache-dir is accepted before or after the action; SUPPRESS keeps the action's parser
     # from overwriting a value given before it
-    s.add_argument("--cache-dir", default=None, help="cache directory (default: JITMARLIN_CACHE_DIR "
-                   "or ~/.cache/jitmarlin)")
+    s.add_argument(
+        "--cache-dir", default=None, help="cache directory (default: JITMARLIN_CACHE_DIR or ~/.cache/jitmarlin)"
+    )
     s.set_defaults(func=cmd_cache)
     acts = s.add_subparsers(dest="action", required=True)
 
@@ -669,15 +573,17 @@ def build_parser() -> argparse.ArgumentParser:
     cache_action("ls", "one line per kernel: key, arch, size, created, last used, name; then the tuned choices")
     cache_action("stats", "entries, size, cap, per-arch counts").add_argument("--json", action="store_true")
     cache_action("verify", "check every entry (exit 1 if any is bad)").add_argument(
-        "--fix", action="store_true", help="delete the bad entries")
+        "--fix", action="store_true", help="delete the bad entries"
+    )
     cache_action("clear", "remove every entry")
     a = cache_action("export", "write a portable bundle (tar) of the cached kernels")
     a.add_argument("file")
     a.add_argument("--arch", default=None, help="only these archs, e.g. sm_90,sm_80")
     a = cache_action("import", "merge a bundle into the cache")
     a.add_argument("file")
-    a.add_argument("--sha256", default=None, metavar="HEX",
-                   help="import only if the bundle's sha256 digest is HEX (pins it)")
+    a.add_argument(
+        "--sha256", default=None, metavar="HEX", help="import only if the bundle's sha256 digest is HEX (pins it)"
+    )
     s = sub.add_parser("bench", help="quick GPU benchmark: time vs byte floor and fp16 cuBLAS, host overhead")
     s.add_argument("--shapes", default="4096x4096,4096x14336", help="KxN list")
     s.add_argument("--m", default="1,16,64", help="batch sizes, comma list")

@@ -1,6 +1,7 @@
 """Argument types, help formatting and the top-level error handling of the `jitmarlin` command
 (jitmarlin.cli): every value is checked by argparse with a message naming the option, and no
 failure ends in a raw traceback."""
+
 from __future__ import annotations
 
 import argparse
@@ -58,8 +59,9 @@ def arch_notes() -> dict[str, str]:
     from jitmarlin.jit import nvrtc
     from jitmarlin.jit.profiles import ARCH_DEFAULT_PROFILE
 
-    return {a: ARCH_DEFAULT_PROFILE.get(a) or "compile only: no profile, not plannable"
-            for a in nvrtc.supported_archs()}
+    return {
+        a: ARCH_DEFAULT_PROFILE.get(a) or "compile only: no profile, not plannable" for a in nvrtc.supported_archs()
+    }
 
 
 def run_main(func, args) -> int:
@@ -70,7 +72,7 @@ def run_main(func, args) -> int:
 
     try:
         rc = func(args)
-        sys.stdout.flush()      # a broken pipe surfaces here, not at interpreter exit
+        sys.stdout.flush()  # a broken pipe surfaces here, not at interpreter exit
         return rc
     except BrokenPipeError:
         _silence_stdout()

@@ -1,5 +1,6 @@
 """`jitmarlin inspect --moe`: the kernels of a MoE layer's routed experts (routing module, w13 and
 w2 grouped GEMMs) for a problem, as `inspect` shows a dense one: source, PTX, SASS or resources."""
+
 from __future__ import annotations
 
 import json
@@ -8,16 +9,20 @@ from jitmarlin.service.cli_args import positive_int
 
 
 def add_args(s) -> None:
-    s.add_argument("--moe", action="store_true",
-                   help="a MoE layer instead: --m tokens, --experts, --topk, --hidden, --inter; --stage picks "
-                        "the kernel shown by --source/--ptx/--sass")
+    s.add_argument(
+        "--moe",
+        action="store_true",
+        help="a MoE layer instead: --m tokens, --experts, --topk, --hidden, --inter; --stage picks "
+        "the kernel shown by --source/--ptx/--sass",
+    )
     s.add_argument("--experts", type=positive_int, default=8, help="(--moe) experts on this GPU")
     s.add_argument("--topk", type=positive_int, default=2, help="(--moe) experts a token")
     s.add_argument("--hidden", type=positive_int, default=4096, help="(--moe) hidden size")
     s.add_argument("--inter", type=positive_int, default=14336, help="(--moe) intermediate size a GPU")
     s.add_argument("--activation", default="silu", choices=["silu", "gelu", "swigluoai"], help="(--moe)")
-    s.add_argument("--stage", default="up", choices=["route", "up", "down"],
-                   help="(--moe) the kernel --source/--ptx/--sass show")
+    s.add_argument(
+        "--stage", default="up", choices=["route", "up", "down"], help="(--moe) the kernel --source/--ptx/--sass show"
+    )
 
 
 def inspect(args, prof) -> int:
@@ -31,8 +36,24 @@ def inspect(args, prof) -> int:
     g = args.group
     n13, k13 = kernel_dims(2 * args.inter, args.hidden, g)
     n2, k2 = kernel_dims(args.hidden, args.inter, g)
-    plan = plan_moe(prof, MoEProblem(args.m, args.topk, args.experts, n13, k13, n2, k2, args.inter, args.hidden,
-                                     args.act, args.quant, g, args.activation))
+    plan = plan_moe(
+        prof,
+        MoEProblem(
+            args.m,
+            args.topk,
+            args.experts,
+            n13,
+            k13,
+            n2,
+            k2,
+            args.inter,
+            args.hidden,
+            args.act,
+            args.quant,
+            g,
+            args.activation,
+        ),
+    )
     spec = {"route": plan.route, "up": plan.up, "down": plan.down}[args.stage]
     if args.source:
         print(render(spec), end="")
@@ -47,19 +68,41 @@ def inspect(args, prof) -> int:
 
             print(disassemble(art.cubin), end="")
         return 0
-    report = {"profile": prof.name, "arch": prof.arch, "tokens": args.m, "topk": args.topk,
-              "experts": args.experts, "kind": "gemv" if plan.gemv else "wgmma" if plan.wgmma else "mma.sync",
-              "block_m": plan.block_m, "max_blocks": plan.max_blocks,
-              "down_k_splits": plan.splits, "up_k_splits": plan.up_splits, "kernels": []}
-    for stage, s, grid, smem in (("route", plan.route, 1, 2 * plan.route.threads * 4),
-                                 ("up", plan.up, plan.grid_up, plan.up.smem_bytes()),
-                                 ("down", plan.down, plan.grid_down, plan.down.smem_bytes())):
+    report = {
+        "profile": prof.name,
+        "arch": prof.arch,
+        "tokens": args.m,
+        "topk": args.topk,
+        "experts": args.experts,
+        "kind": "gemv" if plan.gemv else "wgmma" if plan.wgmma else "mma.sync",
+        "block_m": plan.block_m,
+        "max_blocks": plan.max_blocks,
+        "down_k_splits": plan.splits,
+        "up_k_splits": plan.up_splits,
+        "kernels": [],
+    }
+    for stage, s, grid, smem in (
+        ("route", plan.route, 1, 2 * plan.route.threads * 4),
+        ("up", plan.up, plan.grid_up, plan.up.smem_bytes()),
+        ("down", plan.down, plan.grid_down, plan.down.smem_bytes()),
+    ):
         art, key, status = cache.get(s, prof.arch)
         r = art.resources
-        report["kernels"].append({"stage": stage, "kernel": s.name, "spec": json.loads(s.canonical()),
-                                  "grid": grid, "threads": s.threads, "dynamic_shared_bytes": smem,
-                                  "registers": r.get("registers"), "spill_stores": r.get("spill_stores"),
-                                  "local_bytes": r.get("stack_bytes"), "cache": status, "cache_key": key[:16]})
+        report["kernels"].append(
+            {
+                "stage": stage,
+                "kernel": s.name,
+                "spec": json.loads(s.canonical()),
+                "grid": grid,
+                "threads": s.threads,
+                "dynamic_shared_bytes": smem,
+                "registers": r.get("registers"),
+                "spill_stores": r.get("spill_stores"),
+                "local_bytes": r.get("stack_bytes"),
+                "cache": status,
+                "cache_key": key[:16],
+            }
+        )
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
@@ -67,15 +110,20 @@ def inspect(args, prof) -> int:
         if k != "kernels":
             print(f"{k:<20} {v}")
     for kr in report["kernels"]:
-        print(f"{kr['stage']:<6} {kr['kernel']:<52} grid {kr['grid']:<6} smem {kr['dynamic_shared_bytes']:<7} "
-              f"regs {kr['registers']} spills {kr['spill_stores']} ({kr['cache']})")
+        print(
+            f"{kr['stage']:<6} {kr['kernel']:<52} grid {kr['grid']:<6} smem {kr['dynamic_shared_bytes']:<7} "
+            f"regs {kr['registers']} spills {kr['spill_stores']} ({kr['cache']})"
+        )
     return 0
 
 
 def add_tune_args(s) -> None:
-    s.add_argument("--moe", action="store_true",
-                   help="tune the MoE layers of --model manifests instead (w13/w2 tiles and K splits per token "
-                        "bucket of --m; jitmarlin.moe uses the choices)")
+    s.add_argument(
+        "--moe",
+        action="store_true",
+        help="tune the MoE layers of --model manifests instead (w13/w2 tiles and K splits per token "
+        "bucket of --m; jitmarlin.moe uses the choices)",
+    )
 
 
 def tune(args, _csv, _gpus) -> int:
@@ -93,8 +141,10 @@ def tune(args, _csv, _gpus) -> int:
         print("tune --moe: give --model or --manifest (a MoE model's)", file=sys.stderr)
         return 2
     if not _gpus():
-        print("jitmarlin tune: no GPU is visible (CuPy sees none); tuning times kernels on the GPU it tunes for",
-              file=sys.stderr)
+        print(
+            "jitmarlin tune: no GPU is visible (CuPy sees none); tuning times kernels on the GPU it tunes for",
+            file=sys.stderr,
+        )
         return 1
     tp = _csv(args.tp, int, "--tp") or None
     shapes = []
@@ -115,15 +165,28 @@ def tune(args, _csv, _gpus) -> int:
             for t in _csv(args.m, int, "--m"):
                 for act in _csv(args.act):
                     for q in _csv(args.quant):
-                        p = MoEProblem(t, sh.topk, sh.experts, n13, k13, n2, k2, sh.inter, sh.hidden, act, q, g,
-                                       sh.activation)
+                        p = MoEProblem(
+                            t, sh.topk, sh.experts, n13, k13, n2, k2, sh.inter, sh.hidden, act, q, g, sh.activation
+                        )
                         c = tune_moe.tune_on_gpu(profile, arch, p, cache, dev, force=args.force)
                         up, down = c.specs()
-                        out.append({"shape": sh.label, "key": c.key, "us": c.us, "default_us": c.default_us,
-                                    "up": up.name, "down": down.name, "splits": c.splits, "improved": c.improved})
+                        out.append(
+                            {
+                                "shape": sh.label,
+                                "key": c.key,
+                                "us": c.us,
+                                "default_us": c.default_us,
+                                "up": up.name,
+                                "down": down.name,
+                                "splits": c.splits,
+                                "improved": c.improved,
+                            }
+                        )
                         if not args.json:
-                            print(f"{sh.label} T<={c.problem['tokens']} {act} {q} g{g}: {c.us:.1f} us "
-                                  f"(planner {c.default_us:.1f}) {up.name} {down.name} splits {c.splits}")
+                            print(
+                                f"{sh.label} T<={c.problem['tokens']} {act} {q} g{g}: {c.us:.1f} us "
+                                f"(planner {c.default_us:.1f}) {up.name} {down.name} splits {c.splits}"
+                            )
     if args.json:
         print(json.dumps(out, indent=2))
     return 0

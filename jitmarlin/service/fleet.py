@@ -6,6 +6,7 @@ splits the layers per TP degree; prewarm_fleet() plans every (GPU profile, shape
 quant type, group size) with the same planner linear() uses, keeps one compile per distinct
 (spec, arch) and runs the compiles in worker processes. No GPU is needed anywhere.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,7 +32,7 @@ from jitmarlin.service import fleet_moe
 from jitmarlin.weights import qtypes
 from jitmarlin.weights.qtypes import ACT_DTYPES, GROUP_SIZES, get_qtype
 
-_PKG = Path(__file__).resolve().parents[1]   # the jitmarlin package folder
+_PKG = Path(__file__).resolve().parents[1]  # the jitmarlin package folder
 
 # Layer dims are multiples of this (qtypes.FEATURE_MULTIPLE); the planner sees them padded to
 # the kernel's tiles (qtypes.kernel_dims), as linear() does.
@@ -40,6 +41,7 @@ SPLITS = ("column", "row")
 
 
 # ---- manifests -----------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Layer:
@@ -64,10 +66,10 @@ class Manifest:
     tp: tuple[int, ...]
     hf_id: str = ""
     hidden_size: int = 0
-    num_attention_heads: int = 0     # 0: unknown (no head check when splitting)
+    num_attention_heads: int = 0  # 0: unknown (no head check when splitting)
     num_key_value_heads: int = 0
     path: str = ""
-    moe: fleet_moe.MoEConfig | None = None   # the routed experts (fleet_moe), if the model has them
+    moe: fleet_moe.MoEConfig | None = None  # the routed experts (fleet_moe), if the model has them
 
 
 @dataclass(frozen=True)
@@ -118,8 +120,9 @@ def _find_manifest(name: str) -> Path:
             continue
         if want in (str(d.get("model", "")).lower(), str(d.get("hf_id", "")).lower()):
             return p
-    raise InputError(f"unknown model manifest {name!r}; known: {', '.join(list_models())} "
-                     "(or give a manifest file path)")
+    raise InputError(
+        f"unknown model manifest {name!r}; known: {', '.join(list_models())} (or give a manifest file path)"
+    )
 
 
 def _int(d: dict, key: str, where: str, default: int | None = None) -> int:
@@ -154,11 +157,15 @@ def parse_manifest(d: dict, where: str = "manifest") -> Manifest:
     if not isinstance(tp, list) or not tp or not all(isinstance(t, int) and t >= 1 for t in tp):
         raise InputError(f"{where}: 'tp' must be a list of positive integers, got {tp!r}")
     return Manifest(
-        name=name, layers=tuple(layers), tp=tuple(tp), hf_id=str(d.get("hf_id", "")),
+        name=name,
+        layers=tuple(layers),
+        tp=tuple(tp),
+        hf_id=str(d.get("hf_id", "")),
         hidden_size=_int(d, "hidden_size", where, 0),
         num_attention_heads=_int(d, "num_attention_heads", where, 0),
         num_key_value_heads=_int(d, "num_key_value_heads", where, 0),
-        path=where, moe=fleet_moe.parse_moe(d.get("moe"), where),
+        path=where,
+        moe=fleet_moe.parse_moe(d.get("moe"), where),
     )
 
 
@@ -196,7 +203,7 @@ def expand_shapes(manifest: Manifest, tp: Iterable[int] | None = None) -> tuple[
     Shapes are not deduplicated here (labels say where each came from).
     """
     shapes, skipped = [], []
-    for t in (manifest.tp if tp is None else tuple(tp)):
+    for t in manifest.tp if tp is None else tuple(tp):
         if t < 1:
             raise InputError(f"TP degrees must be >= 1, got {t}")
         why = _tp_problem(manifest, t)
@@ -213,11 +220,12 @@ def expand_shapes(manifest: Manifest, tp: Iterable[int] | None = None) -> tuple[
                 shapes.append(Shape(layer.k, layer.n // t, label))
             else:
                 shapes.append(Shape(layer.k // t, layer.n, label))
-        if manifest.moe is not None:   # MoEShapes travel with the dense ones to plan_fleet
+        if manifest.moe is not None:  # MoEShapes travel with the dense ones to plan_fleet
             if not manifest.hidden_size:
                 raise InputError(f"{manifest.path}: a manifest with 'moe' needs 'hidden_size'")
-            ms, sk = fleet_moe.expand(manifest.moe, manifest.name, manifest.hidden_size, t,
-                                      t == (manifest.tp if tp is None else tuple(tp))[0])
+            ms, sk = fleet_moe.expand(
+                manifest.moe, manifest.name, manifest.hidden_size, t, t == (manifest.tp if tp is None else tuple(tp))[0]
+            )
             shapes += ms
             skipped += [Skipped(label, manifest.hidden_size, 0, why) for label, why in sk]
     return shapes, skipped
@@ -232,6 +240,7 @@ def shape_problem(k: int, n: int, group_size: int | None = None) -> str | None:
 
 # ---- planning ------------------------------------------------------------------------------------
 
+
 @dataclass
 class FleetReport:
     """What prewarm_fleet did.
@@ -245,9 +254,9 @@ class FleetReport:
     results: list[PrewarmResult] = field(default_factory=list)
     unsupported: Counter = field(default_factory=Counter)
     skipped: list[Skipped] = field(default_factory=list)
-    archs: dict[str, list[str]] = field(default_factory=dict)   # arch -> profile names
+    archs: dict[str, list[str]] = field(default_factory=dict)  # arch -> profile names
     seconds: float = 0.0
-    duplicates: int = 0    # planned problems whose kernel another problem had already asked for
+    duplicates: int = 0  # planned problems whose kernel another problem had already asked for
 
     def count(self, status: str, arch: str | None = None) -> int:
         """Kernels with `status` ('compiled', 'cached', 'failed'), or unsupported problems."""
@@ -288,9 +297,10 @@ def _check_choices(ms, acts, qtypes, group_sizes) -> None:
     for q in qtypes:
         get_qtype(q)
     for g in group_sizes:
-        if g not in GROUP_SIZES + (16,):     # 16: nvfp4's groups
-            raise InputError(f"group size must be one of {GROUP_SIZES} (-1 = per output channel) or 16 "
-                             f"(nvfp4), got {g!r}")
+        if g not in GROUP_SIZES + (16,):  # 16: nvfp4's groups
+            raise InputError(
+                f"group size must be one of {GROUP_SIZES} (-1 = per output channel) or 16 (nvfp4), got {g!r}"
+            )
 
 
 def plan_fleet(profiles, shapes, ms, acts, qtypes, group_sizes, report: FleetReport, pdl: bool = False):
@@ -377,7 +387,7 @@ def _die_with_parent(parent: int) -> None:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:   # 1 = PR_SET_PDEATHSIG
+        if libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:  # 1 = PR_SET_PDEATHSIG
             raise OSError(ctypes.get_errno(), "prctl")
     except (OSError, AttributeError):
         import threading
@@ -388,7 +398,7 @@ def _die_with_parent(parent: int) -> None:
             os._exit(1)
 
         threading.Thread(target=watch, daemon=True, name="jitmarlin-parent-watch").start()
-    if os.getppid() != parent:     # the parent died before prctl took effect
+    if os.getppid() != parent:  # the parent died before prctl took effect
         os._exit(1)
 
 
@@ -401,7 +411,7 @@ def _run_jobs(todo: list[tuple[AnySpec, str]], jobs: int, cache: KernelCache):
             try:
                 art, _, _ = cache.get(*key, compile_missing=False)
             except Exception:
-                art = None   # let the compile report what is wrong
+                art = None  # let the compile report what is wrong
             if art is None:
                 missing.append(key)
             else:
@@ -414,8 +424,9 @@ def _run_jobs(todo: list[tuple[AnySpec, str]], jobs: int, cache: KernelCache):
     # 'spawn' rather than fork: NVRTC and CUDA libraries are not fork-safe once loaded, and
     # spawn behaves the same on every platform.
     ctx = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx,
-                               initializer=_die_with_parent, initargs=(os.getpid(),))
+    pool = ProcessPoolExecutor(
+        max_workers=min(jobs, len(todo)), mp_context=ctx, initializer=_die_with_parent, initargs=(os.getpid(),)
+    )
     try:
         pending = {pool.submit(_worker_compile, str(cache.directory), *key): key for key in todo}
         while pending:
@@ -431,10 +442,19 @@ def _run_jobs(todo: list[tuple[AnySpec, str]], jobs: int, cache: KernelCache):
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def prewarm_fleet(profiles, shapes, ms=(1, 16, 64), acts=("float16",), qtypes=("uint4b8",),
-                  group_sizes=(128,), jobs: int = 1, cache_dir: str | os.PathLike | None = None,
-                  progress: Callable[[int, int, PrewarmResult | None], None] | None = None,
-                  cache: KernelCache | None = None, pdl: bool = False) -> FleetReport:
+def prewarm_fleet(
+    profiles,
+    shapes,
+    ms=(1, 16, 64),
+    acts=("float16",),
+    qtypes=("uint4b8",),
+    group_sizes=(128,),
+    jobs: int = 1,
+    cache_dir: str | os.PathLike | None = None,
+    progress: Callable[[int, int, PrewarmResult | None], None] | None = None,
+    cache: KernelCache | None = None,
+    pdl: bool = False,
+) -> FleetReport:
     """Compile (or find cached) every kernel the planner picks for the fleet. Needs no GPU.
 
     profiles: names ('h100'), archs ('sm_90', its reference GPU) or DeviceProfiles. shapes: (K, N)
@@ -489,6 +509,7 @@ def prewarm_fleet(profiles, shapes, ms=(1, 16, 64), acts=("float16",), qtypes=("
 
 # ---- text output (the CLI's) ---------------------------------------------------------------------
 
+
 class TextProgress:
     """progress callback for prewarm_fleet: on a terminal one bar line on `stream`, redrawn with
     \\r; otherwise (CI logs) plain lines: one when compiling starts, then one every
@@ -502,8 +523,8 @@ class TextProgress:
         self.width = width
         self.every_s = every_s
         self.t0 = time.perf_counter()
-        self._shown = 0     # characters on the line now, to blank out a longer previous line
-        self._last = (0, self.t0)            # (done, time) of the last plain line
+        self._shown = 0  # characters on the line now, to blank out a longer previous line
+        self._last = (0, self.t0)  # (done, time) of the last plain line
         self._counts: Counter = Counter()
 
     def _line(self, done: int, total: int, result: PrewarmResult | None) -> None:
@@ -512,15 +533,16 @@ class TextProgress:
             self._counts[result.status] += 1
         if result is None:
             text = f"prewarm: {total} kernels to compile or find in the cache"
-        elif done < total and (done - self._last[0] < max(1, total // 10)
-                               and now - self._last[1] < self.every_s):
+        elif done < total and (done - self._last[0] < max(1, total // 10) and now - self._last[1] < self.every_s):
             return
         elif done == total:
-            return                      # finish() writes the last line
+            return  # finish() writes the last line
         else:
             c = self._counts
-            text = (f"prewarm: {done}/{total} kernels ({c['compiled']} compiled, {c['cached']} "
-                    f"cached, {c['failed']} failed) {now - self.t0:.1f} s")
+            text = (
+                f"prewarm: {done}/{total} kernels ({c['compiled']} compiled, {c['cached']} "
+                f"cached, {c['failed']} failed) {now - self.t0:.1f} s"
+            )
         self._last = (done, now)
         self.stream.write(text + "\n")
         self.stream.flush()
@@ -531,8 +553,10 @@ class TextProgress:
             return
         fill = self.width * done // total if total else self.width
         last = f"  {result.status} {result.arch} {result.kernel}" if result else ""
-        line = (f"prewarm [{'#' * fill}{'.' * (self.width - fill)}] {done}/{total} "
-                f"{time.perf_counter() - self.t0:5.1f} s{last}")
+        line = (
+            f"prewarm [{'#' * fill}{'.' * (self.width - fill)}] {done}/{total} "
+            f"{time.perf_counter() - self.t0:5.1f} s{last}"
+        )
         line = line[: max(20, shutil.get_terminal_size().columns - 1)]
         self.stream.write("\r" + line.ljust(self._shown))
         self.stream.flush()
@@ -541,8 +565,9 @@ class TextProgress:
     def finish(self, report: FleetReport) -> None:
         if self.tty and self._shown:
             self.stream.write("\r" + " " * self._shown + "\r")
-        self.stream.write(f"prewarm: {len(report.results)} kernels done "
-                          f"({report.count('failed')} failed) in {report.seconds:.1f} s\n")
+        self.stream.write(
+            f"prewarm: {len(report.results)} kernels done ({report.count('failed')} failed) in {report.seconds:.1f} s\n"
+        )
         self.stream.flush()
 
 
@@ -565,12 +590,30 @@ def format_report(report: FleetReport, cache_dir: str | os.PathLike = "") -> str
     rows = []
     for arch, profs in sorted(report.archs.items(), key=lambda a: _arch_number(a[0])):
         mine = [r for r in report.results if r.arch == arch]
-        rows.append((arch, ",".join(profs), len(mine), report.count("compiled", arch),
-                     report.count("cached", arch), report.count("failed", arch),
-                     report.count("unsupported", arch), f"{sum(r.seconds for r in mine):.1f}"))
-    rows.append(("total", "", len(report.results), report.count("compiled"), report.count("cached"),
-                 report.count("failed"), report.count("unsupported"),
-                 f"{sum(r.seconds for r in report.results):.1f}"))
+        rows.append(
+            (
+                arch,
+                ",".join(profs),
+                len(mine),
+                report.count("compiled", arch),
+                report.count("cached", arch),
+                report.count("failed", arch),
+                report.count("unsupported", arch),
+                f"{sum(r.seconds for r in mine):.1f}",
+            )
+        )
+    rows.append(
+        (
+            "total",
+            "",
+            len(report.results),
+            report.count("compiled"),
+            report.count("cached"),
+            report.count("failed"),
+            report.count("unsupported"),
+            f"{sum(r.seconds for r in report.results):.1f}",
+        )
+    )
     w1 = max(len(head[1]), *(len(r[1]) for r in rows))
     fmt = "{:<8} {:<%d} {:>7} {:>8} {:>6} {:>6} {:>11} {:>9}" % w1
     out = [fmt.format(*head)] + [fmt.format(*r) for r in rows]
@@ -592,11 +635,14 @@ def format_report(report: FleetReport, cache_dir: str | os.PathLike = "") -> str
             names = ", ".join(r.kernel for r in rs)
             out.append(f"  {arch} ({rs[0].profile}) {names}:\n      {_indent(reason)}")
     where = f" -> {cache_dir}" if cache_dir else ""
-    out += ["", f"prewarm: {report.count('compiled')} compiled, {report.count('cached')} already "
-                f"cached, {report.duplicates} asked twice (the same kernel as another problem), "
-                f"{report.count('unsupported')} unsupported, {report.count('failed')} failed; "
-                f"{len(report.results)} kernels for {len(report.archs)} archs in "
-                f"{report.seconds:.1f} s wall{where}"]
+    out += [
+        "",
+        f"prewarm: {report.count('compiled')} compiled, {report.count('cached')} already "
+        f"cached, {report.duplicates} asked twice (the same kernel as another problem), "
+        f"{report.count('unsupported')} unsupported, {report.count('failed')} failed; "
+        f"{len(report.results)} kernels for {len(report.archs)} archs in "
+        f"{report.seconds:.1f} s wall{where}",
+    ]
     return "\n".join(out)
 
 
@@ -605,25 +651,38 @@ def describe_models() -> str:
     lines = []
     for name in list_models():
         m = load_manifest(name)
-        lines.append(f"{name:<14} {m.hf_id:<28} hidden {m.hidden_size:<6} "
-                     f"tp {','.join(map(str, m.tp)):<8} {len(m.layers)} layers")
+        lines.append(
+            f"{name:<14} {m.hf_id:<28} hidden {m.hidden_size:<6} "
+            f"tp {','.join(map(str, m.tp)):<8} {len(m.layers)} layers"
+        )
     lines.append(f"({manifests_dir()})")
     return "\n".join(lines)
 
 
 # ---- jitmarlin.prewarm -----------------------------------------------------------------------------
 
-def prewarm(profiles, shapes, ms=(1, 16, 64), *, act: str = "float16", qtype: str = "uint4b8",
-            group_size: int = 128, cache: KernelCache | None = None, jobs: int = 1):
+
+def prewarm(
+    profiles,
+    shapes,
+    ms=(1, 16, 64),
+    *,
+    act: str = "float16",
+    qtype: str = "uint4b8",
+    group_size: int = 128,
+    cache: KernelCache | None = None,
+    jobs: int = 1,
+):
     """Compile (or find cached) every kernel the planner would pick for `shapes` (list of (K, N),
     as the CLI's KxN) and batch sizes `ms` on each profile (names, archs or DeviceProfiles).
     Needs no GPU. Returns a list of PrewarmResult: one per distinct (kernel, arch), then one
     'failed' entry (kernel '-') per profile and reason the planner rejects and per shape the
     kernel cannot take. jitmarlin.service.fleet.prewarm_fleet is the multi-type, multi-process form."""
-    report = prewarm_fleet(profiles, shapes, ms, (act,), (qtype,), (group_size,), jobs=jobs,
-                           cache=cache or default_cache())
+    report = prewarm_fleet(
+        profiles, shapes, ms, (act,), (qtype,), (group_size,), jobs=jobs, cache=cache or default_cache()
+    )
     results = list(report.results)
-    for (prof, arch, reason) in report.unsupported:
+    for prof, arch, reason in report.unsupported:
         results.append(PrewarmResult(prof, arch, "-", "failed", 0.0, reason))
     for sk in report.skipped:
         results.append(PrewarmResult("-", "-", "-", "failed", 0.0, f"{sk.k}x{sk.n}: {sk.reason}"))

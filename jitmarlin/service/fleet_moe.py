@@ -7,6 +7,7 @@ Manifest format (cache/README.md): "moe": {"experts": E, "topk": k, "intermediat
 expert with I / t intermediate features; with EP degree d (from "ep", d > 1) it holds E / d whole
 experts.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ class MoEShape:
     label: str = ""
 
     @property
-    def k(self) -> int:     # (fleet.Skipped's fields)
+    def k(self) -> int:  # (fleet.Skipped's fields)
         return self.hidden
 
     @property
@@ -67,11 +68,15 @@ def parse_moe(d, where: str) -> MoEConfig | None:
     if act not in ACTIVATIONS:
         raise InputError(f"{where}: moe.activation must be one of {', '.join(ACTIVATIONS)}, got {act!r}")
     ep = d.get("ep", [1])
-    if not isinstance(ep, list) or not ep or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1
-                                                     for v in ep):
+    if (
+        not isinstance(ep, list)
+        or not ep
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in ep)
+    ):
         raise InputError(f"{where}: moe.ep must be a list of positive integers, got {ep!r}")
-    cfg = MoEConfig(_pos(d, "experts", where), _pos(d, "topk", where), _pos(d, "intermediate_size", where),
-                    act, tuple(ep))
+    cfg = MoEConfig(
+        _pos(d, "experts", where), _pos(d, "topk", where), _pos(d, "intermediate_size", where), act, tuple(ep)
+    )
     if cfg.topk > cfg.experts:
         raise InputError(f"{where}: moe.topk ({cfg.topk}) exceeds moe.experts ({cfg.experts})")
     return cfg
@@ -84,11 +89,12 @@ def expand(cfg: MoEConfig, model: str, hidden: int, tp: int, first: bool) -> tup
     shapes, skipped = [], []
     label = f"{model} tp={tp} experts"
     if cfg.intermediate % tp or (cfg.intermediate // tp) % 8:
-        skipped.append((label, f"TP={tp} does not split the {cfg.intermediate} intermediate features into "
-                               "multiples of 8"))
+        skipped.append(
+            (label, f"TP={tp} does not split the {cfg.intermediate} intermediate features into multiples of 8")
+        )
     else:
         shapes.append(MoEShape(cfg.experts, cfg.topk, hidden, cfg.intermediate // tp, cfg.activation, label))
-    for d in (cfg.ep if first else ()):
+    for d in cfg.ep if first else ():
         if d == 1:
             continue
         label = f"{model} ep={d} experts"
@@ -111,8 +117,9 @@ def plan_jobs(profs, shapes: list[MoEShape], ms, acts, qtypes, group_sizes, repo
                 for m in ms:
                     for act in acts:
                         for q in qtypes:
-                            prob = MoEProblem(m, s.topk, s.experts, n13, k13, n2, k2, s.inter, s.hidden, act, q, g,
-                                              s.activation)
+                            prob = MoEProblem(
+                                m, s.topk, s.experts, n13, k13, n2, k2, s.inter, s.hidden, act, q, g, s.activation
+                            )
                             try:
                                 plan = plan_moe(p, prob)
                             except JitMarlinError as e:

@@ -7,6 +7,7 @@ Timer, the method of tools/sweep and tools/bench); its verify(spec, default) che
 winner's output against the planner's kernel before the tuner takes it. Needs CuPy and torch
 with CUDA.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,13 +30,13 @@ from jitmarlin.service.bench import Timer, copies_needed
 from jitmarlin.weights.qtypes import get_qtype
 from jitmarlin.weights.quant import QuantizedWeight, from_codes
 
-TARGET_MS = 5.0       # GPU time per timed graph replay, milliseconds
+TARGET_MS = 5.0  # GPU time per timed graph replay, milliseconds
 # A tuned winner's output against the planner's kernel's, ||out - ref|| / ||ref||: the
 # library's accuracy bounds (each kernel is within them of the float64 reference on the GPU suite;
 # a wrong tile, a race or an unwritten block is off by orders of magnitude).
 VERIFY_TOL = {"float16": 2e-3, "bfloat16": 1e-2}
 
-_streams: dict = {}   # device -> the torch stream every measurement captures on
+_streams: dict = {}  # device -> the torch stream every measurement captures on
 
 
 def random_weight(p: Problem, seed: int = 0) -> QuantizedWeight:
@@ -129,15 +130,17 @@ class GpuMeasure:
             if not bool(torch.isfinite(o).all()):
                 raise TuneError(f"{s.name} left output elements unwritten or not finite")
         diff2 = ref2 = 0.0
-        for r0 in range(0, p.m, 256):      # in fp32, a slice of rows at a time (bounded memory)
-            ref, got = (o[r0:r0 + 256].float() for o in outs)
+        for r0 in range(0, p.m, 256):  # in fp32, a slice of rows at a time (bounded memory)
+            ref, got = (o[r0 : r0 + 256].float() for o in outs)
             diff2 += float(torch.sum((got - ref) ** 2))
-            ref2 += float(torch.sum(ref ** 2))
+            ref2 += float(torch.sum(ref**2))
         err = math.sqrt(diff2 / max(ref2, 1e-30))
         tol = VERIFY_TOL[p.act]
         if not err <= tol:
-            raise TuneError(f"{spec.name}'s output differs from the planner's {reference.name} by "
-                            f"{err:.2e} (relative; at most {tol:g} for {p.act})")
+            raise TuneError(
+                f"{spec.name}'s output differs from the planner's {reference.name} by "
+                f"{err:.2e} (relative; at most {tol:g} for {p.act})"
+            )
         return err
 
 
@@ -156,11 +159,11 @@ def precompile(specs, arch: str, cache: KernelCache, jobs: int | None = None) ->
         try:
             hit = cache.get(spec, arch, compile_missing=False)[0] is not None
         except Exception:
-            hit = False    # let the compile say what is wrong
+            hit = False  # let the compile say what is wrong
         if not hit:
             todo.append(spec)
     jobs = min(jobs or os.cpu_count() or 1, len(todo))
-    if jobs <= 1 or not cache.writable:   # workers hand kernels back through the disk cache
+    if jobs <= 1 or not cache.writable:  # workers hand kernels back through the disk cache
         out = {}
         for spec in todo:
             status, _, reason = _compile(cache, spec, arch)
@@ -180,20 +183,24 @@ def _compile_in_workers(todo, arch: str, cache: KernelCache, jobs: int) -> dict:
     chunks = [todo[i::jobs] for i in range(jobs)]
     procs = []
     for chunk in chunks:
-        req = {"dir": str(cache.directory), "arch": arch,
-               "specs": [[spec_kind(s), s.canonical()] for s in chunk]}
-        proc = subprocess.Popen([sys.executable, "-c", _WORKER], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                                text=True)
+        req = {"dir": str(cache.directory), "arch": arch, "specs": [[spec_kind(s), s.canonical()] for s in chunk]}
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _WORKER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            text=True,
+        )
         try:
-            proc.stdin.write(json.dumps(req))      # a few KB: fits the pipe, no deadlock
+            proc.stdin.write(json.dumps(req))  # a few KB: fits the pipe, no deadlock
             proc.stdin.close()
         except BrokenPipeError:
-            pass    # the worker died at once: its exit code and output say why, below
+            pass  # the worker died at once: its exit code and output say why, below
         procs.append(proc)
     failed = {}
     for proc, chunk in zip(procs, chunks):
-        out = proc.stdout.read()          # results and log lines (stderr merged: one pipe)
+        out = proc.stdout.read()  # results and log lines (stderr merged: one pipe)
         proc.wait()
         done, other = {}, []
         for line in out.splitlines():
@@ -204,8 +211,7 @@ def _compile_in_workers(todo, arch: str, cache: KernelCache, jobs: int) -> dict:
                 other.append(line)
         for i, spec in enumerate(chunk):
             tail = "\n".join(other)[-500:]
-            status, reason = done.get(i, ("failed", f"compile worker exited with code "
-                                                   f"{proc.returncode}: {tail}"))
+            status, reason = done.get(i, ("failed", f"compile worker exited with code {proc.returncode}: {tail}"))
             if status == "failed":
                 failed[spec] = reason
     return failed
@@ -224,8 +230,14 @@ def _worker_main() -> None:
         print(json.dumps([i, status, reason]), flush=True)
 
 
-def gpu_tuner(device: int = 0, *, jobs: int | None = None, target_ms: float = TARGET_MS,
-              candidates=None, margin: float = tune.MARGIN):
+def gpu_tuner(
+    device: int = 0,
+    *,
+    jobs: int | None = None,
+    target_ms: float = TARGET_MS,
+    candidates=None,
+    margin: float = tune.MARGIN,
+):
     """A tuner for kernels.tuned.choose_for: (profile, arch, problem) -> TunedChoice, timing on GPU
     `device` with kernels from the default cache (compiled there first, `jobs` processes)."""
 
@@ -235,11 +247,18 @@ def gpu_tuner(device: int = 0, *, jobs: int | None = None, target_ms: float = TA
         with torch.cuda.device(device):
             m = GpuMeasure(tune.bucket_problem(p), device, target_ms=target_ms, torch=torch)
             try:
-                return tune.tune(profile, arch, p, m, candidates=candidates, margin=margin,
-                                 precompile=lambda specs: precompile(specs, arch, cache, jobs),
-                                 verify=m.verify)
+                return tune.tune(
+                    profile,
+                    arch,
+                    p,
+                    m,
+                    candidates=candidates,
+                    margin=margin,
+                    precompile=lambda specs: precompile(specs, arch, cache, jobs),
+                    verify=m.verify,
+                )
             finally:
-                del m   # the weight copies (4x L2): give their memory back to the driver
+                del m  # the weight copies (4x L2): give their memory back to the driver
                 import cupy
 
                 cupy.get_default_memory_pool().free_all_blocks()

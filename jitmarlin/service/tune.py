@@ -9,6 +9,7 @@ autotuner (this module's tune() on GPU measurements) there for JITMARLIN_AUTOTUN
 here is pure except the injected `measure(spec) -> microseconds` and `tuner` callables
 (jitmarlin.service.measure has the GPU ones), so the decisions are tested on the CPU.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -48,6 +49,7 @@ log = logging.getLogger("jitmarlin")
 
 # ---- choosing ------------------------------------------------------------------------------------
 
+
 @dataclass
 class Selection:
     """What select() measured: the default and the winner with their times (microseconds), every
@@ -72,9 +74,16 @@ def _time(measure, spec) -> float:
     return us
 
 
-def select(default, candidates: Iterable, measure: Callable[[object], float], *,
-           margin: float = MARGIN, failures: Iterable = (), confirm: bool = True,
-           verify: Callable[[object, object], object] | None = None) -> Selection:
+def select(
+    default,
+    candidates: Iterable,
+    measure: Callable[[object], float],
+    *,
+    margin: float = MARGIN,
+    failures: Iterable = (),
+    confirm: bool = True,
+    verify: Callable[[object, object], object] | None = None,
+) -> Selection:
     """Measure `default` (always) and every other candidate with measure(spec) -> microseconds;
     a candidate that raises, or returns a time that is not a positive number, is skipped and
     recorded with the reason. `failures`: (spec, reason) pairs already known (e.g. compile
@@ -97,8 +106,9 @@ def select(default, candidates: Iterable, measure: Callable[[object], float], *,
         except Exception as exc:
             why = f"{type(exc).__name__}: {exc}"
             if spec == default:
-                raise TuneError(f"the planner's choice {getattr(spec, 'name', spec)} could not be "
-                                f"measured ({why})") from exc
+                raise TuneError(
+                    f"the planner's choice {getattr(spec, 'name', spec)} could not be measured ({why})"
+                ) from exc
             sel.failures.append((spec, why))
             log.info("jitmarlin: tune: %s failed (%s)", getattr(spec, "name", spec), why)
             continue
@@ -113,11 +123,11 @@ def select(default, candidates: Iterable, measure: Callable[[object], float], *,
         if confirm:
             if not confirmed_default:
                 confirmed_default = True
-                with contextlib.suppress(Exception):      # (its first time stands)
+                with contextlib.suppress(Exception):  # (its first time stands)
                     sel.default_us = sel.winner_us = min(sel.default_us, _time(measure, default))
             try:
                 best_us = min(best_us, _time(measure, best))
-            except Exception as exc:                  # flaky: not a winner
+            except Exception as exc:  # flaky: not a winner
                 sel.failures.append((best, f"failed when measured again: {type(exc).__name__}: {exc}"))
                 sel.timings = [t for t in sel.timings if t[0] != best]
                 return sel
@@ -126,7 +136,7 @@ def select(default, candidates: Iterable, measure: Callable[[object], float], *,
         if verify is not None:
             try:
                 verify(best, default)
-            except Exception as exc:                  # wrong output: never a winner
+            except Exception as exc:  # wrong output: never a winner
                 sel.failures.append((best, f"output check failed: {type(exc).__name__}: {exc}"))
                 sel.timings = [t for t in sel.timings if t[0] != best]
                 log.warning("jitmarlin: tune: %s rejected (%s)", getattr(best, "name", best), exc)
@@ -135,10 +145,17 @@ def select(default, candidates: Iterable, measure: Callable[[object], float], *,
         return sel
 
 
-def tune(profile: DeviceProfile, arch: str, p: Problem, measure: Callable[[object], float], *,
-         candidates: Iterable | None = None, margin: float = MARGIN,
-         precompile: Callable[[list], dict] | None = None,
-         verify: Callable[[object, object], object] | None = None) -> TunedChoice:
+def tune(
+    profile: DeviceProfile,
+    arch: str,
+    p: Problem,
+    measure: Callable[[object], float],
+    *,
+    candidates: Iterable | None = None,
+    margin: float = MARGIN,
+    precompile: Callable[[list], dict] | None = None,
+    verify: Callable[[object, object], object] | None = None,
+) -> TunedChoice:
     """Tune problem `p`'s bucket on `profile` (compiled for `arch`): the planner's default and its
     candidate_specs() (or `candidates`), each timed with `measure` at M = the bucket.
     precompile(specs) -> {spec: reason} compiles them up front (in parallel) and names the ones
@@ -156,11 +173,26 @@ def tune(profile: DeviceProfile, arch: str, p: Problem, measure: Callable[[objec
 def choice_from(profile: DeviceProfile, arch: str, bp: Problem, sel: Selection) -> TunedChoice:
     """The record of selection `sel` (its default is the planner's) for bucket problem `bp`."""
     return TunedChoice(
-        gpu=profile.name, arch=arch, qtype=bp.qtype, act=bp.act, group_size=bp.group_size,
-        n=bp.n, k=bp.k, m_bucket=bp.m, spec=sel.winner.canonical(), kind=spec_kind(sel.winner),
-        us=sel.winner_us, default_spec=sel.default.canonical(), default_kind=spec_kind(sel.default),
-        default_us=sel.default_us, candidates=sel.tried, failed=len(sel.failures),
-        jitmarlin=__version__, templates=templates_tag(), created=time.time())
+        gpu=profile.name,
+        arch=arch,
+        qtype=bp.qtype,
+        act=bp.act,
+        group_size=bp.group_size,
+        n=bp.n,
+        k=bp.k,
+        m_bucket=bp.m,
+        spec=sel.winner.canonical(),
+        kind=spec_kind(sel.winner),
+        us=sel.winner_us,
+        default_spec=sel.default.canonical(),
+        default_kind=spec_kind(sel.default),
+        default_us=sel.default_us,
+        candidates=sel.tried,
+        failed=len(sel.failures),
+        jitmarlin=__version__,
+        templates=templates_tag(),
+        created=time.time(),
+    )
 
 
 def store(cache: KernelCache, choice: TunedChoice) -> bool:

@@ -8,6 +8,7 @@ tune_moe() takes the measurement as a function (plan -> µs), so the selection i
 CPU; GpuMoeMeasure is the GPU one (graph replay of the whole block, weight copies rotated past 4x
 L2 by the bytes the routing touches, uniform random routing with a fixed seed).
 """
+
 from __future__ import annotations
 
 import math
@@ -24,14 +25,14 @@ from jitmarlin.kernels.moe.plan import stage_candidates
 from jitmarlin.kernels.moe.tuned import MoETunedChoice, bucket, moe_key
 from jitmarlin.kernels.tuned import templates_tag
 
-MARGIN = 0.02          # the combination replaces the planner's plan only when >= 2% faster
+MARGIN = 0.02  # the combination replaces the planner's plan only when >= 2% faster
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
 
 
 def _try(measure, plan) -> float:
     try:
         us = float(measure(plan))
-    except Exception:   # a candidate that does not build or run is skipped, not fatal
+    except Exception:  # a candidate that does not build or run is skipped, not fatal
         return math.inf
     return us if math.isfinite(us) and us > 0 else math.inf
 
@@ -44,14 +45,18 @@ def tune_moe(profile: DeviceProfile, arch: str, p: MoEProblem, measure: Callable
     if not math.isfinite(default_us):
         raise RuntimeError(f"the planner's MoE plan for {bp} did not run")
     tried, failed = 1, 0
-    best = {"up": (default_us, base.up), "down": (default_us, base.down), "splits": (default_us, base.splits),
-            "up_splits": (default_us, base.up_splits)}
+    best = {
+        "up": (default_us, base.up),
+        "down": (default_us, base.down),
+        "splits": (default_us, base.splits),
+        "up_splits": (default_us, base.up_splits),
+    }
     # The other kind first (decode on sm_80+: GEMV against mma.sync); the stages' candidates are
     # then of the faster kind (ref).
     ref = base
     try:
         other = plan_moe(profile, bp, gemv=not base.gemv)
-    except Exception:   # no plan of the other kind for this problem or GPU
+    except Exception:  # no plan of the other kind for this problem or GPU
         other = None
     if other is not None:
         o_us = _try(measure, other)
@@ -59,25 +64,35 @@ def tune_moe(profile: DeviceProfile, arch: str, p: MoEProblem, measure: Callable
         failed += not math.isfinite(o_us)
         if o_us < default_us:
             ref = other
-            best = {"up": (o_us, other.up), "down": (o_us, other.down), "splits": (o_us, other.splits),
-                    "up_splits": (o_us, other.up_splits)}
+            best = {
+                "up": (o_us, other.up),
+                "down": (o_us, other.down),
+                "splits": (o_us, other.splits),
+                "up_splits": (o_us, other.up_splits),
+            }
     trials = [("up", s) for s in stage_candidates(profile, bp, ref, "up") if s != ref.up]
     trials += [("down", s) for s in stage_candidates(profile, bp, ref, "down") if s != ref.down]
     if not ref.gemv:
-        trials += [("splits", n) for n in SPLITS if n != ref.splits and n <= bp.k2 // ref.down.tile_k
-                   and (n == 1 or ref.down.path == "sm80")]
-        trials += [("up_splits", n) for n in SPLITS if n != ref.up_splits and n <= bp.k13 // ref.up.tile_k
-                   and (n == 1 or ref.up.path == "sm80")]
+        trials += [
+            ("splits", n)
+            for n in SPLITS
+            if n != ref.splits and n <= bp.k2 // ref.down.tile_k and (n == 1 or ref.down.path == "sm80")
+        ]
+        trials += [
+            ("up_splits", n)
+            for n in SPLITS
+            if n != ref.up_splits and n <= bp.k13 // ref.up.tile_k and (n == 1 or ref.up.path == "sm80")
+        ]
     others = {"up": ref.down, "down": ref.up}
     for what, choice in trials:
         kw = {what: choice}
-        if what in others:   # the other stage as ref's (its kind)
+        if what in others:  # the other stage as ref's (its kind)
             kw["down" if what == "up" else "up"] = others[what]
         else:
             kw.update(up=ref.up, down=ref.down)
         try:
             plan = plan_moe(profile, bp, **kw)
-        except Exception:   # a candidate this problem cannot take: counted as failed
+        except Exception:  # a candidate this problem cannot take: counted as failed
             tried += 1
             failed += 1
             continue
@@ -90,9 +105,14 @@ def tune_moe(profile: DeviceProfile, arch: str, p: MoEProblem, measure: Callable
     combo = (best["up"][1], best["down"][1], best["splits"][1], best["up_splits"][1])
     if combo != (base.up, base.down, base.splits, base.up_splits):
         try:
-            plan = plan_moe(profile, bp, up=combo[0], down=combo[1],
-                            splits=min(combo[2], bp.k2 // combo[1].tile_k),
-                            up_splits=min(combo[3], bp.k13 // combo[0].tile_k))
+            plan = plan_moe(
+                profile,
+                bp,
+                up=combo[0],
+                down=combo[1],
+                splits=min(combo[2], bp.k2 // combo[1].tile_k),
+                up_splits=min(combo[3], bp.k13 // combo[0].tile_k),
+            )
         except Exception:
             plan = None
         if plan is not None:
@@ -101,11 +121,25 @@ def tune_moe(profile: DeviceProfile, arch: str, p: MoEProblem, measure: Callable
             if c_us < default_us * (1 - MARGIN):
                 winner, us = plan, c_us
     return MoETunedChoice(
-        gpu=profile.name, arch=arch, problem=dict(bp.__dict__), up=winner.up.canonical(),
-        down=winner.down.canonical(), splits=winner.splits, up_splits=winner.up_splits, us=round(us, 3),
-        default_up=base.up.canonical(), default_down=base.down.canonical(), default_splits=base.splits,
-        default_up_splits=base.up_splits, default_us=round(default_us, 3),
-        candidates=tried, failed=failed, jitmarlin=__version__, templates=templates_tag(), created=time.time())
+        gpu=profile.name,
+        arch=arch,
+        problem=dict(bp.__dict__),
+        up=winner.up.canonical(),
+        down=winner.down.canonical(),
+        splits=winner.splits,
+        up_splits=winner.up_splits,
+        us=round(us, 3),
+        default_up=base.up.canonical(),
+        default_down=base.down.canonical(),
+        default_splits=base.splits,
+        default_up_splits=base.up_splits,
+        default_us=round(default_us, 3),
+        candidates=tried,
+        failed=failed,
+        jitmarlin=__version__,
+        templates=templates_tag(),
+        created=time.time(),
+    )
 
 
 def store(cache: KernelCache, choice: MoETunedChoice) -> bool:
@@ -114,8 +148,7 @@ def store(cache: KernelCache, choice: MoETunedChoice) -> bool:
     return cache.put_record(key, choice.to_dict())
 
 
-def random_moe(rng, experts: int, out_features: int, in_features: int, qtype: str, group: int, *,
-               gated: bool = False):
+def random_moe(rng, experts: int, out_features: int, in_features: int, qtype: str, group: int, *, gated: bool = False):
     """A host MoEWeight of random codes (fp8 without its NaN codes) and random power-of-two scales
     (2^-8 .. 2^-6, valid in every scale format; offsets -2^-8 for zero-point types): for timing
     only (the tuner, tools/bench --moe)."""
@@ -133,8 +166,19 @@ def random_moe(rng, experts: int, out_features: int, in_features: int, qtype: st
         shape = (experts, k // group, n)
     scales = (rng.integers(0, 3, shape) + 0x1C00).astype(np.uint16)
     offsets = np.full(shape, 0x9C00, np.uint16) if qt.zero_points else None
-    return MoEWeight(qtype, group, experts, n, k, packed, scales, offsets=offsets, gated=gated,
-                     out_features=out_features, in_features=in_features)
+    return MoEWeight(
+        qtype,
+        group,
+        experts,
+        n,
+        k,
+        packed,
+        scales,
+        offsets=offsets,
+        gated=gated,
+        out_features=out_features,
+        in_features=in_features,
+    )
 
 
 class GpuMoeMeasure:
@@ -146,12 +190,13 @@ class GpuMoeMeasure:
 
         from jitmarlin.jit.profiles import live_profile
         from jitmarlin.service.bench import Timer
+
         rng = np.random.default_rng(seed)
 
         self.p, self.device = p, device
         self.w13 = random_moe(rng, p.experts, 2 * p.inter, p.hidden, p.qtype, p.group_size, gated=True)
         self.w2 = random_moe(rng, p.experts, p.hidden, p.inter, p.down_qtype, p.down_group)
-        ids = np.argsort(rng.random((p.tokens, p.experts)), axis=1)[:, :p.topk].astype(np.int32)
+        ids = np.argsort(rng.random((p.tokens, p.experts)), axis=1)[:, : p.topk].astype(np.int32)
         per = sum(a[0].nbytes for w in (self.w13, self.w2) for a in (w.packed, w.scales))
         self.copies = max(1, min(16, math.ceil(4 * live_profile(device).l2_bytes / (len(np.unique(ids)) * per))))
         self.stream = torch.cuda.Stream(device)
@@ -164,7 +209,7 @@ class GpuMoeMeasure:
         import copy
 
         self.w13s, self.w2s = [self.w13], [self.w2]
-        for _ in range(self.copies - 1):      # own device copies of the codes, shared host arrays
+        for _ in range(self.copies - 1):  # own device copies of the codes, shared host arrays
             for src, dst in ((self.w13, self.w13s), (self.w2, self.w2s)):
                 c = copy.copy(src)
                 base = src.to_device(device, p.act)
@@ -175,14 +220,28 @@ class GpuMoeMeasure:
         from jitmarlin.ops import moe as moe_ops
 
         p = self.p
-        rs = [moe_ops._Runner(self.w13s[i], self.w2s[i], self.device, p.act, p.tokens, p.topk,
-                              self.stream.cuda_stream, p.activation, False, plan=plan) for i in range(self.copies)]
+        rs = [
+            moe_ops._Runner(
+                self.w13s[i],
+                self.w2s[i],
+                self.device,
+                p.act,
+                p.tokens,
+                p.topk,
+                self.stream.cuda_stream,
+                p.activation,
+                False,
+                plan=plan,
+            )
+            for i in range(self.copies)
+        ]
         ptrs = (self.x.data_ptr(), self.ids.data_ptr(), self.tw.data_ptr(), 0, p.experts, self.y.data_ptr())
         return self.timer([lambda r=r: r(*ptrs) for r in rs])
 
 
-def tune_on_gpu(profile: DeviceProfile, arch: str, p: MoEProblem, cache: KernelCache, device: int = 0,
-                force: bool = False) -> MoETunedChoice:
+def tune_on_gpu(
+    profile: DeviceProfile, arch: str, p: MoEProblem, cache: KernelCache, device: int = 0, force: bool = False
+) -> MoETunedChoice:
     """Tune `p`'s bucket on GPU `device` and store the choice (a stored current one is returned
     as it is unless `force`)."""
     from jitmarlin.kernels.moe.tuned import lookup

@@ -1,4 +1,5 @@
 """float16 / bfloat16 bit patterns on the host (NumPy has no bfloat16; patterns are uint16)."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -12,6 +12,7 @@ order instead: rows [:I] gate, [I:] up.
 Re-arranging experts never rounds a value again: codes and scale bit patterns are moved, not
 recomputed, so dequantize of a stacked expert is bit for bit the dequantize of its parts.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -23,15 +24,7 @@ from jitmarlin.errors import InputError
 from jitmarlin.jit.arrays import to_host
 from jitmarlin.weights import packing
 from jitmarlin.weights.qtypes import TILE, check_group, get_qtype, kernel_dims
-from jitmarlin.weights.quant import (
-    QuantizedWeight,
-    _CheckedWeight,
-    _dtype,
-    _host_array,
-    _is_int,
-    dequantize,
-    quantize,
-)
+from jitmarlin.weights.quant import QuantizedWeight, _CheckedWeight, _dtype, _host_array, _is_int, dequantize, quantize
 
 ACT_ORDER_REFUSED = "MoE experts with act-order (g_idx) are not supported"
 
@@ -74,7 +67,7 @@ class MoEWeight(_CheckedWeight):
     # not an init field: dataclasses.replace gives the new weight a cache of its own
     _device: dict = field(default_factory=dict, init=False, repr=False)
 
-    _CLEAR_ON_CHANGE = True   # a changed field also drops the device copies of the old arrays
+    _CLEAR_ON_CHANGE = True  # a changed field also drops the device copies of the old arrays
 
     def _check(self) -> None:
         _validate(self)
@@ -97,8 +90,9 @@ class MoEWeight(_CheckedWeight):
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.packed, self.scales, self.offsets, self.global_scales, self.bias)
-                   if a is not None)
+        return sum(
+            a.nbytes for a in (self.packed, self.scales, self.offsets, self.global_scales, self.bias) if a is not None
+        )
 
     def expert(self, e: int) -> QuantizedWeight:
         """Expert `e` as a QuantizedWeight in the kernel's row order (a gated expert's 2I rows stay
@@ -106,10 +100,19 @@ class MoEWeight(_CheckedWeight):
         if not _is_int(e) or not 0 <= e < self.num_experts:
             raise InputError(f"MoEWeight.expert: e must be an int in [0, {self.num_experts}), got {e!r}")
         return QuantizedWeight(
-            self.qtype, self.group_size, self.n, self.k, self.packed[e], self.scales[e], self.scale_dtype,
+            self.qtype,
+            self.group_size,
+            self.n,
+            self.k,
+            self.packed[e],
+            self.scales[e],
+            self.scale_dtype,
             None if self.offsets is None else self.offsets[e],
             1.0 if self.global_scales is None else float(self.global_scales[e]),
-            None, self.out_features, self.in_features)
+            None,
+            self.out_features,
+            self.in_features,
+        )
 
     def to_device(self, device: int, act: str):
         """CuPy copies (packed, scales, offsets or None, global_scales float32 (E,), bias float32 or
@@ -127,6 +130,7 @@ class MoEWeight(_CheckedWeight):
             gs = np.ones(self.num_experts, np.float32) if self.global_scales is None else self.global_scales
             s = private_stream(device)
             with cp.cuda.Device(device), s:
+
                 def up(a):
                     return None if a is None else cp.ascontiguousarray(cp.asarray(a))
 
@@ -144,8 +148,9 @@ class MoEWeight(_CheckedWeight):
         return _stack(experts, _kernel_bias(bias, experts[0], len(experts), "bias"), gated=False)
 
     @classmethod
-    def stack_gate_up(cls, gates: Sequence[QuantizedWeight], ups: Sequence[QuantizedWeight], *,
-                      gate_bias=None, up_bias=None) -> "MoEWeight":
+    def stack_gate_up(
+        cls, gates: Sequence[QuantizedWeight], ups: Sequence[QuantizedWeight], *, gate_bias=None, up_bias=None
+    ) -> "MoEWeight":
         """A gated (w13) MoEWeight from each expert's gate and up projections, (I, K) each, rows
         interleaved in blocks of 8 (module docstring). I must be a multiple of 8, and gate and up
         of one expert must share their global_scale (one fp32 factor per expert in the kernel).
@@ -153,37 +158,59 @@ class MoEWeight(_CheckedWeight):
         gates, ups = list(gates), list(ups)
         if len(gates) != len(ups):
             raise InputError(f"MoEWeight.stack_gate_up: {len(gates)} gates but {len(ups)} ups")
-        _check_same([(f"gates[{i}]", w) for i, w in enumerate(gates)]
-                    + [(f"ups[{i}]", w) for i, w in enumerate(ups)], "MoEWeight.stack_gate_up")
+        _check_same(
+            [(f"gates[{i}]", w) for i, w in enumerate(gates)] + [(f"ups[{i}]", w) for i, w in enumerate(ups)],
+            "MoEWeight.stack_gate_up",
+        )
         inter = int(gates[0].out_features)
         _check_intermediate(inter, "MoEWeight.stack_gate_up")
         for e, (g, u) in enumerate(zip(gates, ups)):
             if g.global_scale != u.global_scale:
-                raise InputError(f"MoEWeight.stack_gate_up: expert {e}'s gate and up have different global_scale "
-                                 f"({g.global_scale!r} vs {u.global_scale!r}); the fused kernel applies one per "
-                                 "expert: quantize w13 as one tensor (quantize_moe(..., gated=True))")
+                raise InputError(
+                    f"MoEWeight.stack_gate_up: expert {e}'s gate and up have different global_scale "
+                    f"({g.global_scale!r} vs {u.global_scale!r}); the fused kernel applies one per "
+                    "expert: quantize w13 as one tensor (quantize_moe(..., gated=True))"
+                )
         fused = [_fuse(_logical(g), _logical(u), g) for g, u in zip(gates, ups)]
         bias = None
         if gate_bias is not None or up_bias is not None:
             e_count = len(gates)
-            parts = [np.zeros((e_count, inter)) if b is None else _bias_rows(b, e_count, inter, name)
-                     for b, name in ((gate_bias, "gate_bias"), (up_bias, "up_bias"))]
+            parts = [
+                np.zeros((e_count, inter)) if b is None else _bias_rows(b, e_count, inter, name)
+                for b, name in ((gate_bias, "gate_bias"), (up_bias, "up_bias"))
+            ]
             bias = _interleaved_bias(np.concatenate(parts, axis=1), fused[0].n)
         return _stack(fused, bias, gated=True)
 
 
-MoEWeight._CHECKED = frozenset(("qtype", "group_size", "num_experts", "n", "k", "packed", "scales", "scale_dtype",
-                                "offsets", "global_scales", "bias", "gated", "out_features", "in_features"))
+MoEWeight._CHECKED = frozenset(
+    (
+        "qtype",
+        "group_size",
+        "num_experts",
+        "n",
+        "k",
+        "packed",
+        "scales",
+        "scale_dtype",
+        "offsets",
+        "global_scales",
+        "bias",
+        "gated",
+        "out_features",
+        "in_features",
+    )
+)
 
 
 # ---- validation ----------------------------------------------------------------------------------
 
 
 def _c_contiguous(a) -> bool:
-    flags = getattr(a, "flags", None)                    # NumPy and CuPy
+    flags = getattr(a, "flags", None)  # NumPy and CuPy
     if flags is not None:
         return bool(flags.c_contiguous)
-    is_c = getattr(a, "is_contiguous", None)             # torch
+    is_c = getattr(a, "is_contiguous", None)  # torch
     return bool(is_c()) if callable(is_c) else True
 
 
@@ -201,8 +228,10 @@ def _check(a, what: str, dtype, shape: tuple) -> None:
 
 def _check_intermediate(inter: int, where: str) -> None:
     if inter % 8:
-        raise InputError(f"{where}: the intermediate size I={inter} must be a multiple of 8 (gate and up rows "
-                         "are interleaved in blocks of 8)")
+        raise InputError(
+            f"{where}: the intermediate size I={inter} must be a multiple of 8 (gate and up rows "
+            "are interleaved in blocks of 8)"
+        )
 
 
 def _validate(w: MoEWeight) -> None:
@@ -216,8 +245,9 @@ def _validate(w: MoEWeight) -> None:
     for name in ("n", "k"):
         v = getattr(w, name)
         if not _is_int(v) or v <= 0 or v % TILE:
-            raise InputError(f"MoEWeight.{name} (each expert's padded dim) must be a positive multiple of "
-                             f"{TILE}, got {v!r}")
+            raise InputError(
+                f"MoEWeight.{name} (each expert's padded dim) must be a positive multiple of {TILE}, got {v!r}"
+            )
     e, n, k = int(w.num_experts), int(w.n), int(w.k)
     for name, v, top in (("out_features", w.out_features, n), ("in_features", w.in_features, k)):
         if not _is_int(v) or not 0 < v <= top:
@@ -232,8 +262,14 @@ def _validate(w: MoEWeight) -> None:
     sshape = (e, n) if gs == -1 and not qt.zero_points else (e, 1 if gs == -1 else k // gs, n)
     _check(w.scales, "scales", np.uint16, sshape)
     if qt.zero_points != (w.offsets is not None):
-        raise InputError(f"MoEWeight: {w.qtype} " + ("has zero points: offsets are required" if qt.zero_points
-                                                     else "has no zero points: offsets must be None"))
+        raise InputError(
+            f"MoEWeight: {w.qtype} "
+            + (
+                "has zero points: offsets are required"
+                if qt.zero_points
+                else "has no zero points: offsets must be None"
+            )
+        )
     if w.offsets is not None:
         _check(w.offsets, "offsets", np.uint16, sshape)
     for what, shape in (("global_scales", (e,)), ("bias", (e, n))):
@@ -263,8 +299,9 @@ def _check_same(items: list[tuple[str, QuantizedWeight]], where: str) -> None:
     for name, w in items[1:]:
         for f in ("qtype", "group_size", "scale_dtype", "out_features", "in_features", "n", "k", "layout"):
             if getattr(w, f) != getattr(w0, f):
-                raise InputError(f"{where}: {name} differs from {name0} in {f}: "
-                                 f"{getattr(w, f)!r} vs {getattr(w0, f)!r}")
+                raise InputError(
+                    f"{where}: {name} differs from {name0} in {f}: {getattr(w, f)!r} vs {getattr(w0, f)!r}"
+                )
 
 
 # ---- building --------------------------------------------------------------------------------------
@@ -306,14 +343,26 @@ def _assemble(codes, s, m, like: QuantizedWeight, global_scale: float) -> Quanti
             return np.ascontiguousarray(packing.permute_scales(np.pad(a, ((0, g - a.shape[0]), (0, n - n0)))))
 
         sc, off = grid(s), None if m is None else grid(m)
-    return QuantizedWeight(like.qtype, like.group_size, n, k, packing.pack(codes, like.bits), sc, like.scale_dtype,
-                           off, global_scale, None, n0, k0)
+    return QuantizedWeight(
+        like.qtype,
+        like.group_size,
+        n,
+        k,
+        packing.pack(codes, like.bits),
+        sc,
+        like.scale_dtype,
+        off,
+        global_scale,
+        None,
+        n0,
+        k0,
+    )
 
 
 def _fuse(gate, up, like: QuantizedWeight) -> QuantizedWeight:
     """One expert's interleaved w13 from the _logical parts of its gate and up (I rows each)."""
     rows = gate[0].shape[0]
-    order = np.argsort(gate_up_rows(rows))            # kernel row r holds logical row order[r]
+    order = np.argsort(gate_up_rows(rows))  # kernel row r holds logical row order[r]
     codes = np.concatenate([gate[0], up[0]])[order]
     s = np.concatenate([gate[1], up[1]], axis=-1)[..., order]
     m = None if gate[2] is None else np.concatenate([gate[2], up[2]], axis=-1)[..., order]
@@ -329,9 +378,22 @@ def _stack(experts: list[QuantizedWeight], bias, *, gated: bool) -> MoEWeight:
         return np.ascontiguousarray(np.stack([np.asarray(to_host(getattr(w, name))) for w in experts]))
 
     gscale = np.array([w.global_scale for w in experts], dtype=np.float32)
-    return MoEWeight(w0.qtype, w0.group_size, len(experts), w0.n, w0.k, stacked("packed"), stacked("scales"),
-                     w0.scale_dtype, stacked("offsets"), None if np.all(gscale == 1) else gscale, bias, gated,
-                     w0.out_features, w0.in_features)
+    return MoEWeight(
+        w0.qtype,
+        w0.group_size,
+        len(experts),
+        w0.n,
+        w0.k,
+        stacked("packed"),
+        stacked("scales"),
+        w0.scale_dtype,
+        stacked("offsets"),
+        None if np.all(gscale == 1) else gscale,
+        bias,
+        gated,
+        w0.out_features,
+        w0.in_features,
+    )
 
 
 def _bias_rows(bias, num_experts: int, rows: int, what: str) -> np.ndarray:
@@ -360,8 +422,15 @@ def _interleaved_bias(logical: np.ndarray, n: int) -> np.ndarray:
 # ---- quantize / dequantize -------------------------------------------------------------------------
 
 
-def quantize_moe(w, qtype: str = "uint4b8", group_size: int | None = None, *, gated: bool = False, bias=None,
-                 scale_dtype: str = "float16") -> MoEWeight:
+def quantize_moe(
+    w,
+    qtype: str = "uint4b8",
+    group_size: int | None = None,
+    *,
+    gated: bool = False,
+    bias=None,
+    scale_dtype: str = "float16",
+) -> MoEWeight:
     """Round-to-nearest quantization (jitmarlin.quantize, expert by expert) of w (E, N, K) (NumPy,
     CuPy or torch; any real dtype). gated: w is vLLM's w13, (E, 2I, K) with rows [:I] the gate
     (w1) and [I:] the up projection (w3); each expert's w13 is quantized as one tensor (so
@@ -372,7 +441,7 @@ def quantize_moe(w, qtype: str = "uint4b8", group_size: int | None = None, *, ga
     if h.ndim != 3:
         raise InputError(f"quantize_moe: w must be 3-D (experts, out_features, in_features), got shape {h.shape}")
     e_count, rows = h.shape[:2]
-    if gated:                       # before quantizing: its shape message would not say why
+    if gated:  # before quantizing: its shape message would not say why
         if rows % 2:
             raise InputError(f"quantize_moe(gated=True): w13 must have 2*I rows per expert, got {rows}")
         _check_intermediate(rows // 2, "quantize_moe(gated=True)")
@@ -402,8 +471,9 @@ def dequantize_moe(mw: MoEWeight, act: str | None = None, *, dtype=np.float32) -
     if not mw.__dict__.get("_checked"):
         mw.validate()
     rows = _logical_rows(mw)
-    return np.stack([dequantize(mw.expert(e), act, dtype=np.float64)[rows] for e in range(mw.num_experts)]
-                    ).astype(dtype)
+    return np.stack([dequantize(mw.expert(e), act, dtype=np.float64)[rows] for e in range(mw.num_experts)]).astype(
+        dtype
+    )
 
 
 def logical_bias(mw: MoEWeight) -> np.ndarray | None:

@@ -24,6 +24,7 @@ Grouped scales (G, N) are permuted inside each 64 columns so that lane g finds t
 columns 8s + g (s = 0..7) in one 16-byte load: position 8g + s holds column 8s + g. Per-channel
 scales stay in natural order (they are applied in the epilogue to columns 2t, 2t+1).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -88,7 +89,7 @@ def pack_int4(q) -> np.ndarray:
     if int(q.min()) < 0 or int(q.max()) > 15:
         raise ValueError("4-bit values must lie in [0, 15]")
     blocks = q.T.astype(xp.uint32).reshape(k // 16, 16, n // 64, 64).transpose(0, 2, 1, 3)
-    vals = blocks[:, :, xp.asarray(_K_IDX), xp.asarray(_N_IDX)]      # (K/16, N/64, 32, 4, 8)
+    vals = blocks[:, :, xp.asarray(_K_IDX), xp.asarray(_N_IDX)]  # (K/16, N/64, 32, 4, 8)
     shifts = xp.asarray((4 * VALUE_NIBBLE).astype(np.uint32))
     words = (vals << shifts).sum(axis=-1, dtype=xp.uint32)
     return words.reshape(k // 16, 2 * n).view(xp.int32)
@@ -125,7 +126,7 @@ def unpack(packed, n: int, k: int, bits: int) -> np.ndarray:
 def unpack_int4(packed: np.ndarray, n: int, k: int) -> np.ndarray:
     """Inverse of pack_int4: packed int32 (K/16, 2N) -> (N, K) uint8."""
     words = np.asarray(packed).view(np.uint32).reshape(k // 16, n // 64, 32, 4)
-    vals = (words[..., None] >> (4 * VALUE_NIBBLE).astype(np.uint32)) & 0xF   # (.., 32, 4, 8)
+    vals = (words[..., None] >> (4 * VALUE_NIBBLE).astype(np.uint32)) & 0xF  # (.., 32, 4, 8)
     blocks = np.empty((k // 16, n // 64, 16, 64), dtype=np.uint8)
     blocks[:, :, _K_IDX, _N_IDX] = vals
     return blocks.transpose(0, 2, 1, 3).reshape(k, n).T.copy()

@@ -1,4 +1,5 @@
 """Quant types (vLLM's spelling) and activation dtypes, as frozen values."""
+
 from __future__ import annotations
 
 import math
@@ -57,8 +58,10 @@ def shape_problem(out_features, in_features) -> str | None:
     """Why a layer of (out_features, in_features) cannot be quantized or run (None if it can)."""
     if all(_is_int(v) and v > 0 and v % FEATURE_MULTIPLE == 0 for v in (out_features, in_features)):
         return None
-    return (f"out_features (N) and in_features (K) must be positive multiples of {FEATURE_MULTIPLE} "
-            f"(16-byte rows), got N={out_features} K={in_features}")
+    return (
+        f"out_features (N) and in_features (K) must be positive multiples of {FEATURE_MULTIPLE} "
+        f"(16-byte rows), got N={out_features} K={in_features}"
+    )
 
 
 def check_shape(out_features, in_features) -> None:
@@ -91,14 +94,14 @@ def check_group(qtype: str, group_size) -> int:
     """`group_size` as an int after checking it is one `qtype` takes: GROUP_SIZES (or 16) for
     integer and fp8 types, exactly the format's group for nvfp4 (16) and mxfp4 (32)."""
     q = get_qtype(qtype)
-    if not _is_int(group_size):            # ints and NumPy integers; never "128" or 128.0
-        raise InputError(f"group_size must be an int (one of {GROUP_SIZES}, or 16), got "
-                         f"{type(group_size).__name__} {group_size!r}")
+    if not _is_int(group_size):  # ints and NumPy integers; never "128" or 128.0
+        raise InputError(
+            f"group_size must be an int (one of {GROUP_SIZES}, or 16), got {type(group_size).__name__} {group_size!r}"
+        )
     g = operator.index(group_size)
     if q.fixed_group:
         if g != q.fixed_group:
-            raise InputError(f"{qtype} uses groups of {q.fixed_group} (part of the format), got "
-                             f"group_size={g}")
+            raise InputError(f"{qtype} uses groups of {q.fixed_group} (part of the format), got group_size={g}")
         return g
     if g not in GROUP_SIZES + (16,):
         raise InputError(f"group_size must be one of {GROUP_SIZES} (or 16), got {g}")
@@ -109,9 +112,7 @@ def get_qtype(name: str) -> QuantType:
     try:
         return QTYPES[name]
     except (KeyError, TypeError):
-        raise InputError(
-            f"unknown quant type {name!r}; known: {', '.join(QTYPES)}"
-        ) from None
+        raise InputError(f"unknown quant type {name!r}; known: {', '.join(QTYPES)}") from None
 
 
 def normalize_act(dtype) -> str:
@@ -121,6 +122,4 @@ def normalize_act(dtype) -> str:
         return "float16"
     if s in ("bfloat16", "bf16"):
         return "bfloat16"
-    raise InputError(
-        f"activation dtype must be float16 or bfloat16, got {dtype}"
-    )
+    raise InputError(f"activation dtype must be float16 or bfloat16, got {dtype}")

@@ -8,6 +8,7 @@ A zero point z enters as m = (bias - z) * s, so (q - z) * s = decode(q) * s + m 
 float zero points alike. `dequantize` reads the packed layout back: it is what the kernel
 computes with, and the oracle every converter and kernel test is checked against.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,8 +29,8 @@ def _e4m3_table() -> np.ndarray:
     v = np.arange(256)
     sign = np.where(v & 0x80, -1.0, 1.0)
     e, m = (v >> 3) & 0xF, v & 0x7
-    mag = np.where(e == 0, m / 8 * 2.0 ** -6, (1 + m / 8) * 2.0 ** (e - 7))
-    mag = np.where((v & 0x7F) == 0x7F, np.nan, mag)   # e4m3fn: S.1111.111 is NaN, no infinities
+    mag = np.where(e == 0, m / 8 * 2.0**-6, (1 + m / 8) * 2.0 ** (e - 7))
+    mag = np.where((v & 0x7F) == 0x7F, np.nan, mag)  # e4m3fn: S.1111.111 is NaN, no infinities
     return (sign * mag).astype(np.float64)
 
 
@@ -121,7 +122,7 @@ class QuantizedWeight(_CheckedWeight):
     layout: str = packing.LAYOUT
     _device: dict = field(default_factory=dict, repr=False)
     _launchers: dict = field(default_factory=dict, repr=False)
-    _gather: dict = field(default_factory=dict, repr=False)   # act-order buffers (ops/linear.py)
+    _gather: dict = field(default_factory=dict, repr=False)  # act-order buffers (ops/linear.py)
 
     def _check(self) -> None:
         _validate(self)
@@ -170,18 +171,38 @@ class QuantizedWeight(_CheckedWeight):
 
             s = private_stream(device)
             with cp.cuda.Device(device), s:
+
                 def up(a):
                     return None if a is None else cp.ascontiguousarray(cp.asarray(a))
 
-                d = (up(self.packed), up(self.scales_for(act)), up(self.offsets_for(act)),
-                     up(None if self.perm is None else self.perm.astype(np.int64)))
+                d = (
+                    up(self.packed),
+                    up(self.scales_for(act)),
+                    up(self.offsets_for(act)),
+                    up(None if self.perm is None else self.perm.astype(np.int64)),
+                )
             s.synchronize()
             self._device[key] = d
         return d
 
 
-QuantizedWeight._CHECKED = frozenset(("qtype", "group_size", "n", "k", "packed", "scales", "scale_dtype", "offsets",
-                                     "global_scale", "perm", "out_features", "in_features", "layout"))
+QuantizedWeight._CHECKED = frozenset(
+    (
+        "qtype",
+        "group_size",
+        "n",
+        "k",
+        "packed",
+        "scales",
+        "scale_dtype",
+        "offsets",
+        "global_scale",
+        "perm",
+        "out_features",
+        "in_features",
+        "layout",
+    )
+)
 
 
 def _is_int(v) -> bool:
@@ -222,17 +243,20 @@ def _validate(w: "QuantizedWeight") -> None:
     for name in ("n", "k"):
         v = getattr(w, name)
         if not _is_int(v) or v <= 0 or v % TILE:
-            raise InputError(f"QuantizedWeight.{name} (the kernel's padded dim) must be a positive "
-                             f"multiple of {TILE}, got {v!r}")
+            raise InputError(
+                f"QuantizedWeight.{name} (the kernel's padded dim) must be a positive multiple of {TILE}, got {v!r}"
+            )
     n, k = int(w.n), int(w.k)
     for name, v, top in (("out_features", w.out_features, n), ("in_features", w.in_features, k)):
         if not _is_int(v) or not 0 < v <= top:
             raise InputError(f"QuantizedWeight.{name} must be in 1..{'n' if top == n else 'k'}={top}, got {v!r}")
     check_shape(int(w.out_features), int(w.in_features))
     if (n, k) != kernel_dims(int(w.out_features), int(w.in_features), gs):
-        raise InputError(f"QuantizedWeight (n, k) = ({n}, {k}) is not the padded shape "
-                         f"{kernel_dims(int(w.out_features), int(w.in_features), gs)} of a "
-                         f"({w.out_features}, {w.in_features}) weight with group_size={gs}")
+        raise InputError(
+            f"QuantizedWeight (n, k) = ({n}, {k}) is not the padded shape "
+            f"{kernel_dims(int(w.out_features), int(w.in_features), gs)} of a "
+            f"({w.out_features}, {w.in_features}) weight with group_size={gs}"
+        )
     if w.scale_dtype not in ("float16", "bfloat16"):
         raise InputError(f"QuantizedWeight.scale_dtype must be float16 or bfloat16, got {w.scale_dtype!r}")
     _check_array(w.packed, "packed", np.int32, (k // 16, (2 if qt.bits == 4 else 4) * n))
@@ -307,14 +331,27 @@ def _fit(values: np.ndarray, scale_dtype: str, what: str) -> np.ndarray:
     bad = np.isfinite(values) & ~np.isfinite(back)
     if np.any(bad):
         big = float(np.abs(values[bad]).max())
-        hint = ("; pass scale_dtype='bfloat16' (float16 tops out at 65504)" if scale_dtype == "float16"
-                else "; the weights are too large for any half-precision scale")
+        hint = (
+            "; pass scale_dtype='bfloat16' (float16 tops out at 65504)"
+            if scale_dtype == "float16"
+            else "; the weights are too large for any half-precision scale"
+        )
         raise InputError(f"{what} overflow {scale_dtype} (largest {big:.4g}){hint}")
     return bits
 
 
-def from_codes(qtype: str, codes, scales, group_size: int, *, zeros=None, offsets=None,
-               global_scale: float = 1.0, g_idx=None, scale_dtype: str = "float16") -> QuantizedWeight:
+def from_codes(
+    qtype: str,
+    codes,
+    scales,
+    group_size: int,
+    *,
+    zeros=None,
+    offsets=None,
+    global_scale: float = 1.0,
+    g_idx=None,
+    scale_dtype: str = "float16",
+) -> QuantizedWeight:
     """Build a QuantizedWeight from unpacked codes. Every converter ends here.
 
     codes: (N, K) integers, one code per weight (4-bit: 0..15, 8-bit: 0..255).
@@ -356,8 +393,9 @@ def from_codes(qtype: str, codes, scales, group_size: int, *, zeros=None, offset
     if affine and zeros is None and offsets is None:
         raise InputError(f"{qtype} needs zero points (zeros=) or offsets (offsets=)")
     if not affine and (zeros is not None or offsets is not None):
-        raise InputError(f"{qtype} has no zero points; use {'uint4' if qt.bits == 4 else 'uint8'} "
-                         "for asymmetric weights")
+        raise InputError(
+            f"{qtype} has no zero points; use {'uint4' if qt.bits == 4 else 'uint8'} for asymmetric weights"
+        )
 
     perm = None
     if g_idx is not None:
@@ -367,21 +405,23 @@ def from_codes(qtype: str, codes, scales, group_size: int, *, zeros=None, offset
         if group_size == -1:
             raise InputError("g_idx (act-order) needs grouped scales")
         if k0 % gs:
-            raise InputError(f"act-order needs in_features ({k0}) to be a multiple of group_size ({gs}): "
-                             "padding would split a group")
+            raise InputError(
+                f"act-order needs in_features ({k0}) to be a multiple of group_size ({gs}): padding would split a group"
+            )
         perm = np.argsort(gi, kind="stable")
         if not np.array_equal(gi[perm], np.repeat(np.arange(g0), gs)):
             raise InputError("g_idx must put exactly group_size input columns in every group")
         codes = codes[:, perm]
         if np.array_equal(perm, np.arange(k0)):
-            perm = None                                     # already in order: no gather needed
+            perm = None  # already in order: no gather needed
 
     # offsets m (w = decode(q) * s + m) in float64, before rounding to the scale dtype
     s_bits = _fit(s, scale_dtype, "scales")
     s_used = halves.from_bits(s_bits, scale_dtype).astype(np.float64)
     m = None
     if affine:
-        def per_group(a, name):   # (g0, n0) finite float64
+
+        def per_group(a, name):  # (g0, n0) finite float64
             v = _host_array(a, name, "fiu").astype(np.float64)
             if v.size != g0 * n0:
                 raise InputError(f"{name} must have shape ({g0}, {n0}), got {v.shape}")
@@ -407,16 +447,27 @@ def from_codes(qtype: str, codes, scales, group_size: int, *, zeros=None, offset
 
     packed = packing.pack(codes.astype(np.uint8), qt.bits)
     if group_size == -1 and not affine:
-        sc = s_bits.reshape(n)                  # applied to the fp32 sums: natural order
+        sc = s_bits.reshape(n)  # applied to the fp32 sums: natural order
         off = None
     else:
         sc = packing.permute_scales(s_bits)
         off = None if m is None else packing.permute_scales(halves.to_bits(m, scale_dtype))
     if not math.isfinite(float(global_scale)) or not math.isfinite(float(np.float32(global_scale))):
         raise InputError(f"global_scale must be a finite float32, got {global_scale!r}")
-    return QuantizedWeight(qtype, group_size, n, k, packed, sc, scale_dtype, off,
-                           float(np.float32(global_scale)), None if perm is None else perm.astype(np.int32),
-                           n0, k0)
+    return QuantizedWeight(
+        qtype,
+        group_size,
+        n,
+        k,
+        packed,
+        sc,
+        scale_dtype,
+        off,
+        float(np.float32(global_scale)),
+        None if perm is None else perm.astype(np.int32),
+        n0,
+        k0,
+    )
 
 
 # ---- reference quantizer -------------------------------------------------------------------------
@@ -436,8 +487,9 @@ def _nearest(values: np.ndarray, table: np.ndarray) -> np.ndarray:
 QUANTIZE_QTYPES = ("uint4b8", "uint4", "uint8b128", "uint8", "float8_e4m3fn", "nvfp4", "mxfp4")
 
 
-def quantize(weight, qtype: str = "uint4b8", group_size: int | None = None, *,
-             scale_dtype: str = "float16") -> QuantizedWeight:
+def quantize(
+    weight, qtype: str = "uint4b8", group_size: int | None = None, *, scale_dtype: str = "float16"
+) -> QuantizedWeight:
     """Round-to-nearest quantization of `weight` (out_features, in_features) (NumPy, CuPy or
     torch; any real dtype), one scale per group of `group_size` inputs (-1: per channel; default
     128, or the format's own group for nvfp4 (16) and mxfp4 (32), the only ones they take).
@@ -466,10 +518,10 @@ def quantize(weight, qtype: str = "uint4b8", group_size: int | None = None, *,
     check_shape(n, k0)
     gs = k0 if group_size == -1 else group_size
     k = -(-k0 // gs) * gs
-    if k != k0:                      # a last partial group: zero columns change no scale
+    if k != k0:  # a last partial group: zero columns change no scale
         w = np.pad(w, ((0, 0), (0, k - k0)))
     grp = w.reshape(n, k // gs, gs)
-    amax = np.abs(grp).max(axis=2)                                   # (n, G)
+    amax = np.abs(grp).max(axis=2)  # (n, G)
     global_scale, zeros = 1.0, None
     if qt.kind == "int" and not qt.zero_points:
         s = amax / ((1 << (qt.bits - 1)) - 0.5)
@@ -480,13 +532,13 @@ def quantize(weight, qtype: str = "uint4b8", group_size: int | None = None, *,
         s = amax / 448
     elif qtype == "nvfp4":
         global_scale = max(float(amax.max()), 1e-30) / (448 * 6)
-        s = E4M3[_nearest(amax / 6 / global_scale, E4M3)] * 1.0    # block scales, e4m3 values
+        s = E4M3[_nearest(amax / 6 / global_scale, E4M3)] * 1.0  # block scales, e4m3 values
     else:  # mxfp4
         s = 2.0 ** np.ceil(np.log2(np.maximum(amax, 1e-30) / 6))
     s = np.where(s == 0, 1.0, s)
     s_used = halves.from_bits(_fit(s, scale_dtype, "scales"), scale_dtype).astype(np.float64)
     s_used = np.where(s_used == 0, np.finfo(np.float16).tiny, s_used)
-    eff = s_used[:, :, None] * global_scale                           # (n, G, 1)
+    eff = s_used[:, :, None] * global_scale  # (n, G, 1)
     if qt.kind == "int":
         top = (1 << qt.bits) - 1
         if qt.zero_points:
@@ -500,8 +552,7 @@ def quantize(weight, qtype: str = "uint4b8", group_size: int | None = None, *,
     else:
         q = _nearest(np.clip(grp / eff, -6, 6), E2M1)
     codes = q.reshape(n, k)[:, :k0].astype(np.uint8)
-    return from_codes(qtype, codes, s.T, group_size, zeros=zeros, global_scale=global_scale,
-                      scale_dtype=scale_dtype)
+    return from_codes(qtype, codes, s.T, group_size, zeros=zeros, global_scale=global_scale, scale_dtype=scale_dtype)
 
 
 # ---- the oracle ----------------------------------------------------------------------------------
@@ -518,7 +569,7 @@ def dequantize(qw: QuantizedWeight, act: str | None = None, *, dtype=np.float32)
     act = act or qw.scale_dtype
     n, k = qw.n, qw.k
     codes = packing.unpack(np.asarray(to_host(qw.packed)), n, k, qw.bits)
-    vals = decode(codes, qw.qtype)                                   # (n, k) float64
+    vals = decode(codes, qw.qtype)  # (n, k) float64
     sb = np.asarray(to_host(qw.scales_for(act)))
     if qw.group_size == -1 and qw.offsets is None:
         s = halves.from_bits(sb, act).astype(np.float64)[:, None]
@@ -534,6 +585,6 @@ def dequantize(qw: QuantizedWeight, act: str | None = None, *, dtype=np.float32)
     w = (w * qw.global_scale)[: qw.out_features, : qw.in_features]
     if qw.perm is not None:
         out = np.empty_like(w)
-        out[:, qw.perm] = w                                         # back to checkpoint order
+        out[:, qw.perm] = w  # back to checkpoint order
         w = out
     return w.astype(dtype)

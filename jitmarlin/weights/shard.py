@@ -13,6 +13,7 @@ permutation perm[j] - r K/world. That is exact only where every group the shard 
 wholly inside it (the layout has one scale row per group_size consecutive stored columns), so a
 split that cuts a group is refused, as it is for plain grouped weights.
 """
+
 from __future__ import annotations
 
 import operator
@@ -58,15 +59,18 @@ def _check_groups(order: np.ndarray, k1: int, gs: int, act_order: bool) -> None:
         return
     g = int(cut[0])
     if not act_order:
-        raise InputError(f"shard row-parallel (dim=1): in_features per rank ({k1}) must be a multiple of "
-                         f"group_size ({gs}); this split cuts quantization group {g} (columns "
-                         f"{g * gs}..{min(k0, (g + 1) * gs) - 1}) between ranks {int(lo[g])} and {int(hi[g])}")
+        raise InputError(
+            f"shard row-parallel (dim=1): in_features per rank ({k1}) must be a multiple of "
+            f"group_size ({gs}); this split cuts quantization group {g} (columns "
+            f"{g * gs}..{min(k0, (g + 1) * gs) - 1}) between ranks {int(lo[g])} and {int(hi[g])}"
+        )
     raise InputError(
         f"shard row-parallel (dim=1): act-order group {g} has columns on ranks {int(lo[g])}..{int(hi[g])} "
         f"({len(cut)} of {len(starts)} groups are cut by blocks of {k1} input columns). The packed layout "
         f"keeps one scale row per {gs} consecutive sorted columns, so a group cannot be split exactly; "
         "shard this layer column-parallel (dim=0), pick a world whose blocks hold whole groups, or use "
-        "a checkpoint without act-order")
+        "a checkpoint without act-order"
+    )
 
 
 def _pad(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -78,8 +82,10 @@ def shard_fields(qw, dim, rank, world) -> dict:
     docstring); InputError for a split the layout cannot hold exactly."""
     dim, rank, world = _int(dim, "dim"), _int(rank, "rank"), _int(world, "world")
     if dim not in (0, 1):
-        raise InputError(f"shard: dim must be 0 (column-parallel, split out_features) or 1 "
-                         f"(row-parallel, split in_features), got {dim}")
+        raise InputError(
+            f"shard: dim must be 0 (column-parallel, split out_features) or 1 "
+            f"(row-parallel, split in_features), got {dim}"
+        )
     if world < 1:
         raise InputError(f"shard: world must be >= 1, got {world}")
     if not 0 <= rank < world:
@@ -87,8 +93,8 @@ def shard_fields(qw, dim, rank, world) -> dict:
     qw.validate()
     bits, gs = get_qtype(qw.qtype).bits, int(qw.group_size)
     n, k, n0, k0 = int(qw.n), int(qw.k), int(qw.out_features), int(qw.in_features)
-    codes = packing.unpack(np.asarray(to_host(qw.packed)), n, k, bits)          # (n, k), stored order
-    natural = gs == -1 and qw.offsets is None        # symmetric per-channel: (n,) in natural order
+    codes = packing.unpack(np.asarray(to_host(qw.packed)), n, k, bits)  # (n, k), stored order
+    natural = gs == -1 and qw.offsets is None  # symmetric per-channel: (n,) in natural order
 
     def host_scales(a):
         if a is None:
@@ -97,7 +103,7 @@ def shard_fields(qw, dim, rank, world) -> dict:
         return h.copy() if natural else packing.unpermute_scales(h.reshape(-1, n))
 
     s, m = host_scales(qw.scales), host_scales(qw.offsets)
-    g0 = 1 if gs == -1 else -(-k0 // gs)                                        # groups with data
+    g0 = 1 if gs == -1 else -(-k0 // gs)  # groups with data
     if not natural:
         s, m = s[:g0], None if m is None else m[:g0]
     perm = None if qw.perm is None else np.asarray(to_host(qw.perm)).astype(np.int64)
@@ -114,14 +120,14 @@ def shard_fields(qw, dim, rank, world) -> dict:
             _check_groups(np.arange(k0) if perm is None else perm, k1, gs, perm is not None)
         if perm is None:
             cols = np.arange(lo, lo + k1)
-        else:                              # stored columns whose checkpoint column is in the block
+        else:  # stored columns whose checkpoint column is in the block
             cols = np.flatnonzero((perm >= lo) & (perm < lo + k1))
             perm = perm[cols] - lo
             if np.array_equal(perm, np.arange(k1)):
                 perm = None
         codes = codes[:n0, cols]
         s, m = s[..., :n0], None if m is None else m[:, :n0]
-        if gs > 0:                         # whole groups, in stored (sorted) order
+        if gs > 0:  # whole groups, in stored (sorted) order
             groups = np.unique(cols // gs)
             s, m = s[groups], None if m is None else m[groups]
         n1 = n0
@@ -134,10 +140,20 @@ def shard_fields(qw, dim, rank, world) -> dict:
         g1p = 1 if gs == -1 else k1p // gs
         sc = packing.permute_scales(_pad(s, (g1p, n1p)))
         off = None if m is None else packing.permute_scales(_pad(m, (g1p, n1p)))
-    return dict(qtype=qw.qtype, group_size=gs, n=n1p, k=k1p, packed=packing.pack(codes, bits),
-                scales=np.ascontiguousarray(sc), scale_dtype=qw.scale_dtype,
-                offsets=None if off is None else np.ascontiguousarray(off), global_scale=qw.global_scale,
-                perm=None if perm is None else perm.astype(np.int32), out_features=n1, in_features=k1)
+    return dict(
+        qtype=qw.qtype,
+        group_size=gs,
+        n=n1p,
+        k=k1p,
+        packed=packing.pack(codes, bits),
+        scales=np.ascontiguousarray(sc),
+        scale_dtype=qw.scale_dtype,
+        offsets=None if off is None else np.ascontiguousarray(off),
+        global_scale=qw.global_scale,
+        perm=None if perm is None else perm.astype(np.int32),
+        out_features=n1,
+        in_features=k1,
+    )
 
 
 def concat_fields(weights) -> dict:
@@ -154,19 +170,24 @@ def concat_fields(weights) -> dict:
         w.validate()
         for f in ("qtype", "group_size", "in_features", "scale_dtype", "k"):
             if getattr(w, f) != getattr(first, f):
-                raise InputError(f"concat: weight {i} has {f}={getattr(w, f)!r}, weight 0 {getattr(first, f)!r}; "
-                                 "only weights of one input and one format can share a GEMM")
+                raise InputError(
+                    f"concat: weight {i} has {f}={getattr(w, f)!r}, weight 0 {getattr(first, f)!r}; "
+                    "only weights of one input and one format can share a GEMM"
+                )
         if float(w.global_scale) != float(first.global_scale):
-            raise InputError(f"concat: weight {i} has global_scale {float(w.global_scale)!r}, weight 0 "
-                             f"{float(first.global_scale)!r}; the kernel applies one global scale per GEMM")
+            raise InputError(
+                f"concat: weight {i} has global_scale {float(w.global_scale)!r}, weight 0 "
+                f"{float(first.global_scale)!r}; the kernel applies one global scale per GEMM"
+            )
         if (w.offsets is None) != (first.offsets is None):
             has = "has" if w.offsets is not None else "lacks"
             raise InputError(f"concat: weight {i} {has} zero points and weight 0 does not")
         p0 = None if first.perm is None else np.asarray(to_host(first.perm))
         pi = None if w.perm is None else np.asarray(to_host(w.perm))
         if (p0 is None) != (pi is None) or (p0 is not None and not np.array_equal(p0, pi)):
-            raise InputError(f"concat: weight {i} has another act-order permutation than weight 0; "
-                             "one GEMM gathers x in one order")
+            raise InputError(
+                f"concat: weight {i} has another act-order permutation than weight 0; one GEMM gathers x in one order"
+            )
     bits, gs, k = get_qtype(first.qtype).bits, int(first.group_size), int(first.k)
     natural = gs == -1 and first.offsets is None
     codes, sc, off = [], [], []
@@ -185,8 +206,17 @@ def concat_fields(weights) -> dict:
     else:
         scales = packing.permute_scales(_pad(np.concatenate(sc, axis=1), (sc[0].shape[0], n1p)))
         offsets = None if not off else packing.permute_scales(_pad(np.concatenate(off, axis=1), (off[0].shape[0], n1p)))
-    return dict(qtype=first.qtype, group_size=gs, n=n1p, k=k, packed=packing.pack(codes, bits),
-                scales=np.ascontiguousarray(scales), scale_dtype=first.scale_dtype,
-                offsets=None if offsets is None else np.ascontiguousarray(offsets),
-                global_scale=first.global_scale, perm=None if p0 is None else p0.astype(np.int32),
-                out_features=n1, in_features=int(first.in_features))
+    return dict(
+        qtype=first.qtype,
+        group_size=gs,
+        n=n1p,
+        k=k,
+        packed=packing.pack(codes, bits),
+        scales=np.ascontiguousarray(scales),
+        scale_dtype=first.scale_dtype,
+        offsets=None if offsets is None else np.ascontiguousarray(offsets),
+        global_scale=first.global_scale,
+        perm=None if p0 is None else p0.astype(np.int32),
+        out_features=n1,
+        in_features=int(first.in_features),
+    )

@@ -1,6 +1,7 @@
 """How many thread-block clusters of each size fit on this GPU at once (cuOccupancyMaxActiveClusters),
 for a 256-thread kernel at one block per SM (the decode kernel's shape), by dynamic shared memory.
 Prints one line per (cluster size, shared memory). Device-only probe; no jitmarlin code involved."""
+
 import sys
 
 from cuda.bindings import driver as cu
@@ -34,7 +35,9 @@ def main():
     check(nvrtc.nvrtcGetCUBIN(prog, cubin))
     mod = check(cu.cuModuleLoadData(cubin))
     fn = check(cu.cuModuleGetFunction(mod, b"probe"))
-    check(cu.cuFuncSetAttribute(fn, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 227 * 1024))
+    check(
+        cu.cuFuncSetAttribute(fn, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 227 * 1024)
+    )
     check(cu.cuFuncSetAttribute(fn, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1))
     print(f"device sm_{major}{minor}, {sms} SMs")
     for smem_kb in (100, 150, 200, 227):

@@ -16,6 +16,7 @@ a tile's end) and hands them to rank 0, which adds them to its own:
 t2 rank 0 has the data (waited), t3 rank 0 has added it. Medians over clusters and launches.
     python3 tools/probe/dsmem.py [--kb 64,128] [--reps 20]
 """
+
 import argparse
 
 import numpy as np
@@ -150,7 +151,9 @@ def main() -> None:
     stamps = cp.zeros(4 * nc, dtype=cp.uint64)
     flags = cp.zeros(nc, dtype=cp.int32)
     sink = cp.zeros(1, dtype=cp.float32)
-    print(f"{'mode':5s} {'KB':>4s} {'send':>7s} {'recv':>7s} {'add':>7s} {'total':>7s}   (us, medians over {nc} clusters x {args.reps} launches)")
+    print(
+        f"{'mode':5s} {'KB':>4s} {'send':>7s} {'recv':>7s} {'add':>7s} {'total':>7s}   (us, medians over {nc} clusters x {args.reps} launches)"
+    )
     for kb in (int(x) for x in args.kb.split(",")):
         n4 = kb * 1024 // 16 // 256
         smem = 256 * n4 * 16 + 64

@@ -12,6 +12,7 @@ alone with PDL: each call behind the previous GEMM, the overlap tools/bench keep
 pair with the GEMM launched without and with PDL. The GEMM's results with PDL are checked
 against those without.
     python3 tools/probe/pdl_chain.py [--shapes all] [--m 1,16] [--act float16] [--json FILE]"""
+
 import argparse
 import json
 import os
@@ -54,7 +55,9 @@ import cupy  # noqa: E402
 
 raw = cupy.RawKernel(SRC, "scale_rows")
 print(f"# {torch.cuda.get_device_name(dev)}, {a.act}, group {a.group}; us per step")
-print(f"{'layer':20s} {'M':>4s} {'ahead':>7s} {'ahead':8s} {'GEMM':>7s} {'GEMM PDL':>8s} {'pair':>7s} {'pair PDL':>8s} {'saved':>6s}")
+print(
+    f"{'layer':20s} {'M':>4s} {'ahead':>7s} {'ahead':8s} {'GEMM':>7s} {'GEMM PDL':>8s} {'pair':>7s} {'pair PDL':>8s} {'saved':>6s}"
+)
 for name, (k, n) in select_shapes(a.shapes).items():
     g = a.group
     qws = random_weights(n, k, g, a.act, copies_needed(n * k // 2 + n * (k // g) * 2, l2))
@@ -69,11 +72,22 @@ for name, (k, n) in select_shapes(a.shapes).items():
 
         def ahead_raw(trigger):
             with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
-                raw(((m * k + 255) // 256,), (256,), (h.data_ptr(), gain.data_ptr(), x.data_ptr(), cupy.int32(k),
-                                                    cupy.int32(m * k), cupy.int32(trigger)))
+                raw(
+                    ((m * k + 255) // 256,),
+                    (256,),
+                    (
+                        h.data_ptr(),
+                        gain.data_ptr(),
+                        x.data_ptr(),
+                        cupy.int32(k),
+                        cupy.int32(m * k),
+                        cupy.int32(trigger),
+                    ),
+                )
 
-        aheads = {"torch": ahead_torch} if a.act != "float16" else {
-            "torch": ahead_torch, "trigger": lambda: ahead_raw(1)}
+        aheads = (
+            {"torch": ahead_torch} if a.act != "float16" else {"torch": ahead_torch, "trigger": lambda: ahead_raw(1)}
+        )
         t_gemm = timer([lambda q=q: jitmarlin.linear(x, q, out=out, enable_pdl=False) for q in qws])
         t_gemm_pdl = timer([lambda q=q: jitmarlin.linear(x, q, out=out, enable_pdl=True) for q in qws])
         ahead_torch()
@@ -86,16 +100,32 @@ for name, (k, n) in select_shapes(a.shapes).items():
             t_ahead = timer([ahead])
             pair = {}
             for pdl in (False, True):
-                pair[pdl] = timer([lambda q=q, p=pdl: (ahead(), jitmarlin.linear(x, q, out=out, enable_pdl=p))
-                                   for q in qws])
-            row = {"shape": name, "K": k, "N": n, "M": m, "act": a.act, "ahead": which,
-                   "ahead_us": round(t_ahead, 2), "gemm_us": round(t_gemm, 2), "gemm_pdl_us": round(t_gemm_pdl, 2),
-                   "pair_us": round(pair[False], 2), "pair_pdl_us": round(pair[True], 2),
-                   "saved_us": round(pair[False] - pair[True], 2), "same_result": same, "kernel": "/".join(kern)}
+                pair[pdl] = timer(
+                    [lambda q=q, p=pdl: (ahead(), jitmarlin.linear(x, q, out=out, enable_pdl=p)) for q in qws]
+                )
+            row = {
+                "shape": name,
+                "K": k,
+                "N": n,
+                "M": m,
+                "act": a.act,
+                "ahead": which,
+                "ahead_us": round(t_ahead, 2),
+                "gemm_us": round(t_gemm, 2),
+                "gemm_pdl_us": round(t_gemm_pdl, 2),
+                "pair_us": round(pair[False], 2),
+                "pair_pdl_us": round(pair[True], 2),
+                "saved_us": round(pair[False] - pair[True], 2),
+                "same_result": same,
+                "kernel": "/".join(kern),
+            }
             rows.append(row)
-            print(f"{name:20s} {m:4d} {t_ahead:7.2f} {which:8s} {t_gemm:7.2f} {t_gemm_pdl:8.2f} {pair[False]:7.2f} "
-                  f"{pair[True]:8.2f} {pair[False] - pair[True]:6.2f}  {row['kernel'].replace('jm_', '')}"
-                  f"{'' if same else '  RESULTS DIFFER'}", flush=True)
+            print(
+                f"{name:20s} {m:4d} {t_ahead:7.2f} {which:8s} {t_gemm:7.2f} {t_gemm_pdl:8.2f} {pair[False]:7.2f} "
+                f"{pair[True]:8.2f} {pair[False] - pair[True]:6.2f}  {row['kernel'].replace('jm_', '')}"
+                f"{'' if same else '  RESULTS DIFFER'}",
+                flush=True,
+            )
 if a.json:
     with open(a.json, "w") as f:
         json.dump({"gpu": torch.cuda.get_device_name(dev), "rows": rows}, f, indent=1)

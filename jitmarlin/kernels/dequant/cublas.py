@@ -6,6 +6,7 @@ every call, and cublasSetStream() puts the handle back on cuBLAS's own workspace
 allocates on demand: not allowed during CUDA-graph capture. Here the order is always set stream,
 then set workspace, then GEMM, so a GEMM never allocates and can be captured.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -20,9 +21,17 @@ COMPUTE_32F = 68
 GEMM_DEFAULT = -1
 DTYPES = {"float16": R_16F, "bfloat16": R_16BF}
 
-STATUS = {1: "NOT_INITIALIZED", 3: "ALLOC_FAILED", 7: "INVALID_VALUE", 8: "ARCH_MISMATCH",
-          11: "MAPPING_ERROR", 13: "EXECUTION_FAILED", 14: "INTERNAL_ERROR", 15: "NOT_SUPPORTED",
-          16: "LICENSE_ERROR"}
+STATUS = {
+    1: "NOT_INITIALIZED",
+    3: "ALLOC_FAILED",
+    7: "INVALID_VALUE",
+    8: "ARCH_MISMATCH",
+    11: "MAPPING_ERROR",
+    13: "EXECUTION_FAILED",
+    14: "INTERNAL_ERROR",
+    15: "NOT_SUPPORTED",
+    16: "LICENSE_ERROR",
+}
 SONAMES = ("libcublas.so.13", "libcublas.so.12", "libcublas.so.11", "libcublas.so")
 
 
@@ -86,8 +95,8 @@ def _load() -> ctypes.CDLL:
             tried.append(str(e))
     raise UnsupportedError(
         "cuBLAS not found: the large-M route (dequantise + cuBLAS GEMM) needs libcublas "
-        "(pip install nvidia-cublas-cu12, or a CUDA toolkit on the loader path). Tried: "
-        + "; ".join(tried))
+        "(pip install nvidia-cublas-cu12, or a CUDA toolkit on the loader path). Tried: " + "; ".join(tried)
+    )
 
 
 def library() -> ctypes.CDLL:
@@ -116,13 +125,27 @@ class Blas:
             return
         _check(self.lib.cublasSetStream_v2(self.handle, stream_ptr or None), "cublasSetStream")
         # cublasSetStream has just put the handle back on cuBLAS's own pool: set ours again.
-        _check(self.lib.cublasSetWorkspace_v2(self.handle, self.workspace_ptr, self.workspace_bytes),
-               "cublasSetWorkspace")
+        _check(
+            self.lib.cublasSetWorkspace_v2(self.handle, self.workspace_ptr, self.workspace_bytes), "cublasSetWorkspace"
+        )
         self.stream = stream_ptr
 
-    def linear(self, stream_ptr: int, act: str, m: int, n: int, k: int, x_ptr: int, ldx: int,
-               w_ptr: int, ldw: int, out_ptr: int, ldo: int, alpha: float = 1.0,
-               beta: float = 0.0) -> None:
+    def linear(
+        self,
+        stream_ptr: int,
+        act: str,
+        m: int,
+        n: int,
+        k: int,
+        x_ptr: int,
+        ldx: int,
+        w_ptr: int,
+        ldw: int,
+        out_ptr: int,
+        ldo: int,
+        alpha: float = 1.0,
+        beta: float = 0.0,
+    ) -> None:
         """out = alpha * x @ w.T + beta * out on `stream_ptr`, fp32 accumulation: x (m, k),
         w (n, k), out (m, n), all row-major in `act` with row strides ldx, ldw, ldo (elements).
 
@@ -133,10 +156,30 @@ class Blas:
         self.bind(stream_ptr)
         dt = DTYPES[act]
         a, b = ctypes.c_float(alpha), ctypes.c_float(beta)
-        _check(self.lib.cublasGemmEx(self.handle, OP_T, OP_N, n, m, k, ctypes.byref(a),
-                                     w_ptr, dt, ldw, x_ptr, dt, ldx, ctypes.byref(b),
-                                     out_ptr, dt, ldo, COMPUTE_32F, GEMM_DEFAULT),
-               "cublasGemmEx")
+        _check(
+            self.lib.cublasGemmEx(
+                self.handle,
+                OP_T,
+                OP_N,
+                n,
+                m,
+                k,
+                ctypes.byref(a),
+                w_ptr,
+                dt,
+                ldw,
+                x_ptr,
+                dt,
+                ldx,
+                ctypes.byref(b),
+                out_ptr,
+                dt,
+                ldo,
+                COMPUTE_32F,
+                GEMM_DEFAULT,
+            ),
+            "cublasGemmEx",
+        )
 
     def close(self) -> None:
         if self.handle:

@@ -9,6 +9,7 @@ graphs of one device must be replayed one at a time. A buffer that is outgrown i
 captured earlier still point into it), so the memory held is at most the sum of the sizes seen
 in increasing order, per stream and once more for graphs.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,7 +21,7 @@ from jitmarlin.kernels.dequant import cublas
 from jitmarlin.kernels.plan_base import Plan
 
 MB = 1 << 20
-BIAS_MAX_BLOCKS = 4096          # the bias kernel strides over the rows with at most this many
+BIAS_MAX_BLOCKS = 4096  # the bias kernel strides over the rows with at most this many
 
 
 def cublas_workspace_bytes(cc: tuple[int, int]) -> int:
@@ -41,9 +42,9 @@ class DenseWorkspace:
     def __init__(self, device: int, cc: tuple[int, int]):
         cp = _cp()
         self.device = device
-        self.weights = None        # CuPy uint16 array of `elems` act-dtype values, or None
+        self.weights = None  # CuPy uint16 array of `elems` act-dtype values, or None
         self.elems = 0
-        self.retired: list = []    # outgrown weight buffers: captured graphs may point into them
+        self.retired: list = []  # outgrown weight buffers: captured graphs may point into them
         nbytes = cublas_workspace_bytes(cc)
         s = private_stream(device)
         with cp.cuda.Device(device), s:
@@ -89,7 +90,8 @@ def workspace(device: int, stream_ptr: int, elems: int, cc: tuple[int, int]) -> 
             raise CaptureError(
                 "the large-M route needs a dense weight workspace that is not allocated yet, and "
                 "allocating is not allowed during CUDA-graph capture: call linear() once with this "
-                "weight and a batch of this size on this GPU before capturing (warm-up)")
+                "weight and a batch of this size on this GPU before capturing (warm-up)"
+            )
         return ws
     if ws is None:
         ws = _dense[(device, stream_ptr)] = DenseWorkspace(device, cc)
@@ -107,18 +109,49 @@ class DequantLauncher:
     kernels.launch.Launcher's). A call: expand the weight into the workspace (dequant kernel), fill out
     with the bias rows when there is a bias, then out = gscale * x @ W.T (+ out) by cuBLAS."""
 
-    __slots__ = ("plan", "device", "stream", "stream_ptr", "keep", "dequant", "bias", "grid",
-                 "block", "bias_grid", "dq_args", "blas", "act", "m", "n_out", "k_in", "w_ptr",
-                 "ldw", "gscale", "m32", "n_out32")
+    __slots__ = (
+        "plan",
+        "device",
+        "stream",
+        "stream_ptr",
+        "keep",
+        "dequant",
+        "bias",
+        "grid",
+        "block",
+        "bias_grid",
+        "dq_args",
+        "blas",
+        "act",
+        "m",
+        "n_out",
+        "k_in",
+        "w_ptr",
+        "ldw",
+        "gscale",
+        "m32",
+        "n_out32",
+    )
 
-    def __init__(self, plan: Plan, artifact: Artifact, key: str, device: int, stream_ptr: int,
-                 ptrs: dict, ws: DenseWorkspace, n_out: int, k_in: int, gscale: float):
+    def __init__(
+        self,
+        plan: Plan,
+        artifact: Artifact,
+        key: str,
+        device: int,
+        stream_ptr: int,
+        ptrs: dict,
+        ws: DenseWorkspace,
+        n_out: int,
+        k_in: int,
+        gscale: float,
+    ):
         spec, p = plan.spec, plan.problem
         self.plan = plan
         self.device = device
         self.stream_ptr = stream_ptr
         self.stream = stream_object(stream_ptr)
-        self.keep = (ws, ws.weights)   # the buffer this launcher writes must outlive it
+        self.keep = (ws, ws.weights)  # the buffer this launcher writes must outlive it
         self.dequant = get_function(artifact, key, device)
         self.bias = get_function(artifact, key, device, artifact.name + "_bias")
         self.grid = (plan.grid, 1, 1)
@@ -126,8 +159,14 @@ class DequantLauncher:
         words = p.m * n_out // 2
         self.bias_grid = (max(1, min(BIAS_MAX_BLOCKS, -(-words // spec.threads))), 1, 1)
         self.w_ptr = ws.weights.data.ptr
-        self.dq_args = (np.uint64(ptrs["B"]), np.uint64(ptrs["S"]), np.uint64(ptrs["Z"]),
-                        np.uint64(self.w_ptr), np.int32(p.n), np.int32(p.k))
+        self.dq_args = (
+            np.uint64(ptrs["B"]),
+            np.uint64(ptrs["S"]),
+            np.uint64(ptrs["Z"]),
+            np.uint64(self.w_ptr),
+            np.int32(p.n),
+            np.int32(p.k),
+        )
         self.blas = ws.blas
         self.act = spec.act
         self.m, self.n_out, self.k_in = p.m, n_out, k_in
@@ -136,7 +175,7 @@ class DequantLauncher:
         self.gscale = float(gscale)
 
     def __call__(self, x_ptr: int, lda: int, out_ptr: int, bias_ptr: int) -> None:
-        if current_device() != self.device:   # its kernels and cuBLAS handle belong to this device
+        if current_device() != self.device:  # its kernels and cuBLAS handle belong to this device
             with _cp().cuda.Device(self.device):
                 self._run(x_ptr, lda, out_ptr, bias_ptr)
         else:
@@ -145,10 +184,25 @@ class DequantLauncher:
     def _run(self, x_ptr: int, lda: int, out_ptr: int, bias_ptr: int) -> None:
         self.dequant(self.grid, self.block, self.dq_args, stream=self.stream)
         if bias_ptr:
-            self.bias(self.bias_grid, self.block,
-                      (np.uint64(bias_ptr), np.uint64(out_ptr), self.m32, self.n_out32),
-                      stream=self.stream)
+            self.bias(
+                self.bias_grid,
+                self.block,
+                (np.uint64(bias_ptr), np.uint64(out_ptr), self.m32, self.n_out32),
+                stream=self.stream,
+            )
         # Only the caller's k_in columns and n_out rows of the padded weight take part.
-        self.blas.linear(self.stream_ptr, self.act, self.m, self.n_out, self.k_in, x_ptr, lda,
-                         self.w_ptr, self.ldw, out_ptr, self.n_out, alpha=self.gscale,
-                         beta=1.0 if bias_ptr else 0.0)
+        self.blas.linear(
+            self.stream_ptr,
+            self.act,
+            self.m,
+            self.n_out,
+            self.k_in,
+            x_ptr,
+            lda,
+            self.w_ptr,
+            self.ldw,
+            out_ptr,
+            self.n_out,
+            alpha=self.gscale,
+            beta=1.0 if bias_ptr else 0.0,
+        )

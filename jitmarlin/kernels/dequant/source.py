@@ -1,5 +1,6 @@
 """The dequantisation kernel's template glue (templates/dequant.cu.j2), registered with the shared
 renderer."""
+
 from __future__ import annotations
 
 from jitmarlin._version import __version__
@@ -19,9 +20,19 @@ def dequant_partials(spec: DequantSpec, target: str = "cuda") -> dict[str, str]:
 
 
 def render_dequant(spec: DequantSpec, target: str) -> str:
-    return _render.env().get_template("dequant.cu.j2").render(
-        spec=spec, target=target, version=__version__, partials=dequant_partials(spec, target),
-        act_ptx="bf16" if spec.act == "bfloat16" else "f16", bits=spec.bits, affine=spec.affine)
+    return (
+        _render.env()
+        .get_template("dequant.cu.j2")
+        .render(
+            spec=spec,
+            target=target,
+            version=__version__,
+            partials=dequant_partials(spec, target),
+            act_ptx="bf16" if spec.act == "bfloat16" else "f16",
+            bits=spec.bits,
+            affine=spec.affine,
+        )
+    )
 
 
 _render.register_renderer(DequantSpec, render_dequant)

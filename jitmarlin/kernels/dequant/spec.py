@@ -1,4 +1,5 @@
 """The dequantisation kernel's spec (the large-M dequant + cuBLAS route, templates/dequant.cu.j2)."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,8 @@ class DequantSpec(_WeightFormat):
     """
 
     route: ClassVar[str] = "dequant"
-    WARP_K: ClassVar[int] = 16      # weights along K that one warp expands
-    WARP_N: ClassVar[int] = 64      # weights along N that one warp expands
+    WARP_K: ClassVar[int] = 16  # weights along K that one warp expands
+    WARP_N: ClassVar[int] = 64  # weights along N that one warp expands
 
     path: str
     qtype: str

@@ -1,12 +1,10 @@
 """GEMV plan rules: decode (M <= 16) without cross-block partial sums on sm_80+, its column
 blocks, clusters, spread and hybrid plans (GemvSpec). Pure."""
+
 from __future__ import annotations
 
 from jitmarlin.jit.profiles import DeviceProfile
-from jitmarlin.kernels.plan_base import (
-    _fits,
-    group_blocks,
-)
+from jitmarlin.kernels.plan_base import _fits, group_blocks
 from jitmarlin.kernels.problem import Problem
 from jitmarlin.kernels.spec import HYBRID_MAX_SHARERS, GemvSpec
 from jitmarlin.weights.qtypes import get_qtype
@@ -96,8 +94,10 @@ def hybrid_fits(profile: DeviceProfile, p: Problem, warps: int, unroll: int) -> 
     if not g < cols < 2 * g:
         return f"it needs between {g} and {2 * g} 64-column blocks (one owned a block), N={p.n} has {cols}"
     if -(-g // (cols - g)) > HYBRID_MAX_SHARERS:
-        return (f"each of the {cols - g} column blocks past the grid would be shared by more than "
-                f"{HYBRID_MAX_SHARERS} blocks")
+        return (
+            f"each of the {cols - g} column blocks past the grid would be shared by more than "
+            f"{HYBRID_MAX_SHARERS} blocks"
+        )
     if p.k // (16 * unroll) < 2 * warps:
         return f"K={p.k} gives a warp less than two batches of its block's column block"
     return None
@@ -106,7 +106,7 @@ def hybrid_fits(profile: DeviceProfile, p: Problem, warps: int, unroll: int) -> 
 def _gemv_fill(profile: DeviceProfile, spec: GemvSpec, cols: int) -> float:
     """Column blocks an SM on average over the most any SM streams: 1.0 where every SM has the
     same share."""
-    if spec.spread == 2:   # an owned column block plus at most 1 / (G // R) of a shared one
+    if spec.spread == 2:  # an owned column block plus at most 1 / (G // R) of a shared one
         busiest = 1 + 1 / (profile.sms // (cols - profile.sms))
     elif spec.spread:
         busiest = -(-cols // spread_clusters(profile, spec.cluster, cols)) / spec.cluster
@@ -140,8 +140,13 @@ def gemv_specs(profile: DeviceProfile, p: Problem) -> list[GemvSpec]:
         # (M = 1) clusters of 2 were 1.04-1.3x the time of single blocks (the gather through
         # distributed shared memory).
         g = spread_clusters(profile, cl, cols)
-        if (cl == 1 and _gemv_light(p) and cols > 1 and -(-cols // g) <= warps * cl
-                and cols // g * (p.k // (16 * unroll)) >= 2 * warps * cl):
+        if (
+            cl == 1
+            and _gemv_light(p)
+            and cols > 1
+            and -(-cols // g) <= warps * cl
+            and cols // g * (p.k // (16 * unroll)) >= 2 * warps * cl
+        ):
             cands.append(GemvSpec(profile.path, p.qtype, p.act, gb, warps, warps, unroll, cl, max_m, spread=True))
     # Pairs: two blocks a column block without a cluster, one block an SM (sm_90+).
     # (at most four column blocks a block: the workspace's pair slots, launch.PAIR_SLOT_WORDS, are
@@ -156,14 +161,21 @@ def gemv_specs(profile: DeviceProfile, p: Problem) -> list[GemvSpec]:
     # column block each, so that every SM streams (H100, 70B qkv, 160 column blocks: 0.93x the
     # Stream-K kernel's time, where 16-warp blocks of two column blocks fill 80 SMs: 1.07x).
     if profile.sms < cols <= 2 * profile.sms:
-        cands.append(GemvSpec(profile.path, p.qtype, p.act, gb, warps // 2, warps // 2, unroll, 1, max_m,
-                              occupancy=2))
+        cands.append(GemvSpec(profile.path, p.qtype, p.act, gb, warps // 2, warps // 2, unroll, 1, max_m, occupancy=2))
     ranked = [(_gemv_fill(profile, s, cols), s) for s in cands if _fits(profile, s)]
     # at equal fill a pair plan before the cluster plan of the same blocks where the planner takes
     # pairs (_pair_planned), after every other plan elsewhere
     pairs_first = _pair_planned(profile, p.m)
-    ranked.sort(key=lambda t: (-round(t[0], 6), t[1].spread, t[1].occupancy, t[1].col_blocks,
-                               t[1].pair != pairs_first, t[1].cluster))
+    ranked.sort(
+        key=lambda t: (
+            -round(t[0], 6),
+            t[1].spread,
+            t[1].occupancy,
+            t[1].col_blocks,
+            t[1].pair != pairs_first,
+            t[1].cluster,
+        )
+    )
     return [s for _, s in ranked]
 
 

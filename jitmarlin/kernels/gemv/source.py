@@ -1,4 +1,5 @@
 """The GEMV family's template glue (templates/gemv.cu.j2), registered with the shared renderer."""
+
 from __future__ import annotations
 
 from jitmarlin._version import __version__
@@ -18,10 +19,20 @@ def gemv_partials(spec: GemvSpec, target: str = "cuda") -> dict[str, str]:
 
 
 def render_gemv(spec: GemvSpec, target: str) -> str:
-    return _render.env().get_template("gemv.cu.j2").render(
-        spec=spec, target=target, version=__version__, partials=gemv_partials(spec, target),
-        act_ptx="bf16" if spec.act == "bfloat16" else "f16", bits=spec.bits, affine=spec.affine,
-        hybrid_max_sharers=HYBRID_MAX_SHARERS)
+    return (
+        _render.env()
+        .get_template("gemv.cu.j2")
+        .render(
+            spec=spec,
+            target=target,
+            version=__version__,
+            partials=gemv_partials(spec, target),
+            act_ptx="bf16" if spec.act == "bfloat16" else "f16",
+            bits=spec.bits,
+            affine=spec.affine,
+            hybrid_max_sharers=HYBRID_MAX_SHARERS,
+        )
+    )
 
 
 _render.register_renderer(GemvSpec, render_gemv)

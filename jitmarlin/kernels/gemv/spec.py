@@ -1,4 +1,5 @@
 """The decode GEMV kernel's spec (templates/gemv.cu.j2)."""
+
 from __future__ import annotations
 
 import json
@@ -69,8 +70,7 @@ class GemvSpec(_WeightFormat):
         """Whether the kernel applies the group scale to a group's sums instead of to every
         weight: symmetric types with groups of at least 64 along K, one token block (max_m 8),
         not hybrid (tools/PERF.md entry 47)."""
-        return (self.group_blocks >= 4 and not get_qtype(self.qtype).zero_points and self.max_m == 8
-                and self.spread != 2)
+        return self.group_blocks >= 4 and not get_qtype(self.qtype).zero_points and self.max_m == 8 and self.spread != 2
 
     @property
     def col_blocks(self) -> int:
@@ -140,8 +140,9 @@ class GemvSpec(_WeightFormat):
         if self.unroll not in (1, 2, 4, 8) or self.unroll * self.bits // 4 > 8:
             raise ValueError(f"unroll must be 1, 2, 4 or 8 with at most 8 16-byte loads a batch, got {self.unroll}")
         if self.occupancy not in (1, 2) or self.occupancy * self.warps > 16:
-            raise ValueError(f"occupancy {self.occupancy} x {self.warps} warps: at most 16 warps of 128 "
-                             "registers an SM")
+            raise ValueError(
+                f"occupancy {self.occupancy} x {self.warps} warps: at most 16 warps of 128 registers an SM"
+            )
         if self.max_m not in (8, 16):
             raise ValueError(f"max_m (rows of x) must be 8 or 16, got {self.max_m}")
         if self.cluster not in (1, 2):
@@ -164,12 +165,15 @@ class GemvSpec(_WeightFormat):
     @property
     def name(self) -> str:
         """Kernel symbol: jm_gemv_sm80_uint4b8_f16_g128_m8w16k16u4c2 (pair: ...u4c2x)."""
-        return (f"jm_gemv_{self.path}_{self.qtype}_{ACT_DTYPES[self.act]}_{self.group_tag}"
-                f"_m{self.max_m}w{self.warps}k{self.kwarps}u{self.unroll}"
-                + (f"c{self.cluster}" if self.cluster > 1 else "")
-                + ("x" if self.pair else "")
-                + (f"o{self.occupancy}" if self.occupancy > 1 else "") + ("", "s", "h")[int(self.spread)]
-                + ("p" if self.pdl else ""))
+        return (
+            f"jm_gemv_{self.path}_{self.qtype}_{ACT_DTYPES[self.act]}_{self.group_tag}"
+            f"_m{self.max_m}w{self.warps}k{self.kwarps}u{self.unroll}"
+            + (f"c{self.cluster}" if self.cluster > 1 else "")
+            + ("x" if self.pair else "")
+            + (f"o{self.occupancy}" if self.occupancy > 1 else "")
+            + ("", "s", "h")[int(self.spread)]
+            + ("p" if self.pdl else "")
+        )
 
 
 register_kind(GemvSpec, family="gemv")

@@ -3,6 +3,7 @@ spec's tiles are dealt to blocks (Stream-K, whole tiles, half tiles, hybrid plan
 and the decode refinements of the mma.sync kernel (clusters, whole-tile decode, narrow deep
 pipelines, late publishing, TMA weight boxes). plan_spec() makes the Plan of a given spec. Pure.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -38,8 +39,8 @@ from jitmarlin.kernels.spec import AnySpec, GemvSpec, KernelSpec
 # gate_up 90.6 vs 101.7, o 17.5 vs 18.5). The kernels stay buildable for the autotuner and tests.
 CLUSTER_DECODE = False
 CLUSTER_SIZES = (2, 4, 8)
-CLUSTER_MAX_LOAD = 1.03   # a cluster plan's busiest block against Stream-K's, in weight bytes
-CLUSTER_MAX_M = 16        # decode (one m16 block)
+CLUSTER_MAX_LOAD = 1.03  # a cluster plan's busiest block against Stream-K's, in weight bytes
+CLUSTER_MAX_M = 16  # decode (one m16 block)
 
 
 def cluster_tiles(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> int:
@@ -57,7 +58,7 @@ def cluster_tiles(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> int:
 
 def _geometry(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> tuple[int, int]:
     """(grid, iters) of the fused kernel `spec` on `p`."""
-    if isinstance(spec, GemvSpec):   # a block (a cluster) per spec.col_blocks column blocks, or spread
+    if isinstance(spec, GemvSpec):  # a block (a cluster) per spec.col_blocks column blocks, or spread
         if spec.spread == 2:
             return profile.sms, 0
         if spec.spread:
@@ -70,7 +71,7 @@ def _geometry(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> tuple[int
     if spec.cluster > 1 and not spec.wgmma:
         t = cluster_tiles(profile, p, spec)
         return -(-(m_chunks * n_tiles) // t) * spec.cluster, t * k_tiles // spec.cluster
-    if getattr(spec, "whole", False):   # whole tiles a block, as few a block as the GPU allows
+    if getattr(spec, "whole", False):  # whole tiles a block, as few a block as the GPU allows
         per = -(-(m_chunks * n_tiles) // (profile.sms * spec.occupancy))
         return -(-(m_chunks * n_tiles) // per), per * k_tiles
     # `occupancy` blocks per SM; every block takes an equal run of the striped work list so that
@@ -83,7 +84,7 @@ def _geometry(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> tuple[int
     if whole:
         return whole
     halves = _half_tiles(profile, spec, m_chunks * n_tiles, n_tiles, k_tiles, iters)
-    if halves and not halves[2]:    # (with whole tiles first it is a hybrid plan: _hybrid)
+    if halves and not halves[2]:  # (with whole tiles first it is a hybrid plan: _hybrid)
         return halves[0], halves[1]
     return -(-total // iters), iters
 
@@ -106,8 +107,9 @@ def tiles_in_step(per: int, n_tiles: int) -> bool:
     return n_tiles % per == 0 or per % n_tiles == 0
 
 
-def _whole_tiles(profile: DeviceProfile, spec: KernelSpec, tiles: int, n_tiles: int, k_tiles: int,
-                 stream_iters: int) -> tuple[int, int] | None:
+def _whole_tiles(
+    profile: DeviceProfile, spec: KernelSpec, tiles: int, n_tiles: int, k_tiles: int, stream_iters: int
+) -> tuple[int, int] | None:
     """(grid, iters) with whole tiles a block, or None where that loads the busiest block more
     than WHOLE_TILES_MAX_LOAD x `stream_iters` (or the kernel is not the wgmma one). Of the tile
     counts a block within that load, the fewest that keep the blocks in step (tiles_in_step),
@@ -137,12 +139,13 @@ def _whole_tiles(profile: DeviceProfile, spec: KernelSpec, tiles: int, n_tiles: 
 HALF_TILES = True
 HALF_TILES_MAX_EXTRA = 6
 HALF_TILES_MAX_LOAD = 1.035
-HALF_TILES_MIN_FILL = 0.9   # blocks against SMs: below this the idle SMs cost more than the split
-HALF_TILES_MIN_TM = 8       # tiles of at least 128 tokens (the ones measured)
+HALF_TILES_MIN_FILL = 0.9  # blocks against SMs: below this the idle SMs cost more than the split
+HALF_TILES_MIN_TM = 8  # tiles of at least 128 tokens (the ones measured)
 
 
-def _half_tiles(profile: DeviceProfile, spec: KernelSpec, tiles: int, n_tiles: int, k_tiles: int,
-                stream_iters: int) -> tuple[int, int, int] | None:
+def _half_tiles(
+    profile: DeviceProfile, spec: KernelSpec, tiles: int, n_tiles: int, k_tiles: int, stream_iters: int
+) -> tuple[int, int, int] | None:
     """(grid, iters, whole) of a half-tile plan of `spec` (above), or None: not the wgmma kernel at
     one block an SM on tiles of 128 or 256 tokens, an odd K-tile count, no grid between
     HALF_TILES_MIN_FILL x SMs and SMs that
@@ -151,7 +154,7 @@ def _half_tiles(profile: DeviceProfile, spec: KernelSpec, tiles: int, n_tiles: i
     `stream_iters` (the Stream-K share) by more than HALF_TILES_MAX_EXTRA steps or
     HALF_TILES_MAX_LOAD x."""
     if not HALF_TILES or not spec.wgmma or spec.occupancy != 1 or spec.tm < HALF_TILES_MIN_TM or k_tiles % 2:
-        return None     # (measured on 128- and 256-token tiles only)
+        return None  # (measured on 128- and 256-token tiles only)
     for grid in range(profile.sms, int(HALF_TILES_MIN_FILL * profile.sms) - 1, -1):
         waves, odd = divmod(2 * tiles, grid)
         if odd or waves % 2 == 0:
@@ -161,7 +164,7 @@ def _half_tiles(profile: DeviceProfile, spec: KernelSpec, tiles: int, n_tiles: i
             continue
         load = whole * k_tiles + k_tiles // 2
         if load - stream_iters > HALF_TILES_MAX_EXTRA or load > HALF_TILES_MAX_LOAD * stream_iters:
-            return None     # (smaller grids only load the blocks more)
+            return None  # (smaller grids only load the blocks more)
         return grid, k_tiles // 2, whole
     return None
 
@@ -202,13 +205,22 @@ def tail_spec(p: Problem, spec: AnySpec) -> AnySpec:
 def _half_cluster_spec(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> KernelSpec:
     """`spec` in clusters of two where its plan is a half-tile plan whose clusters the GPU holds
     at once, else `spec`."""
-    if (not HALF_TILES_CLUSTER or not spec.wgmma or spec.cluster > 1 or spec.occupancy != 1
-            or spec.tm < HALF_TILES_MIN_TM or not profile.cluster_capacity(2)):
+    if (
+        not HALF_TILES_CLUSTER
+        or not spec.wgmma
+        or spec.cluster > 1
+        or spec.occupancy != 1
+        or spec.tm < HALF_TILES_MIN_TM
+        or not profile.cluster_capacity(2)
+    ):
         return spec
     pl = plan_spec(profile, p, spec)
     two = replace(spec, cluster=2)
-    if (is_half_plan(p, spec, pl.grid, pl.iters, pl.whole) and pl.grid // 2 <= profile.cluster_capacity(2)
-            and _fits(profile, two)):
+    if (
+        is_half_plan(p, spec, pl.grid, pl.iters, pl.whole)
+        and pl.grid // 2 <= profile.cluster_capacity(2)
+        and _fits(profile, two)
+    ):
         return two
     return spec
 
@@ -239,8 +251,12 @@ def _hybrid(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> tuple[int, 
     k_tiles = p.k // spec.tile_k
     whole, rest = divmod(tiles, profile.sms)
     stream = -(-tiles * k_tiles // profile.sms)
-    if (whole == 0 or rest == 0 or not tiles_in_step(whole, n_tiles)
-            or _whole_tiles(profile, spec, tiles, n_tiles, k_tiles, stream)):
+    if (
+        whole == 0
+        or rest == 0
+        or not tiles_in_step(whole, n_tiles)
+        or _whole_tiles(profile, spec, tiles, n_tiles, k_tiles, stream)
+    ):
         return None
     halves = _half_tiles(profile, spec, tiles, n_tiles, k_tiles, stream)
     if halves and halves[2]:
@@ -257,8 +273,14 @@ def _cluster_spec(profile: DeviceProfile, p: Problem, base: KernelSpec) -> Kerne
     """The decode kernel with clusters whose busiest block streams at most CLUSTER_MAX_LOAD x
     the weight bytes of `base`'s Stream-K plan (the lightest such; ties in preference order), or
     None."""
-    if (not CLUSTER_DECODE or not profile.clusters or profile.cc < (9, 0) or base.path != "sm80"
-            or base.cluster > 1 or p.m > CLUSTER_MAX_M):
+    if (
+        not CLUSTER_DECODE
+        or not profile.clusters
+        or profile.cc < (9, 0)
+        or base.path != "sm80"
+        or base.cluster > 1
+        or p.m > CLUSTER_MAX_M
+    ):
         return None
     limit = CLUSTER_MAX_LOAD * _block_bytes(profile, p, base)
     best, best_bytes = None, None
@@ -291,8 +313,7 @@ BULK_MIN_STAGE_BYTES = 32 * 1024
 
 def bulk_fits(spec: KernelSpec) -> bool:
     """Whether `spec` can take its weights by TMA boxes (KernelSpec.bulk's limits)."""
-    return (spec.path == "sm80" and spec.cluster == 1 and spec.tm == 1
-            and spec.tile_n * spec.bits // 4 <= 256)
+    return spec.path == "sm80" and spec.cluster == 1 and spec.tm == 1 and spec.tile_n * spec.bits // 4 <= 256
 
 
 # x by TMA boxes too (KernelSpec.xbox), for bf16 only: H200 at M = 12 and 16, A/B in one process
@@ -310,8 +331,14 @@ def xbox_fits(spec: KernelSpec) -> bool:
 
 def bulk_spec(profile: DeviceProfile, spec: KernelSpec) -> KernelSpec:
     """`spec` with TMA weight boxes (and x's, in bf16) where the rules above take them, else `spec`."""
-    if (not BULK_DECODE or profile.cc != (9, 0) or spec.route != "fused" or spec.wgmma
-            or not bulk_fits(spec) or spec.tile_k * spec.tile_n * spec.bits // 8 < BULK_MIN_STAGE_BYTES):
+    if (
+        not BULK_DECODE
+        or profile.cc != (9, 0)
+        or spec.route != "fused"
+        or spec.wgmma
+        or not bulk_fits(spec)
+        or spec.tile_k * spec.tile_n * spec.bits // 8 < BULK_MIN_STAGE_BYTES
+    ):
         return spec
     bulk = replace(spec, bulk=True)
     if not _fits(profile, bulk):
@@ -333,8 +360,17 @@ NARROW_DEEP_STAGES = 3
 
 def _narrow_deep_decode(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> KernelSpec | None:
     """The 128 x 512 Stream-K tile where the rule above takes it, else None."""
-    if (not NARROW_DEEP_DECODE or profile.cc != (9, 0) or spec.path != "sm80" or spec.tm != 1
-            or spec.tn != 16 or spec.tk != 16 or spec.cluster > 1 or spec.whole or p.k % 512):
+    if (
+        not NARROW_DEEP_DECODE
+        or profile.cc != (9, 0)
+        or spec.path != "sm80"
+        or spec.tm != 1
+        or spec.tn != 16
+        or spec.tk != 16
+        or spec.cluster > 1
+        or spec.whole
+        or p.k % 512
+    ):
         return None
     iters = _geometry(profile, p, spec)[1]
     if p.k // spec.tile_k < NARROW_DEEP_MIN_SHARERS * iters:
@@ -394,14 +430,20 @@ WHOLE_DECODE_TK32_STAGES = 6
 def _whole_decode(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> KernelSpec | None:
     """A plan of one whole tile a block where the rule above takes it (the planner's tile, else a
     narrower one of the same depth that divides N), else None."""
-    if (not WHOLE_DECODE or profile.cc != (9, 0) or spec.path != "sm80" or spec.tm != 1
-            or spec.cluster > 1 or spec.whole):
+    if (
+        not WHOLE_DECODE
+        or profile.cc != (9, 0)
+        or spec.path != "sm80"
+        or spec.tm != 1
+        or spec.cluster > 1
+        or spec.whole
+    ):
         return None
     k_tiles = p.k // spec.tile_k
     iters = _geometry(profile, p, spec)[1]
     if iters % k_tiles == 0 or k_tiles > WHOLE_DECODE_MAX_STEPS:
-        return None      # (Stream-K already deals whole tiles, or the tiles are deep)
-    busiest = iters * spec.tile_n              # Stream-K's busiest block, in K-step columns
+        return None  # (Stream-K already deals whole tiles, or the tiles are deep)
+    busiest = iters * spec.tile_n  # Stream-K's busiest block, in K-step columns
     for tn in (spec.tn, 8, 4):
         if tn > spec.tn or (tn < spec.tn and p.n % (16 * tn)):
             continue
@@ -419,8 +461,14 @@ def _whole_decode(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> Kerne
 
 def _late_spec(profile: DeviceProfile, p: Problem, spec: KernelSpec) -> KernelSpec:
     """`spec` with late publishing where the rule above takes it, else `spec`."""
-    if (not LATE_PUBLISH or profile.cc != (9, 0) or spec.path != "sm80" or spec.tm != 1
-            or spec.cluster > 1 or spec.whole):
+    if (
+        not LATE_PUBLISH
+        or profile.cc != (9, 0)
+        or spec.path != "sm80"
+        or spec.tm != 1
+        or spec.cluster > 1
+        or spec.whole
+    ):
         return spec
     grid, iters = _geometry(profile, p, spec)
     if iters > LATE_MAX_ITERS or not late_contributors(p, spec, grid, iters):
@@ -443,25 +491,29 @@ def plan_spec(profile: DeviceProfile, p: Problem, spec: AnySpec) -> Plan:
             raise UnsupportedError(f"{spec.name}: a hybrid plan does not fit {profile.name}: {why}")
         spread = spread_clusters(profile, spec.cluster, p.n // 64)
         if spec.spread == 1 and -(-(p.n // 64) // spread) > spec.threads // 32 * spec.cluster:
-            raise UnsupportedError(f"{spec.name}: a spread plan takes at most one 64-column block a warp "
-                                   f"of a cluster; N={p.n} on {profile.name} needs more")
+            raise UnsupportedError(
+                f"{spec.name}: a spread plan takes at most one 64-column block a warp "
+                f"of a cluster; N={p.n} on {profile.name} needs more"
+            )
         if profile.path != "sm80":
             raise UnsupportedError(f"{spec.name} needs the sm80 path (sm_80+); {profile.name} is {profile.arch}")
     if getattr(spec, "bulk", False) and profile.cc < (9, 0):
-        raise UnsupportedError(f"{spec.name} takes its weights by TMA (bulk), which needs sm_90 or newer; "
-                               f"{profile.name} is {profile.arch}")
+        raise UnsupportedError(
+            f"{spec.name} takes its weights by TMA (bulk), which needs sm_90 or newer; {profile.name} is {profile.arch}"
+        )
     if spec.wgmma and not wgmma_available(profile):
         raise UnsupportedError(f"{spec.name} is a wgmma (sm_90a) kernel; {profile.name} is {profile.arch}")
     if getattr(spec, "cluster", 1) > 1 and profile.cc < (9, 0):
         what = "128-bit atomic exchanges (a pair plan)" if getattr(spec, "pair", False) else "thread-block clusters"
-        raise UnsupportedError(f"{spec.name} uses {what}, which need sm_90 or newer; "
-                               f"{profile.name} is {profile.arch}")
+        raise UnsupportedError(f"{spec.name} uses {what}, which need sm_90 or newer; {profile.name} is {profile.arch}")
     if spec.route == "fused":
         if p.k % spec.tile_k:
             raise InputError(f"K={p.k} is not a multiple of the kernel's K tile {spec.tile_k}")
         if not _fits(profile, spec):
-            raise UnsupportedError(f"{spec.name} needs more shared memory than {profile.name} has "
-                                   f"({spec.occupancy} block(s) of {spec.smem_bytes()} bytes per SM)")
+            raise UnsupportedError(
+                f"{spec.name} needs more shared memory than {profile.name} has "
+                f"({spec.occupancy} block(s) of {spec.smem_bytes()} bytes per SM)"
+            )
     return plan_of(profile, p, spec)
 
 
@@ -472,8 +524,13 @@ def plan_of(profile: DeviceProfile, p: Problem, spec: AnySpec) -> Plan:
         return Plan(spec=spec, problem=p, grid=spec.grid(p.n, p.k), iters=1, smem_bytes=0)
     hybrid = _hybrid(profile, p, spec)
     grid, iters, whole = hybrid or (*_geometry(profile, p, spec), 0)
-    if spec.wgmma and spec.cluster > 1 and not (
-            is_half_plan(p, spec, grid, iters, whole) and grid // 2 <= profile.cluster_capacity(2)):
-        raise UnsupportedError(f"{spec.name} runs half-tile plans only (two blocks a split tile, in clusters "
-                               f"of two); M={p.m} N={p.n} K={p.k} on {profile.name} has none")
+    if (
+        spec.wgmma
+        and spec.cluster > 1
+        and not (is_half_plan(p, spec, grid, iters, whole) and grid // 2 <= profile.cluster_capacity(2))
+    ):
+        raise UnsupportedError(
+            f"{spec.name} runs half-tile plans only (two blocks a split tile, in clusters "
+            f"of two); M={p.m} N={p.n} K={p.k} on {profile.name} has none"
+        )
     return Plan(spec=spec, problem=p, grid=grid, iters=iters, smem_bytes=spec.smem_bytes(), whole=whole)

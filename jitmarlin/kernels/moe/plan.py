@@ -5,6 +5,7 @@ Nothing here may depend on the routing itself (it is on the GPU, and changes bet
 CUDA graph): the grids are sized for the worst case, max_blocks row blocks of block_m rows, and
 blocks past the rows the alignment kernel produced return at once.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,14 +13,7 @@ from dataclasses import dataclass
 from jitmarlin.errors import InputError, UnsupportedError
 from jitmarlin.jit.profiles import DeviceProfile
 from jitmarlin.kernels.moe.spec import ACTIVATIONS, ROUTE_THREADS, MoEGemvSpec, MoERouteSpec, MoESpec
-from jitmarlin.kernels.moe.wgmma import (
-    MoEWgmmaSpec,
-    fits,
-    wgmma_candidates,
-    wgmma_default,
-    wgmma_stage_spec,
-    wgmma_tm,
-)
+from jitmarlin.kernels.moe.wgmma import MoEWgmmaSpec, fits, wgmma_candidates, wgmma_default, wgmma_stage_spec, wgmma_tm
 from jitmarlin.kernels.plan_base import PATH_MAX_STAGES, check_problem, group_blocks, max_tm, wgmma_available
 from jitmarlin.kernels.problem import Problem
 
@@ -42,7 +36,7 @@ class MoEProblem:
     qtype: str
     group_size: int
     activation: str = "silu"
-    qtype2: str = ""       # w2's quant type and group where they differ from w13's (GGUF mixes)
+    qtype2: str = ""  # w2's quant type and group where they differ from w13's (GGUF mixes)
     group2: int = 0
 
     @property
@@ -70,9 +64,9 @@ class MoEPlan:
     route: MoERouteSpec
     up: MoESpec | MoEGemvSpec | MoEWgmmaSpec
     down: MoESpec | MoEGemvSpec | MoEWgmmaSpec
-    max_blocks: int       # row blocks the alignment can produce in the worst case
-    splits: int = 1       # K splits of the down GEMM (fp32 partial sums, added by the combine kernel)
-    up_splits: int = 1    # K splits of the w13 GEMM (fp32 partial sums; the activation runs in a kernel of its own)
+    max_blocks: int  # row blocks the alignment can produce in the worst case
+    splits: int = 1  # K splits of the down GEMM (fp32 partial sums, added by the combine kernel)
+    up_splits: int = 1  # K splits of the w13 GEMM (fp32 partial sums; the activation runs in a kernel of its own)
 
     @property
     def block_m(self) -> int:
@@ -129,8 +123,7 @@ def _tm_for(profile: DeviceProfile, p: MoEProblem, dense: Problem) -> int:
     return min(tm, max_tm(profile.path, dense), 4 if profile.path == "sm80" else 2)
 
 
-def _spec(profile: DeviceProfile, dense: Problem, tm: int, stage: str, activation: str,
-          row_blocks: int = 0) -> MoESpec:
+def _spec(profile: DeviceProfile, dense: Problem, tm: int, stage: str, activation: str, row_blocks: int = 0) -> MoESpec:
     """The tile for one grouped GEMM: 128 columns, unless the row blocks an even routing fills
     (`row_blocks`) times 128-column tiles leave SMs idle and the w13 GEMM (which cannot split K:
     its activation needs whole sums) has the columns for 64-wide tiles."""
@@ -142,13 +135,14 @@ def _spec(profile: DeviceProfile, dense: Problem, tm: int, stage: str, activatio
     for tn, tk in order:
         top = 2 if legacy else min(4, PATH_MAX_STAGES[profile.path])
         for stages in range(top, 1, -1):
-            spec = MoESpec(profile.path, dense.qtype, dense.act, gb, tm, tn, tk, stages, stage,
-                           activation if stage == "up" else "")
+            spec = MoESpec(
+                profile.path, dense.qtype, dense.act, gb, tm, tn, tk, stages, stage, activation if stage == "up" else ""
+            )
             try:
                 spec.check()
             except ValueError:
                 continue
-            if dense.k % spec.tile_k:   # whole K tiles only
+            if dense.k % spec.tile_k:  # whole K tiles only
                 continue
             if spec.smem_bytes() <= profile.smem_per_block:
                 return spec
@@ -158,11 +152,12 @@ def _spec(profile: DeviceProfile, dense: Problem, tm: int, stage: str, activatio
 # Decode: where an even routing gives each expert at most this many rows, the two grouped GEMMs
 # are the GEMV kind (MoEGemvSpec, rows in blocks of 8) on the sm80 path.
 GEMV_MAX_ROWS = 8
-GEMV_WARPS_PER_SM = 16     # warps streaming weights at once that the GEMV plans aim for
+GEMV_WARPS_PER_SM = 16  # warps streaming weights at once that the GEMV plans aim for
 
 
-def _gemv_spec(profile: DeviceProfile, dense: Problem, stage: str, activation: str,
-               row_blocks: int) -> MoEGemvSpec | None:
+def _gemv_spec(
+    profile: DeviceProfile, dense: Problem, stage: str, activation: str, row_blocks: int
+) -> MoEGemvSpec | None:
     """The GEMV tile of one grouped GEMM: K split over enough warps that the row blocks of an even
     routing times the column blocks keep GEMV_WARPS_PER_SM warps an SM streaming (each warp at
     least two batches), blocks of 16, 8 or 4 warps with as many column blocks as fill the SMs.
@@ -170,8 +165,9 @@ def _gemv_spec(profile: DeviceProfile, dense: Problem, stage: str, activation: s
     gb = group_blocks(dense)
     bits = MoEGemvSpec(profile.path, dense.qtype, dense.act, gb, 8, 1, 1, stage, activation).bits
     rows = dense.k // 16
-    unroll = next((u for u in (4, 2, 1) if rows % u == 0 and u * bits // 4 <= 8
-                   and (gb <= 0 or gb % u == 0 or u % gb == 0)), None)
+    unroll = next(
+        (u for u in (4, 2, 1) if rows % u == 0 and u * bits // 4 <= 8 and (gb <= 0 or gb % u == 0 or u % gb == 0)), None
+    )
     if unroll is None or dense.k % 16:
         return None
     n64 = dense.n // 64
@@ -187,10 +183,18 @@ def _gemv_spec(profile: DeviceProfile, dense: Problem, stage: str, activation: s
     return spec
 
 
-def plan_moe(profile: DeviceProfile, p: MoEProblem, *, tm: int | None = None,
-             up: MoESpec | MoEGemvSpec | None = None, down: MoESpec | MoEGemvSpec | None = None,
-             splits: int | None = None, up_splits: int | None = None, gemv: bool | None = None,
-             wgmma: bool | None = None) -> MoEPlan:
+def plan_moe(
+    profile: DeviceProfile,
+    p: MoEProblem,
+    *,
+    tm: int | None = None,
+    up: MoESpec | MoEGemvSpec | None = None,
+    down: MoESpec | MoEGemvSpec | None = None,
+    splits: int | None = None,
+    up_splits: int | None = None,
+    gemv: bool | None = None,
+    wgmma: bool | None = None,
+) -> MoEPlan:
     """The routing module and the two grouped GEMMs for `p` on `profile` (no GPU needed). `up`,
     `down` (specs from stage_candidates), `splits` and `up_splits` override the planner's choices
     (sweeps, autotuning); `tm` or gemv=False asks for the mma.sync kernels, gemv=True for the GEMV
@@ -216,7 +220,7 @@ def plan_moe(profile: DeviceProfile, p: MoEProblem, *, tm: int | None = None,
     if gplan is not None:
         return gplan
     tm = (up or down).tm if (up or down) else tm or _tm_for(profile, p, d13)
-    rows = max(min(p.experts, p.pairs), -(-p.pairs // (16 * tm)))   # row blocks of an even routing
+    rows = max(min(p.experts, p.pairs), -(-p.pairs // (16 * tm)))  # row blocks of an even routing
     if up is None:
         up = _spec(profile, d13, tm, "up", p.activation, rows)
     else:
@@ -229,22 +233,27 @@ def plan_moe(profile: DeviceProfile, p: MoEProblem, *, tm: int | None = None,
     route.check()
     if splits is None:
         splits = down_splits(profile, p, down, 16 * tm)
-    elif not (isinstance(splits, int) and 1 <= splits <= p.k2 // down.tile_k
-              and (splits == 1 or down.path == "sm80")):
-        raise InputError(f"splits must be 1..{p.k2 // down.tile_k} (K tiles of the down GEMM; > 1 on the sm80 "
-                         f"path only), got {splits!r}")
+    elif not (isinstance(splits, int) and 1 <= splits <= p.k2 // down.tile_k and (splits == 1 or down.path == "sm80")):
+        raise InputError(
+            f"splits must be 1..{p.k2 // down.tile_k} (K tiles of the down GEMM; > 1 on the sm80 "
+            f"path only), got {splits!r}"
+        )
     # up_splits: no planner rule yet (not measured; tools/bench --moe --sweep and the MoE tuner try it)
     if up_splits is None:
         up_splits = 1
-    elif not (isinstance(up_splits, int) and 1 <= up_splits <= p.k13 // up.tile_k
-              and (up_splits == 1 or up.path == "sm80")):
-        raise InputError(f"up_splits must be 1..{p.k13 // up.tile_k} (K tiles of the w13 GEMM; > 1 on the sm80 "
-                         f"path only), got {up_splits!r}")
+    elif not (
+        isinstance(up_splits, int) and 1 <= up_splits <= p.k13 // up.tile_k and (up_splits == 1 or up.path == "sm80")
+    ):
+        raise InputError(
+            f"up_splits must be 1..{p.k13 // up.tile_k} (K tiles of the w13 GEMM; > 1 on the sm80 "
+            f"path only), got {up_splits!r}"
+        )
     return MoEPlan(p, route, up, down, max_blocks(p.pairs, p.experts, 16 * tm), splits, up_splits)
 
 
-def _gemv_plan(profile: DeviceProfile, p: MoEProblem, d13: Problem, d2: Problem, up, down, tm, splits,
-               up_splits, gemv) -> MoEPlan | None:
+def _gemv_plan(
+    profile: DeviceProfile, p: MoEProblem, d13: Problem, d2: Problem, up, down, tm, splits, up_splits, gemv
+) -> MoEPlan | None:
     """The GEMV plan of `p`, or None for the mma.sync one. GEMV: where an override is a
     MoEGemvSpec (the other stage, if not given, the planner's GEMV tile), where `gemv` is True, or,
     with neither and no `tm`, where an even routing gives each expert at most GEMV_MAX_ROWS rows on
@@ -255,8 +264,10 @@ def _gemv_plan(profile: DeviceProfile, p: MoEProblem, d13: Problem, d2: Problem,
     want = kinds == {True} or gemv is True
     if kinds == {False} or tm is not None or gemv is False:
         if want:
-            raise InputError("tm, mma.sync tiles or gemv=False ask for the mma.sync plan; MoEGemvSpec tiles "
-                             "or gemv=True for the GEMV plan")
+            raise InputError(
+                "tm, mma.sync tiles or gemv=False ask for the mma.sync plan; MoEGemvSpec tiles "
+                "or gemv=True for the GEMV plan"
+            )
         return None
     rows = -(-p.pairs // max(1, min(p.experts, p.pairs)))
     if not want and (profile.path != "sm80" or rows > GEMV_MAX_ROWS):
@@ -274,15 +285,18 @@ def _gemv_plan(profile: DeviceProfile, p: MoEProblem, d13: Problem, d2: Problem,
         expect = (profile.path, dense.qtype, dense.act, group_blocks(dense), stage, activation)
         got = (spec.path, spec.qtype, spec.act, spec.group_blocks, spec.stage, spec.activation)
         if got != expect:
-            raise InputError(f"{spec.name} is not a {stage} kernel of this problem on {profile.name} "
-                             f"(path, qtype, act, group blocks, stage, activation: {got} != {expect})")
+            raise InputError(
+                f"{spec.name} is not a {stage} kernel of this problem on {profile.name} "
+                f"(path, qtype, act, group blocks, stage, activation: {got} != {expect})"
+            )
         try:
             spec.check()
         except ValueError as e:
             raise InputError(f"{spec.name}: {e}") from None
         if dense.k % spec.tile_k or spec.smem_bytes() > profile.smem_per_block:
-            raise InputError(f"{spec.name} needs whole batches of K and at most {profile.smem_per_block} bytes of "
-                             "shared memory")
+            raise InputError(
+                f"{spec.name} needs whole batches of K and at most {profile.smem_per_block} bytes of shared memory"
+            )
     for what, n in (("splits", splits), ("up_splits", up_splits)):
         if n not in (None, 1):
             raise InputError(f"{what} must be 1 in a GEMV plan (a block sums the whole of K), got {n!r}")
@@ -291,8 +305,9 @@ def _gemv_plan(profile: DeviceProfile, p: MoEProblem, d13: Problem, d2: Problem,
     return MoEPlan(p, route, up, down, max_blocks(p.pairs, p.experts, 8), 1, 1)
 
 
-def _wgmma_plan(profile: DeviceProfile, p: MoEProblem, d13: Problem, d2: Problem, up, down, tm, splits,
-                up_splits, gemv, wgmma) -> MoEPlan | None:
+def _wgmma_plan(
+    profile: DeviceProfile, p: MoEProblem, d13: Problem, d2: Problem, up, down, tm, splits, up_splits, gemv, wgmma
+) -> MoEPlan | None:
     """The wgmma plan of `p` (kernels/moe/wgmma.py), or None for another kind. wgmma: where an
     override is a MoEWgmmaSpec or `wgmma` is True; with no choice made (no wgmma, gemv, tm or
     tiles), where wgmma_default says so (sm_90 only; off until timed)."""
@@ -318,11 +333,15 @@ def _wgmma_plan(profile: DeviceProfile, p: MoEProblem, d13: Problem, d2: Problem
         expect = ("sm90", dense.qtype, dense.act, group_blocks(dense), tm, stage, activation)
         got = (spec.path, spec.qtype, spec.act, spec.group_blocks, spec.tm, spec.stage, spec.activation)
         if got != expect:
-            raise InputError(f"{spec.name} is not a {stage} kernel of this problem on {profile.name} "
-                             f"(path, qtype, act, group blocks, tm, stage, activation: {got} != {expect})")
+            raise InputError(
+                f"{spec.name} is not a {stage} kernel of this problem on {profile.name} "
+                f"(path, qtype, act, group blocks, tm, stage, activation: {got} != {expect})"
+            )
         if dense.k % spec.tile_k or not fits(profile, spec):
-            raise InputError(f"{spec.name} is not buildable, needs whole K steps of 64 or does not fit "
-                             f"{profile.name}'s shared memory")
+            raise InputError(
+                f"{spec.name} is not buildable, needs whole K steps of 64 or does not fit "
+                f"{profile.name}'s shared memory"
+            )
     for what, n in (("splits", splits), ("up_splits", up_splits)):
         if n not in (None, 1):
             raise InputError(f"{what} must be 1 in a wgmma plan (a block sums the whole of K), got {n!r}")
@@ -331,20 +350,22 @@ def _wgmma_plan(profile: DeviceProfile, p: MoEProblem, d13: Problem, d2: Problem
     return MoEPlan(p, route, up, down, max_blocks(p.pairs, p.experts, 16 * tm), 1, 1)
 
 
-def _check_override(profile: DeviceProfile, spec: MoESpec, dense: Problem, tm: int, stage: str,
-                    activation: str) -> None:
+def _check_override(
+    profile: DeviceProfile, spec: MoESpec, dense: Problem, tm: int, stage: str, activation: str
+) -> None:
     want = (profile.path, dense.qtype, dense.act, group_blocks(dense), tm, stage, activation)
     got = (spec.path, spec.qtype, spec.act, spec.group_blocks, spec.tm, spec.stage, spec.activation)
     if got != want:
-        raise InputError(f"{spec.name} is not a {stage} kernel of this problem on {profile.name} "
-                         f"(path, qtype, act, group blocks, tm, stage, activation: {got} != {want})")
+        raise InputError(
+            f"{spec.name} is not a {stage} kernel of this problem on {profile.name} "
+            f"(path, qtype, act, group blocks, tm, stage, activation: {got} != {want})"
+        )
     try:
         spec.check()
     except ValueError as e:
         raise InputError(f"{spec.name}: {e}") from None
     if dense.k % spec.tile_k or spec.smem_bytes() > profile.smem_per_block:
-        raise InputError(f"{spec.name} needs whole K tiles and at most {profile.smem_per_block} bytes of shared "
-                         "memory")
+        raise InputError(f"{spec.name} needs whole K tiles and at most {profile.smem_per_block} bytes of shared memory")
 
 
 def moe_candidates(profile: DeviceProfile, p: MoEProblem, stage: str, tm: int) -> list[MoESpec]:
@@ -357,8 +378,18 @@ def moe_candidates(profile: DeviceProfile, p: MoEProblem, stage: str, tm: int) -
     for tn in (4, 8, 16):
         for tk in (4, 8, 16):
             for stages in range(2, top + 1):
-                spec = MoESpec(profile.path, dense.qtype, p.act, gb, tm, tn, tk, stages, stage,
-                               p.activation if stage == "up" else "")
+                spec = MoESpec(
+                    profile.path,
+                    dense.qtype,
+                    p.act,
+                    gb,
+                    tm,
+                    tn,
+                    tk,
+                    stages,
+                    stage,
+                    p.activation if stage == "up" else "",
+                )
                 try:
                     _check_override(profile, spec, dense, tm, stage, spec.activation)
                 except InputError:
@@ -373,7 +404,7 @@ def down_splits(profile: DeviceProfile, p: MoEProblem, down: MoESpec, block_m: i
     that about two blocks an SM stream weights, keeping at least 4 K tiles a split."""
     blocks = max(min(p.experts, p.pairs), -(-p.pairs // block_m)) * -(-p.n2 // down.tile_n)
     k_tiles = p.k2 // down.tile_k
-    if blocks >= profile.sms or down.path != "sm80":   # (moe.cu.j2: K_SPLITS)
+    if blocks >= profile.sms or down.path != "sm80":  # (moe.cu.j2: K_SPLITS)
         return 1
     return max(1, min(-(-2 * profile.sms // blocks), k_tiles // 4, 16))
 
@@ -387,8 +418,9 @@ def moe_gemv_candidates(profile: DeviceProfile, p: MoEProblem, stage: str, near:
     for kw in sorted({max(1, near.kwarps // 2), near.kwarps, min(16, 2 * near.kwarps)}):
         for warps in (4, 8, 16):
             for unroll in sorted({2, 4, near.unroll}):
-                spec = MoEGemvSpec(profile.path, dense.qtype, p.act, near.group_blocks, warps, kw, unroll, stage,
-                                   near.activation)
+                spec = MoEGemvSpec(
+                    profile.path, dense.qtype, p.act, near.group_blocks, warps, kw, unroll, stage, near.activation
+                )
                 try:
                     spec.check()
                 except ValueError:

@@ -7,6 +7,7 @@ sorted pair list), which expert's weight a block streams, and the epilogue (`sta
 'up' (w13: gate and up interleaved in blocks of 8 columns, the activation fused, the result of
 width I written per routed pair) or 'down' (w2: each pair's row times its router weight).
 """
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,7 @@ from jitmarlin.weights.qtypes import ACT_DTYPES, QTYPES
 
 ACTIVATIONS = ("silu", "gelu", "swigluoai")
 STAGES_MOE = ("up", "down")
-ROUTE_THREADS = 1024   # the alignment kernel is one block
+ROUTE_THREADS = 1024  # the alignment kernel is one block
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,7 @@ class MoESpec(_Tiles, _WeightFormat):
 
     def dense(self) -> KernelSpec:
         """The dense kernel with this tile geometry (its checks and sizes hold here too)."""
-        return KernelSpec(self.path, self.qtype, self.act, self.group_blocks, self.tm, self.tn,
-                          self.tk, self.stages)
+        return KernelSpec(self.path, self.qtype, self.act, self.group_blocks, self.tm, self.tn, self.tk, self.stages)
 
     @property
     def gated(self) -> bool:
@@ -118,8 +118,10 @@ class MoESpec(_Tiles, _WeightFormat):
     def name(self) -> str:
         """Kernel symbol: jm_moe_up_silu_sm80_uint4b8_f16_g128_m1n8k8s4."""
         what = f"up_{self.activation}" if self.stage == "up" else "down"
-        return (f"jm_moe_{what}_{self.path}_{self.qtype}_{ACT_DTYPES[self.act]}_{self.group_tag}"
-                f"_m{self.tm}n{self.tn}k{self.tk}s{self.stages}")
+        return (
+            f"jm_moe_{what}_{self.path}_{self.qtype}_{ACT_DTYPES[self.act]}_{self.group_tag}"
+            f"_m{self.tm}n{self.tn}k{self.tk}s{self.stages}"
+        )
 
 
 @dataclass(frozen=True)
@@ -240,8 +242,10 @@ class MoEGemvSpec(_WeightFormat):
     def name(self) -> str:
         """Kernel symbol: jm_moe_gemv_up_silu_sm80_uint4b8_f16_g128_w16k4u4."""
         what = f"up_{self.activation}" if self.stage == "up" else "down"
-        return (f"jm_moe_gemv_{what}_{self.path}_{self.qtype}_{ACT_DTYPES[self.act]}_{self.group_tag}"
-                f"_w{self.warps}k{self.kwarps}u{self.unroll}")
+        return (
+            f"jm_moe_gemv_{what}_{self.path}_{self.qtype}_{ACT_DTYPES[self.act]}_{self.group_tag}"
+            f"_w{self.warps}k{self.kwarps}u{self.unroll}"
+        )
 
 
 @dataclass(frozen=True)
@@ -254,7 +258,7 @@ class MoERouteSpec:
 
     act: str
     block_m: int
-    path: str = "sm80"   # picks the half-precision partial (sm70 has no bf16 instructions)
+    path: str = "sm80"  # picks the half-precision partial (sm70 has no bf16 instructions)
 
     @property
     def threads(self) -> int:
@@ -275,8 +279,9 @@ class MoERouteSpec:
         if self.act not in ACT_DTYPES:
             raise ValueError(f"unknown activation dtype {self.act!r}")
         if self.block_m not in (8, 16, 32, 48, 64, 128):
-            raise ValueError(f"block_m must be 8 (the gemv stages), 16, 32, 48, 64 or 128 (the wgmma stages), "
-                             f"got {self.block_m}")
+            raise ValueError(
+                f"block_m must be 8 (the gemv stages), 16, 32, 48, 64 or 128 (the wgmma stages), got {self.block_m}"
+            )
         if self.path not in ("sm70", "sm75", "sm80"):
             raise ValueError(f"unknown code path {self.path!r}")
         if self.path != "sm80" and self.act == "bfloat16":

@@ -5,6 +5,7 @@ stored as a "tunemoe:" record of the kernel store beside the dense layers' "tune
 the same rules: keyed by GPU, arch, problem, jitmarlin version and templates digest; JSON only;
 checked on load; carried by bundles.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,11 +40,23 @@ def moe_key(gpu: str, arch: str, p: MoEProblem, version: str | None = None, temp
     """'tunemoe:<gpu>|<arch>|<qtype>|<act>|g<group>|e<E>|k<topk>|h<hidden>|i<inter>|<activation>|
     t<T bucket>|<version>|<templates>' (hidden and inter as the layer's, the padded dims follow)."""
     gpu = " ".join(str(gpu).replace("|", "/").split())
-    qt = p.qtype if not p.qtype2 else f"{p.qtype}+{p.qtype2}"          # w13 + w2 where they differ
+    qt = p.qtype if not p.qtype2 else f"{p.qtype}+{p.qtype2}"  # w13 + w2 where they differ
     g = f"g{p.group_size}" if not p.qtype2 else f"g{p.group_size}+{p.group2}"
-    parts = (gpu, arch, qt, p.act, g, f"e{p.experts}", f"k{p.topk}", f"h{p.hidden}",
-             f"i{p.inter}", p.activation, f"t{shape_bucket(p.tokens)}", version or __version__,
-             templates or templates_tag())
+    parts = (
+        gpu,
+        arch,
+        qt,
+        p.act,
+        g,
+        f"e{p.experts}",
+        f"k{p.topk}",
+        f"h{p.hidden}",
+        f"i{p.inter}",
+        p.activation,
+        f"t{shape_bucket(p.tokens)}",
+        version or __version__,
+        templates or templates_tag(),
+    )
     return PREFIX + "|".join(map(str, parts))
 
 
@@ -55,7 +68,7 @@ class MoETunedChoice:
 
     gpu: str
     arch: str
-    problem: dict          # MoEProblem fields at the bucket's token count
+    problem: dict  # MoEProblem fields at the bucket's token count
     up: str
     down: str
     splits: int
@@ -82,8 +95,12 @@ class MoETunedChoice:
 
     @property
     def improved(self) -> bool:
-        return ((self.up, self.down, self.splits, self.up_splits)
-                != (self.default_up, self.default_down, self.default_splits, self.default_up_splits))
+        return (self.up, self.down, self.splits, self.up_splits) != (
+            self.default_up,
+            self.default_down,
+            self.default_splits,
+            self.default_up_splits,
+        )
 
     def specs(self) -> tuple[MoESpec | MoEGemvSpec, MoESpec | MoEGemvSpec]:
         up, down = _stage_spec(self.up), _stage_spec(self.down)
@@ -127,8 +144,11 @@ def record_problem(key: str, d) -> str | None:
     return None
 
 
-KIND = register_record_kind(RecordKind(prefix=PREFIX, label="tuned MoE choice", section="tuned_moe",
-                                       member=MEMBER, format=FORMAT, check=record_problem))
+KIND = register_record_kind(
+    RecordKind(
+        prefix=PREFIX, label="tuned MoE choice", section="tuned_moe", member=MEMBER, format=FORMAT, check=record_problem
+    )
+)
 
 
 def lookup(cache: KernelCache, gpu: str, arch: str, p: MoEProblem) -> MoETunedChoice | None:
@@ -140,12 +160,19 @@ def plan_for(profile: DeviceProfile, arch: str, p: MoEProblem, cache: KernelCach
     """The plan jitmarlin.moe runs for `p`: a stored choice for its bucket on this GPU model where
     one exists, improves on the planner and fits `p` exactly, else the planner's."""
     choice = lookup(cache, profile.name, arch, p)
-    if choice is not None and choice.improved and moe_wgmma.WGMMA_DEFAULT is None:   # (a forced kind: no record)
+    if choice is not None and choice.improved and moe_wgmma.WGMMA_DEFAULT is None:  # (a forced kind: no record)
         up, down = choice.specs()
         try:
-            return plan_moe(profile, p, up=up, down=down, splits=min(choice.splits, p.k2 // down.tile_k),
-                            up_splits=min(choice.up_splits, p.k13 // up.tile_k))
+            return plan_moe(
+                profile,
+                p,
+                up=up,
+                down=down,
+                splits=min(choice.splits, p.k2 // down.tile_k),
+                up_splits=min(choice.up_splits, p.k13 // up.tile_k),
+            )
         except JitMarlinError as exc:
-            log.warning("jitmarlin: tuned MoE choice %s does not fit T=%d (%s); using the planner's",
-                        choice.key, p.tokens, exc)
+            log.warning(
+                "jitmarlin: tuned MoE choice %s does not fit T=%d (%s); using the planner's", choice.key, p.tokens, exc
+            )
     return plan_moe(profile, p)

@@ -1,17 +1,11 @@
 """wgmma plan rules (sm_90a, from WGMMA_MIN_M rows): tile shapes, pipeline depths, occupancy,
 tall unsplit and 128 x 192 tiles. Their plans' geometry is the Stream-K one (mma/plan.py). Pure."""
+
 from __future__ import annotations
 
 from jitmarlin.jit.profiles import DeviceProfile
-from jitmarlin.kernels.mma.plan import (
-    HALF_TILES_MIN_FILL,
-    _half_cluster_spec,
-    plan_spec,
-)
-from jitmarlin.kernels.plan_base import (
-    _fits,
-    group_blocks,
-)
+from jitmarlin.kernels.mma.plan import HALF_TILES_MIN_FILL, _half_cluster_spec, plan_spec
+from jitmarlin.kernels.plan_base import _fits, group_blocks
 from jitmarlin.kernels.problem import Problem
 from jitmarlin.kernels.spec import KernelSpec, wgmma_threads
 
@@ -45,7 +39,7 @@ def _wgmma_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
         bar = WGMMA_TALL_MIN_STEPS_256 if p.m <= 256 else WGMMA_TALL_MIN_STEPS
         tall = _wgmma_steps_per_block(profile, p, 256, 128) >= bar or _tall_unsplit(profile, p)
         tiles = [(16, 8, 4, 1), (8, 16, 4, 1), (8, 8, 4, 1)] if tall else [(8, 8, 6, 1), (16, 8, 4, 1)]
-    out = [wide3] if (wide3 := _wide3(profile, p)) else []   # (above 128 rows only)
+    out = [wide3] if (wide3 := _wide3(profile, p)) else []  # (above 128 rows only)
     for tm, tn, depth, occ in tiles:
         spec = _deepest_wgmma(profile, p, tm, tn, depth, occ) if occ > 1 else None
         spec = spec or _deepest_wgmma(profile, p, tm, tn, depth, 1)
@@ -54,13 +48,15 @@ def _wgmma_specs(profile: DeviceProfile, p: Problem) -> list[KernelSpec]:
     return out
 
 
-def _deepest_wgmma(profile: DeviceProfile, p: Problem, tm: int, tn: int, depth: int,
-                   occupancy: int) -> KernelSpec | None:
+def _deepest_wgmma(
+    profile: DeviceProfile, p: Problem, tm: int, tn: int, depth: int, occupancy: int
+) -> KernelSpec | None:
     """The wgmma tile (tm, tn) with the deepest pipeline, at most `depth`, that fits `profile`
     with `occupancy` blocks per SM; two blocks only with at least 4 stages each."""
     for stages in range(depth, 3 if occupancy > 1 else 1, -1):
-        spec = KernelSpec("sm90", p.qtype, p.act, group_blocks(p), tm, tn, 4, stages, occupancy=occupancy,
-                          threads=wgmma_threads(tn))
+        spec = KernelSpec(
+            "sm90", p.qtype, p.act, group_blocks(p), tm, tn, 4, stages, occupancy=occupancy, threads=wgmma_threads(tn)
+        )
         if _fits(profile, spec):
             return spec
     return None
@@ -153,8 +149,7 @@ WIDE3_QTYPES = ("uint4b8", "uint4")
 def _wide3(profile: DeviceProfile, p: Problem) -> KernelSpec | None:
     """The 128 x 192 wgmma kernel for `p` (above), in clusters of two where its plan is a
     half-tile plan, or None."""
-    if (not WIDE3 or not 128 < p.m <= WIDE3_MAX_M or p.qtype not in WIDE3_QTYPES or p.group_size != 128
-            or p.n % 192):
+    if not WIDE3 or not 128 < p.m <= WIDE3_MAX_M or p.qtype not in WIDE3_QTYPES or p.group_size != 128 or p.n % 192:
         return None
     spec = _deepest_wgmma(profile, p, 8, 12, WIDE3_STAGES if p.m % 128 == 0 else WIDE3_TAIL_STAGES, 1)
     if spec is None:
@@ -167,8 +162,7 @@ def _wide3(profile: DeviceProfile, p: Problem) -> KernelSpec | None:
     return None
 
 
-def _wgmma_steps_per_block(profile: DeviceProfile, p: Problem, tokens: int, features: int,
-                           occupancy: int = 1) -> float:
+def _wgmma_steps_per_block(profile: DeviceProfile, p: Problem, tokens: int, features: int, occupancy: int = 1) -> float:
     """64-deep K-steps of (tokens x features) wgmma tiles each of SMs x occupancy blocks gets."""
     return -(-p.m // tokens) * -(-p.n // features) * (p.k // 64) / (profile.sms * occupancy)
 

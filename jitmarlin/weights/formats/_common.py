@@ -1,5 +1,6 @@
 """Shared plumbing of the checkpoint converters: host copies of NumPy / CuPy / torch tensors
 (float8 and bfloat16 included), bit unpacking, scale-dtype choice and group-size mapping."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -33,7 +34,7 @@ def host(a, name: str) -> np.ndarray:
 
             return a.detach().cpu().contiguous().view(torch.uint8).numpy()
     out = np.asarray(to_host(a))
-    if out.dtype.name == "bfloat16":                   # ml_dtypes arrays (safetensors numpy)
+    if out.dtype.name == "bfloat16":  # ml_dtypes arrays (safetensors numpy)
         out = out.astype(np.float32)
     elif out.dtype.name.startswith("float8") or out.dtype.name.startswith("float4"):
         out = np.ascontiguousarray(out).view(np.uint8)
@@ -77,7 +78,7 @@ def unpack_words(w: np.ndarray, bits: int, axis: int) -> np.ndarray:
     per = 32 // bits
     mask = (1 << bits) - 1
     parts = [((w >> np.uint32(bits * i)) & np.uint32(mask)).astype(np.int64) for i in range(per)]
-    st = np.stack(parts, axis=axis + 1)                  # (..., word, i, ...)
+    st = np.stack(parts, axis=axis + 1)  # (..., word, i, ...)
     shape = list(w.shape)
     shape[axis] *= per
     return st.reshape(shape)
@@ -123,8 +124,7 @@ def check_fits(values: np.ndarray, scale_dtype: str, what: str) -> None:
     bad = (~np.isfinite(back)) | ((v != 0) & (back == 0))
     if np.any(bad):
         other = "bfloat16" if scale_dtype == "float16" else "float16"
-        raise InputError(f"{what} do not fit {scale_dtype} (e.g. {v[bad].flat[0]:g}); "
-                         f"pass scale_dtype={other!r}")
+        raise InputError(f"{what} do not fit {scale_dtype} (e.g. {v[bad].flat[0]:g}); pass scale_dtype={other!r}")
 
 
 def group_size_of(k: int, g: int, group_size, g_idx=None) -> int:
@@ -132,13 +132,13 @@ def group_size_of(k: int, g: int, group_size, g_idx=None) -> int:
     of columns in group 0 of g_idx, or K / G."""
     if group_size is not None:
         if isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer)):
-            raise InputError(f"group_size must be an int (-1: one group), got "
-                             f"{type(group_size).__name__} {group_size!r}")
+            raise InputError(
+                f"group_size must be an int (-1: one group), got {type(group_size).__name__} {group_size!r}"
+            )
         gs = int(group_size)
         want = 1 if gs == -1 else (-(-k // gs) if gs > 0 else None)
         if want != g:
-            raise InputError(f"group_size={gs} gives {want} groups over {k} inputs, "
-                             f"but the scales have {g} rows")
+            raise InputError(f"group_size={gs} gives {want} groups over {k} inputs, but the scales have {g} rows")
         return -1 if g == 1 else gs
     if g == 1:
         return -1
@@ -158,7 +158,7 @@ def check_g_idx(g_idx, k: int, g: int, gs: int):
     gi = ints(g_idx, "g_idx").reshape(-1)
     if gi.shape != (k,):
         raise InputError(f"g_idx must have in_features={k} entries, got {gi.shape[0]}")
-    if np.all(gi == -1):                                 # compressed-tensors' "not set"
+    if np.all(gi == -1):  # compressed-tensors' "not set"
         return None
     if gi.min() < 0 or gi.max() >= g:
         raise InputError(f"g_idx values must lie in [0, {g}) (one per group of scales)")
@@ -176,10 +176,12 @@ def regroup(gs: int, k: int, scales: np.ndarray, extra: list, g_idx):
         return gs, scales, extra, g_idx
     sub = next((c for c in KERNEL_GROUPS if gs % c == 0), None)
     if sub is None:
-        raise UnsupportedError(f"group size {gs} is not supported: the kernel takes groups of "
-                               f"{', '.join(map(str, KERNEL_GROUPS))} (or multiples of them) or -1")
+        raise UnsupportedError(
+            f"group size {gs} is not supported: the kernel takes groups of "
+            f"{', '.join(map(str, KERNEL_GROUPS))} (or multiples of them) or -1"
+        )
     if g_idx is None:
-        src = (np.arange(-(-k // sub)) * sub) // gs          # source group of each new group
+        src = (np.arange(-(-k // sub)) * sub) // gs  # source group of each new group
     else:
         f = gs // sub
         order = np.argsort(g_idx, kind="stable")
@@ -192,8 +194,19 @@ def regroup(gs: int, k: int, scales: np.ndarray, extra: list, g_idx):
     return sub, scales[src], [None if e is None else e[src] for e in extra], g_idx
 
 
-def finish_grouped(qtype: str, codes: np.ndarray, s: np.ndarray, zeros, k: int, g: int, group_size,
-                   g_idx_raw, scale_dtype, scale_src, scale_name: str):
+def finish_grouped(
+    qtype: str,
+    codes: np.ndarray,
+    s: np.ndarray,
+    zeros,
+    k: int,
+    g: int,
+    group_size,
+    g_idx_raw,
+    scale_dtype,
+    scale_src,
+    scale_name: str,
+):
     """The common tail of the grouped integer formats (GPTQ, compressed-tensors): settle the
     group size (from g_idx, K / G or the override), check act-order and that the scales fit the
     scale dtype, split unsupported group sizes, and build the QuantizedWeight."""

@@ -1,4 +1,5 @@
 """GGUF / GGML block-quantized tensors (llama.cpp)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -11,18 +12,58 @@ from ._common import check_fits, dtype_name, host, pick_scale_dtype
 
 # ggml_type enum (ggml.h / gguf-py GGMLQuantizationType)
 GGML_TYPES = {
-    "F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q8_1": 9,
-    "Q2_K": 10, "Q3_K": 11, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "Q8_K": 15, "IQ2_XXS": 16,
-    "IQ2_XS": 17, "IQ3_XXS": 18, "IQ1_S": 19, "IQ4_NL": 20, "IQ3_S": 21, "IQ2_S": 22,
-    "IQ4_XS": 23, "I8": 24, "I16": 25, "I32": 26, "I64": 27, "F64": 28, "IQ1_M": 29,
-    "BF16": 30, "TQ1_0": 34, "TQ2_0": 35, "MXFP4": 39, "NVFP4": 40, "Q1_0": 41,
+    "F32": 0,
+    "F16": 1,
+    "Q4_0": 2,
+    "Q4_1": 3,
+    "Q5_0": 6,
+    "Q5_1": 7,
+    "Q8_0": 8,
+    "Q8_1": 9,
+    "Q2_K": 10,
+    "Q3_K": 11,
+    "Q4_K": 12,
+    "Q5_K": 13,
+    "Q6_K": 14,
+    "Q8_K": 15,
+    "IQ2_XXS": 16,
+    "IQ2_XS": 17,
+    "IQ3_XXS": 18,
+    "IQ1_S": 19,
+    "IQ4_NL": 20,
+    "IQ3_S": 21,
+    "IQ2_S": 22,
+    "IQ4_XS": 23,
+    "I8": 24,
+    "I16": 25,
+    "I32": 26,
+    "I64": 27,
+    "F64": 28,
+    "IQ1_M": 29,
+    "BF16": 30,
+    "TQ1_0": 34,
+    "TQ2_0": 35,
+    "MXFP4": 39,
+    "NVFP4": 40,
+    "Q1_0": 41,
 }
 GGML_NAMES = {v: k for k, v in GGML_TYPES.items()}
 
 # (elements per block, bytes per block) of the types converted here
-BLOCKS = {"Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_0": (32, 22), "Q5_1": (32, 24),
-          "Q8_0": (32, 34), "Q2_K": (256, 84), "Q3_K": (256, 110), "Q4_K": (256, 144),
-          "Q5_K": (256, 176), "Q6_K": (256, 210), "MXFP4": (32, 17), "NVFP4": (64, 36)}
+BLOCKS = {
+    "Q4_0": (32, 18),
+    "Q4_1": (32, 20),
+    "Q5_0": (32, 22),
+    "Q5_1": (32, 24),
+    "Q8_0": (32, 34),
+    "Q2_K": (256, 84),
+    "Q3_K": (256, 110),
+    "Q4_K": (256, 144),
+    "Q5_K": (256, 176),
+    "Q6_K": (256, 210),
+    "MXFP4": (32, 17),
+    "NVFP4": (64, 36),
+}
 SUPPORTED = tuple(BLOCKS)
 
 
@@ -35,12 +76,12 @@ def _type_name(ggml_type) -> str:
     if isinstance(ggml_type, str):
         name = ggml_type.strip().upper()
         if name.startswith("GGML_TYPE_"):
-            name = name[len("GGML_TYPE_"):]
+            name = name[len("GGML_TYPE_") :]
         if name not in GGML_TYPES:
             raise InputError(f"unknown ggml type {ggml_type!r}; known: {', '.join(GGML_TYPES)}")
         return name
     try:
-        v = int(ggml_type)                                   # int or gguf.GGMLQuantizationType
+        v = int(ggml_type)  # int or gguf.GGMLQuantizationType
     except (TypeError, ValueError):
         raise InputError(f"ggml_type must be a type name or its integer enum, got {ggml_type!r}") from None
     if v not in GGML_NAMES:
@@ -96,39 +137,38 @@ def _new_types(name: str, flat: np.ndarray):
     if name in ("Q5_0", "Q5_1"):
         at = 2 if name == "Q5_0" else 4
         d = _f16(flat[:, 0:2])[:, None]
-        hb = np.unpackbits(flat[:, at:at + 4], axis=1, bitorder="little").astype(np.int64)
-        q = _low_high(flat[:, at + 4:at + 20]) | (hb << 4)                 # 0..31
-        if name == "Q5_0":                                                  # d (q - 16)
+        hb = np.unpackbits(flat[:, at : at + 4], axis=1, bitorder="little").astype(np.int64)
+        q = _low_high(flat[:, at + 4 : at + 20]) | (hb << 4)  # 0..31
+        if name == "Q5_0":  # d (q - 16)
             return "uint8b128", q + 112, d, None, 32
-        return "uint8", q + 128, d, _f16(flat[:, 2:4])[:, None], 32         # d q + m
+        return "uint8", q + 128, d, _f16(flat[:, 2:4])[:, None], 32  # d q + m
     if name == "Q5_K":
         d, dmin = _f16(flat[:, 0:2])[:, None], _f16(flat[:, 2:4])[:, None]
-        sc, mn = _q4k_scale_min(flat[:, 4:16])                              # (R, 8)
-        hb = _bits(flat[:, 16:48].reshape(r, 1, 32), 1, 8)                  # bit j of byte l: 32j + l
-        q = _bits(flat[:, 48:176].reshape(r, 4, 32), 4, 2) | (hb << 4)      # nibbles as Q4_K
+        sc, mn = _q4k_scale_min(flat[:, 4:16])  # (R, 8)
+        hb = _bits(flat[:, 16:48].reshape(r, 1, 32), 1, 8)  # bit j of byte l: 32j + l
+        q = _bits(flat[:, 48:176].reshape(r, 4, 32), 4, 2) | (hb << 4)  # nibbles as Q4_K
         return "uint8", q + 128, d * sc, -(dmin * mn), 32
     if name == "Q6_K":
-        ql = _bits(flat[:, 0:128].reshape(r, 2, 64), 4, 2)                  # 128h + 64t + i
-        qh = _bits(flat[:, 128:192].reshape(r, 2, 32), 2, 4)                # 128h + 32s + l
+        ql = _bits(flat[:, 0:128].reshape(r, 2, 64), 4, 2)  # 128h + 64t + i
+        qh = _bits(flat[:, 128:192].reshape(r, 2, 32), 2, 4)  # 128h + 32s + l
         sc = np.ascontiguousarray(flat[:, 192:208]).view(np.int8).astype(np.int64)
         d = _f16(flat[:, 208:210])[:, None]
-        return "uint8b128", (ql | (qh << 4)) + 96, d * sc, None, 16         # d sc (q - 32)
+        return "uint8b128", (ql | (qh << 4)) + 96, d * sc, None, 16  # d sc (q - 32)
     if name == "Q3_K":
         hb = _bits(flat[:, 0:32].reshape(r, 1, 32), 1, 8)
-        q = _bits(flat[:, 32:96].reshape(r, 2, 32), 2, 4) - 4 * (1 - hb)    # -4..3
+        q = _bits(flat[:, 32:96].reshape(r, 2, 32), 2, 4) - 4 * (1 - hb)  # -4..3
         lo = _bits(flat[:, 96:104].reshape(r, 1, 8), 4, 2)
         hi = _bits(flat[:, 104:108].reshape(r, 1, 4), 2, 4)
         d = _f16(flat[:, 108:110])[:, None]
         return "uint4b8", q + 8, d * ((lo | (hi << 4)) - 32), None, 16
     # Q2_K
     sc = flat[:, 0:16].astype(np.int64)
-    q = _bits(flat[:, 16:80].reshape(r, 2, 32), 2, 4)                       # 0..3
+    q = _bits(flat[:, 16:80].reshape(r, 2, 32), 2, 4)  # 0..3
     d, dmin = _f16(flat[:, 80:82])[:, None], _f16(flat[:, 82:84])[:, None]
     return "uint4", q + 8, d * (sc & 15), -(dmin * (sc >> 4)), 16
 
 
-def from_gguf(raw, ggml_type, shape, *, scale_dtype: str | None = None,
-              name: str | None = None) -> QuantizedWeight:
+def from_gguf(raw, ggml_type, shape, *, scale_dtype: str | None = None, name: str | None = None) -> QuantizedWeight:
     """Convert one GGUF tensor's block data.
 
     raw: the tensor's bytes as stored in the .gguf file (bytes, or a uint8 array of any shape,
@@ -199,21 +239,27 @@ def from_gguf(raw, ggml_type, shape, *, scale_dtype: str | None = None,
     if tname not in BLOCKS:
         if tname in ("F32", "F16", "BF16", "F64"):
             raise GGUFTypeError(f"{what} is not quantized: dequantize and use jitmarlin.quantize")
-        raise GGUFTypeError(f"{what}: type {tname} is not supported: its codes do not map onto "
-                            f"the kernel types (supported: {', '.join(SUPPORTED)})")
+        raise GGUFTypeError(
+            f"{what}: type {tname} is not supported: its codes do not map onto "
+            f"the kernel types (supported: {', '.join(SUPPORTED)})"
+        )
     try:
         n, k = (int(v) for v in shape)
     except (TypeError, ValueError):
         raise InputError(f"{what}: shape must be (out_features, in_features), got {shape!r}") from None
     bs, tsize = BLOCKS[tname]
     if n <= 0 or k <= 0 or k % bs:
-        raise InputError(f"{what}: in_features ({k}) must be a positive multiple of the "
-                         f"block size {bs} (shape is (N, K), the reverse of GGUF's ne = [K, N])")
+        raise InputError(
+            f"{what}: in_features ({k}) must be a positive multiple of the "
+            f"block size {bs} (shape is (N, K), the reverse of GGUF's ne = [K, N])"
+        )
     data = _raw_bytes(raw)
     want = n * (k // bs) * tsize
     if data.size != want:
-        raise InputError(f"{what} tensor of shape (N={n}, K={k}) takes {want} bytes, got "
-                         f"{data.size} (shape is (N, K), the reverse of GGUF's ne = [K, N])")
+        raise InputError(
+            f"{what} tensor of shape (N={n}, K={k}) takes {want} bytes, got "
+            f"{data.size} (shape is (N, K), the reverse of GGUF's ne = [K, N])"
+        )
     blk = data.reshape(n, k // bs, tsize)
     sdt = pick_scale_dtype(scale_dtype, None, default="bfloat16" if tname == "MXFP4" else "float16")
 
@@ -228,7 +274,7 @@ def from_gguf(raw, ggml_type, shape, *, scale_dtype: str | None = None,
         return from_codes(qtype, codes.reshape(n, k), s.T, gs, offsets=off, scale_dtype=sdt)
 
     if tname == "Q4_0":
-        d = _f16(blk[..., 0:2])                                     # (N, K/32)
+        d = _f16(blk[..., 0:2])  # (N, K/32)
         codes = _low_high(blk[..., 2:18]).reshape(n, k)
         check_fits(d, sdt, f"{what} scales")
         return from_codes("uint4b8", codes, d.T, 32, scale_dtype=sdt)
@@ -246,11 +292,11 @@ def from_gguf(raw, ggml_type, shape, *, scale_dtype: str | None = None,
         nb = k // 256
         flat = blk.reshape(n * nb, 144)
         d, dmin = _f16(flat[:, 0:2]), _f16(flat[:, 2:4])
-        sc, mn = _q4k_scale_min(flat[:, 4:16])                      # (n*nb, 8)
+        sc, mn = _q4k_scale_min(flat[:, 4:16])  # (n*nb, 8)
         qs = flat[:, 16:144].reshape(n * nb, 4, 32)
-        codes = np.stack([qs & 0xF, qs >> 4], axis=2).astype(np.int64)   # (n*nb, 4, 2, 32)
+        codes = np.stack([qs & 0xF, qs >> 4], axis=2).astype(np.int64)  # (n*nb, 4, 2, 32)
         codes = codes.reshape(n, k)
-        s = (d[:, None] * sc).reshape(n, nb * 8)                    # exact in float64
+        s = (d[:, None] * sc).reshape(n, nb * 8)  # exact in float64
         off = (8 * d[:, None] * sc - dmin[:, None] * mn).reshape(n, nb * 8)
         check_fits(s, sdt, f"{what} scales (d * sc)")
         return from_codes("uint4", codes, s.T, 32, offsets=off.T, scale_dtype=sdt)
@@ -263,7 +309,7 @@ def from_gguf(raw, ggml_type, shape, *, scale_dtype: str | None = None,
         check_fits(s, sdt, f"{what} scales")
         return from_codes("mxfp4", codes, s.T, 32, scale_dtype=sdt)
     # NVFP4
-    sb = blk[..., 0:4].astype(np.int64)                             # (N, K/64, 4)
+    sb = blk[..., 0:4].astype(np.int64)  # (N, K/64, 4)
     if np.any(sb >= 0x80):
         raise InputError(f"{what}: block scales are unsigned e4m3: bytes must be below 0x80")
     s = np.where(sb == 0x7F, 0.0, E4M3[sb & 0x7F]).reshape(n, k // 16)

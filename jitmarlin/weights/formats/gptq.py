@@ -1,4 +1,5 @@
 """GPTQ checkpoints (AutoGPTQ / GPTQModel "gptq" and "gptq_v2" formats)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -9,9 +10,18 @@ from jitmarlin.weights.quant import QuantizedWeight
 from ._common import finish_grouped, floats, ints, unpack_words, words
 
 
-def from_gptq(qweight, qzeros, scales, g_idx=None, bits: int = 4, sym: bool = True,
-              checkpoint_format: str = "gptq", *, group_size: int | None = None,
-              scale_dtype: str | None = None) -> QuantizedWeight:
+def from_gptq(
+    qweight,
+    qzeros,
+    scales,
+    g_idx=None,
+    bits: int = 4,
+    sym: bool = True,
+    checkpoint_format: str = "gptq",
+    *,
+    group_size: int | None = None,
+    scale_dtype: str | None = None,
+) -> QuantizedWeight:
     """Convert one GPTQ linear layer (AutoGPTQ / GPTQModel / Optimum checkpoint tensors).
 
     Source layout (K = in_features, N = out_features, p = 32 / bits codes per int32):
@@ -45,26 +55,30 @@ def from_gptq(qweight, qzeros, scales, g_idx=None, bits: int = 4, sym: bool = Tr
     k, n = qw.shape[0] * per, qw.shape[1]
     s = floats(scales, "scales")
     if s.ndim != 2 or s.shape[1] != n:
-        raise InputError(f"scales must be (groups, out_features={n}) to match qweight "
-                         f"{tuple(qw.shape)}, got {tuple(s.shape)}")
+        raise InputError(
+            f"scales must be (groups, out_features={n}) to match qweight {tuple(qw.shape)}, got {tuple(s.shape)}"
+        )
     g = s.shape[0]
-    codes = unpack_words(qw, bits, axis=0).T                      # (N, K)
+    codes = unpack_words(qw, bits, axis=0).T  # (N, K)
 
     z = None
     if qzeros is not None:
         qz = words(qzeros, "qzeros")
         if qz.shape != (g, n // per) or n % per:
-            raise InputError(f"qzeros must be (groups={g}, out_features*bits/32={n * bits / 32:g}) "
-                             f"int32, got {tuple(qz.shape)}")
-        z = unpack_words(qz, bits, axis=1)                         # (G, N), as stored
+            raise InputError(
+                f"qzeros must be (groups={g}, out_features*bits/32={n * bits / 32:g}) int32, got {tuple(qz.shape)}"
+            )
+        z = unpack_words(qz, bits, axis=1)  # (G, N), as stored
         if checkpoint_format == "gptq":
             z = z + 1
     half = 1 << (bits - 1)
     if sym:
         if z is not None and np.any(z != half):
-            raise InputError(f"sym=True but qzeros do not hold the symmetric zero point {half} "
-                             f"(stored {half - 1 if checkpoint_format == 'gptq' else half}); "
-                             "pass sym=False for an asymmetric checkpoint, or check checkpoint_format")
+            raise InputError(
+                f"sym=True but qzeros do not hold the symmetric zero point {half} "
+                f"(stored {half - 1 if checkpoint_format == 'gptq' else half}); "
+                "pass sym=False for an asymmetric checkpoint, or check checkpoint_format"
+            )
         qtype, zeros = ("uint4b8" if bits == 4 else "uint8b128"), None
     else:
         if z is None:

@@ -1,4 +1,5 @@
 """HQQ checkpoints (mobiusml/hqq HQQLinear: W_q plus its meta dict)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,8 +25,14 @@ def _bytes(w_q) -> np.ndarray:
     return h
 
 
-def from_hqq(W_q, scale=None, zero=None, meta=None, *,  # noqa: N803 (HQQ's own name)
-             scale_dtype: str | None = None) -> QuantizedWeight:
+def from_hqq(
+    W_q,
+    scale=None,
+    zero=None,
+    meta=None,
+    *,  # noqa: N803 (HQQ's own name)
+    scale_dtype: str | None = None,
+) -> QuantizedWeight:
     """Convert one HQQ-quantized linear weight (HQQLinear.W_q and HQQLinear.meta).
 
     meta: 'shape' (N, K), 'nbits' (4 or 8), 'group_size' (int, or None for one group per
@@ -52,8 +59,10 @@ def from_hqq(W_q, scale=None, zero=None, meta=None, *,  # noqa: N803 (HQQ's own 
         raise InputError(f"meta must hold 'shape' (N, K), 'nbits' and 'axis': {e}") from None
     gs = meta.get("group_size")
     if axis != 1:
-        raise UnsupportedError("HQQ axis=0 groups run across output rows (W.reshape(group_size, -1)); "
-                               "only axis=1 (groups along in_features) maps onto the kernel's scales")
+        raise UnsupportedError(
+            "HQQ axis=0 groups run across output rows (W.reshape(group_size, -1)); "
+            "only axis=1 (groups along in_features) maps onto the kernel's scales"
+        )
     if nbits not in (4, 8):
         raise UnsupportedError(f"HQQ nbits={nbits} has no kernel quant type (4 and 8 only)")
     packing = meta.get("packing", "4bit_u8" if nbits == 4 else "8bit_u8")
@@ -61,26 +70,28 @@ def from_hqq(W_q, scale=None, zero=None, meta=None, *,  # noqa: N803 (HQQ's own 
     if packing != want_packing:
         raise UnsupportedError(f"HQQ packing {packing!r} is not supported for nbits={nbits} (want {want_packing!r})")
     if meta.get("quant_scale") and scale is None or meta.get("quant_zero") and zero is None:
-        raise UnsupportedError("meta holds quantized scale / zero (quant_scale / quant_zero): "
-                               "dequantize them and pass scale= and zero=")
+        raise UnsupportedError(
+            "meta holds quantized scale / zero (quant_scale / quant_zero): dequantize them and pass scale= and zero="
+        )
     scale = meta.get("scale") if scale is None else scale
     zero = meta.get("zero") if zero is None else zero
     if gs is None:
         gs = k
     gs = int(gs)
     if gs <= 0 or k % gs:
-        raise UnsupportedError(f"HQQ group_size={gs} does not divide in_features={k}: "
-                               "groups would straddle rows")
+        raise UnsupportedError(f"HQQ group_size={gs} does not divide in_features={k}: groups would straddle rows")
     g = k // gs
     rows = n * g
 
     wq = _bytes(W_q)
     if nbits == 4:
         if wq.size * 2 != n * k or rows % 2:
-            raise InputError(f"W_q must hold N*K/2 = {n * k // 2} bytes ({rows // 2} x {gs}) for shape "
-                             f"{(n, k)}, group_size {gs}, got {tuple(wq.shape)}")
+            raise InputError(
+                f"W_q must hold N*K/2 = {n * k // 2} bytes ({rows // 2} x {gs}) for shape "
+                f"{(n, k)}, group_size {gs}, got {tuple(wq.shape)}"
+            )
         wq = wq.reshape(rows // 2, gs)
-        q = np.concatenate([wq >> 4, wq & 0xF], axis=0)             # (R, gs)
+        q = np.concatenate([wq >> 4, wq & 0xF], axis=0)  # (R, gs)
     else:
         if wq.size != n * k:
             raise InputError(f"W_q must hold N*K = {n * k} bytes for shape {(n, k)}, got {tuple(wq.shape)}")
@@ -92,7 +103,7 @@ def from_hqq(W_q, scale=None, zero=None, meta=None, *,  # noqa: N803 (HQQ's own 
     for name, a in (("scale", s), ("zero", z)):
         if a.size not in (1, rows):
             raise InputError(f"{name} must have N*K/group_size = {rows} entries ({rows}, 1), got {tuple(a.shape)}")
-    s = np.broadcast_to(s.reshape(-1), (rows,)).reshape(n, g).T         # (G, N)
+    s = np.broadcast_to(s.reshape(-1), (rows,)).reshape(n, g).T  # (G, N)
     z = np.broadcast_to(z.reshape(-1), (rows,)).reshape(n, g).T
     sdt = pick_scale_dtype(scale_dtype, scale)
     check_fits(s, sdt, "scale")

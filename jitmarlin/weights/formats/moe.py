@@ -28,6 +28,7 @@ Layout facts (checked against the sources named):
     weight_scale_2, input_scale}`, each weight as from_nvfp4 takes it (input_scale quantizes
     activations for W4A4 kernels and is not used by jitmarlin's weight-only kernels).
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -51,8 +52,9 @@ def _experts(seq, what: str, where: str) -> list:
     try:
         items = list(seq)
     except TypeError:
-        raise InputError(f"{where}: {what} must be a list with one entry per expert, "
-                         f"got {type(seq).__name__}") from None
+        raise InputError(
+            f"{where}: {what} must be a list with one entry per expert, got {type(seq).__name__}"
+        ) from None
     if not items:
         raise InputError(f"{where}: {what} is empty (no experts)")
     return items
@@ -90,15 +92,20 @@ def moe_from_experts(gates, ups, downs, *, gate_bias=None, up_bias=None, down_bi
         g, u, d = ((int(w.out_features), int(w.in_features)) for w in trio)
         inter, hidden = g
         if u != g:
-            raise InputError(f"{where}: expert {e}: up is {u} but gate is {g}: gate and up must both be "
-                             "(I, H) = (intermediate, hidden)")
+            raise InputError(
+                f"{where}: expert {e}: up is {u} but gate is {g}: gate and up must both be "
+                "(I, H) = (intermediate, hidden)"
+            )
         if d != (hidden, inter):
-            raise InputError(f"{where}: expert {e}: down is {d} but must be (H, I) = ({hidden}, {inter}) "
-                             f"to follow its gate and up (I, H) = {g}")
+            raise InputError(
+                f"{where}: expert {e}: down is {d} but must be (H, I) = ({hidden}, {inter}) "
+                f"to follow its gate and up (I, H) = {g}"
+            )
         first = first or g
         if g != first:
-            raise InputError(f"{where}: expert {e}: gate is {g} but expert 0's is {first}: every expert must "
-                             "have the same shape")
+            raise InputError(
+                f"{where}: expert {e}: gate is {g} but expert 0's is {first}: every expert must have the same shape"
+            )
     w13 = MoEWeight.stack_gate_up(gates, ups, gate_bias=gate_bias, up_bias=up_bias)
     w2 = MoEWeight.stack(downs, bias=down_bias)
     return w13, w2
@@ -120,17 +127,22 @@ def _mx_pair(blocks, scales, name: str, rows: int | None, cols: int | None):
     e, r, c = b.shape[0], b.shape[1], 2 * b.shape[2]
     s = ints(scales, f"{name}_scales")
     if s.shape != (e, r, c // 32):
-        raise InputError(f"{name}_scales must be uint8 (experts={e}, rows={r}, cols/32={c // 32}) to match "
-                         f"{name}_blocks, got {tuple(s.shape)}")
+        raise InputError(
+            f"{name}_scales must be uint8 (experts={e}, rows={r}, cols/32={c // 32}) to match "
+            f"{name}_blocks, got {tuple(s.shape)}"
+        )
     for what, got, want in (("rows", r, rows), ("cols", c, cols)):
         if want is not None and got != want:
-            raise InputError(f"{name}_blocks: {what} must be {want} to match gate_up_proj (2I rows, H cols), "
-                             f"got {got} (shape {tuple(b.shape)})")
+            raise InputError(
+                f"{name}_blocks: {what} must be {want} to match gate_up_proj (2I rows, H cols), "
+                f"got {got} (shape {tuple(b.shape)})"
+            )
     return b, s
 
 
-def moe_from_gpt_oss(gate_up_blocks, gate_up_scales, gate_up_bias, down_blocks, down_scales, down_bias, *,
-                     scale_dtype: str = "bfloat16"):
+def moe_from_gpt_oss(
+    gate_up_blocks, gate_up_scales, gate_up_bias, down_blocks, down_scales, down_bias, *, scale_dtype: str = "bfloat16"
+):
     """(w13, w2) from one gpt-oss MoE layer as stored in the HF checkpoint
     (`model.layers.N.mlp.experts.` + gate_up_proj_blocks, gate_up_proj_scales, gate_up_proj_bias,
     down_proj_blocks, down_proj_scales, down_proj_bias):
@@ -155,8 +167,10 @@ def moe_from_gpt_oss(gate_up_blocks, gate_up_scales, gate_up_bias, down_blocks, 
     if db.shape[0] != e_count:
         raise InputError(f"{where}: down_proj has {db.shape[0]} experts but gate_up_proj has {e_count}")
     biases = {}
-    for name, b, shape in (("gate_up_proj_bias", gate_up_bias, (e_count, rows2)),
-                           ("down_proj_bias", down_bias, (e_count, hidden))):
+    for name, b, shape in (
+        ("gate_up_proj_bias", gate_up_bias, (e_count, rows2)),
+        ("down_proj_bias", down_bias, (e_count, hidden)),
+    ):
         if b is not None:
             b = _wrap(where, name, floats, b, name)
             if b.shape != shape:
@@ -164,14 +178,23 @@ def moe_from_gpt_oss(gate_up_blocks, gate_up_scales, gate_up_bias, down_blocks, 
         biases[name] = b
     gates, ups, downs = [], [], []
     for e in range(e_count):
-        for out, part, rows in ((gates, "gate (gate_up_proj rows 0::2)", slice(0, None, 2)),
-                                (ups, "up (gate_up_proj rows 1::2)", slice(1, None, 2))):
-            out.append(_wrap(where, f"expert {e} {part}", from_mxfp4, gub[e, rows], gus[e, rows],
-                             scale_dtype=scale_dtype))
+        for out, part, rows in (
+            (gates, "gate (gate_up_proj rows 0::2)", slice(0, None, 2)),
+            (ups, "up (gate_up_proj rows 1::2)", slice(1, None, 2)),
+        ):
+            out.append(
+                _wrap(where, f"expert {e} {part}", from_mxfp4, gub[e, rows], gus[e, rows], scale_dtype=scale_dtype)
+            )
         downs.append(_wrap(where, f"expert {e} down_proj", from_mxfp4, db[e], ds[e], scale_dtype=scale_dtype))
     gu = biases["gate_up_proj_bias"]
-    return moe_from_experts(gates, ups, downs, gate_bias=None if gu is None else gu[:, 0::2],
-                            up_bias=None if gu is None else gu[:, 1::2], down_bias=biases["down_proj_bias"])
+    return moe_from_experts(
+        gates,
+        ups,
+        downs,
+        gate_bias=None if gu is None else gu[:, 0::2],
+        up_bias=None if gu is None else gu[:, 1::2],
+        down_bias=biases["down_proj_bias"],
+    )
 
 
 # ---- GGUF ------------------------------------------------------------------------------------------
@@ -184,7 +207,7 @@ def _gguf_tensor(t, what: str):
     if all(hasattr(t, a) for a in ("tensor_type", "data", "shape")):
         raw, gtype, name = t.data, t.tensor_type, str(getattr(t, "name", what))
         try:
-            dims = tuple(int(v) for v in t.shape)[::-1]             # ne is fastest first
+            dims = tuple(int(v) for v in t.shape)[::-1]  # ne is fastest first
         except (TypeError, ValueError):
             raise InputError(f"{where}: {what}: shape must be ne = [K, N, E], got {t.shape!r}") from None
     elif isinstance(t, (tuple, list)) and len(t) == 3:
@@ -193,24 +216,31 @@ def _gguf_tensor(t, what: str):
         try:
             dims = tuple(int(v) for v in shape)
         except (TypeError, ValueError):
-            raise InputError(f"{where}: {what}: shape must be (experts, out_features, in_features), "
-                             f"got {shape!r}") from None
+            raise InputError(
+                f"{where}: {what}: shape must be (experts, out_features, in_features), got {shape!r}"
+            ) from None
     else:
-        raise InputError(f"{where}: {what} must be a GGUFReader tensor or a tuple (raw, ggml_type, "
-                         f"(experts, out_features, in_features)), got {type(t).__name__}")
+        raise InputError(
+            f"{where}: {what} must be a GGUFReader tensor or a tuple (raw, ggml_type, "
+            f"(experts, out_features, in_features)), got {type(t).__name__}"
+        )
     if len(dims) != 3 or min(dims) < 1:
-        raise InputError(f"{where}: {what} ({name}) must be 3-D (experts, out_features, in_features) = "
-                         f"reversed ne [K, N, E], got {dims}")
+        raise InputError(
+            f"{where}: {what} ({name}) must be 3-D (experts, out_features, in_features) = "
+            f"reversed ne [K, N, E], got {dims}"
+        )
     tname = _wrap(where, f"{what} ({name})", _type_name, gtype)
     data = _wrap(where, f"{what} ({name})", _raw_bytes, raw)
     e, n, k = dims
-    if tname not in BLOCKS:                                          # from_gguf's own refusal
+    if tname not in BLOCKS:  # from_gguf's own refusal
         _wrap(where, what, from_gguf, data, tname, (n, k), name=name)
     bs, tsize = BLOCKS[tname]
     if k % bs or data.size != e * n * (k // bs) * tsize:
-        raise InputError(f"{where}: {what} ({name}, {tname}) of shape (E={e}, N={n}, K={k}) takes "
-                         f"{e * n * (-(-k // bs)) * tsize} bytes with K a multiple of {bs}, got {data.size} "
-                         "bytes (tuple shapes are (E, N, K), the reverse of GGUF's ne = [K, N, E])")
+        raise InputError(
+            f"{where}: {what} ({name}, {tname}) of shape (E={e}, N={n}, K={k}) takes "
+            f"{e * n * (-(-k // bs)) * tsize} bytes with K a multiple of {bs}, got {data.size} "
+            "bytes (tuple shapes are (E, N, K), the reverse of GGUF's ne = [K, N, E])"
+        )
     return data, tname, dims, name
 
 
@@ -219,8 +249,9 @@ def _bias_data(b):
     return b.data if b is not None and hasattr(b, "tensor_type") and hasattr(b, "data") else b
 
 
-def moe_from_gguf(gate_exps, up_exps, down_exps, *, gate_bias=None, up_bias=None, down_bias=None,
-                  scale_dtype: str | None = None):
+def moe_from_gguf(
+    gate_exps, up_exps, down_exps, *, gate_bias=None, up_bias=None, down_bias=None, scale_dtype: str | None = None
+):
     """(w13, w2) from a GGUF MoE layer: `blk.N.ffn_gate_exps.weight`, `ffn_up_exps.weight`,
     `ffn_down_exps.weight`.
 
@@ -235,21 +266,38 @@ def moe_from_gguf(gate_exps, up_exps, down_exps, *, gate_bias=None, up_bias=None
     converts, but jitmarlin.moe needs one qtype and group size for w13 and w2.
     """
     where = "moe_from_gguf"
-    parts = [_gguf_tensor(t, what) for t, what in ((gate_exps, "gate_exps"), (up_exps, "up_exps"),
-                                                     (down_exps, "down_exps"))]
+    parts = [
+        _gguf_tensor(t, what) for t, what in ((gate_exps, "gate_exps"), (up_exps, "up_exps"), (down_exps, "down_exps"))
+    ]
     (_, _, (eg, ig, hg), _), (_, _, (eu, iu, hu), _), (_, _, (ed, hd, idn), _) = parts
     if not eg == eu == ed:
         raise InputError(f"{where}: expert counts differ: gate_exps {eg}, up_exps {eu}, down_exps {ed}")
     if (iu, hu) != (ig, hg) or (hd, idn) != (hg, ig):
-        raise InputError(f"{where}: shapes do not chain: gate_exps (E, I, H) = {(eg, ig, hg)}, up_exps "
-                         f"{(eu, iu, hu)} (must equal gate's), down_exps {(ed, hd, idn)} (must be (E, H, I))")
+        raise InputError(
+            f"{where}: shapes do not chain: gate_exps (E, I, H) = {(eg, ig, hg)}, up_exps "
+            f"{(eu, iu, hu)} (must equal gate's), down_exps {(ed, hd, idn)} (must be (E, H, I))"
+        )
     experts = []
     for data, tname, (e_count, n, k), name in parts:
         per = data.size // e_count
-        experts.append([_wrap(where, f"expert {e}", from_gguf, data[e * per:(e + 1) * per], tname, (n, k),
-                              scale_dtype=scale_dtype, name=f"{name}[{e}]") for e in range(e_count)])
-    return moe_from_experts(*experts, gate_bias=_bias_data(gate_bias), up_bias=_bias_data(up_bias),
-                            down_bias=_bias_data(down_bias))
+        experts.append(
+            [
+                _wrap(
+                    where,
+                    f"expert {e}",
+                    from_gguf,
+                    data[e * per : (e + 1) * per],
+                    tname,
+                    (n, k),
+                    scale_dtype=scale_dtype,
+                    name=f"{name}[{e}]",
+                )
+                for e in range(e_count)
+            ]
+        )
+    return moe_from_experts(
+        *experts, gate_bias=_bias_data(gate_bias), up_bias=_bias_data(up_bias), down_bias=_bias_data(down_bias)
+    )
 
 
 # ---- ModelOpt NVFP4 --------------------------------------------------------------------------------
@@ -261,26 +309,30 @@ def _nvfp4_spec(spec, what: str):
     if isinstance(spec, Mapping):
         missing = [k for k in ("weight", "weight_scale", "weight_scale_2") if k not in spec]
         if missing:
-            raise InputError(f"moe_from_nvfp4: {what} lacks {', '.join(missing)} (ModelOpt NVFP4 tensors "
-                             "weight, weight_scale, weight_scale_2)")
+            raise InputError(
+                f"moe_from_nvfp4: {what} lacks {', '.join(missing)} (ModelOpt NVFP4 tensors "
+                "weight, weight_scale, weight_scale_2)"
+            )
         return spec["weight"], spec["weight_scale"], spec["weight_scale_2"]
     if isinstance(spec, (tuple, list)) and len(spec) in (3, 4):
         return tuple(spec[:3])
-    raise InputError(f"moe_from_nvfp4: {what} must be a mapping with weight, weight_scale, weight_scale_2 or a "
-                     f"tuple (weight, weight_scale, weight_scale_2[, input_scale]), got {type(spec).__name__}")
+    raise InputError(
+        f"moe_from_nvfp4: {what} must be a mapping with weight, weight_scale, weight_scale_2 or a "
+        f"tuple (weight, weight_scale, weight_scale_2[, input_scale]), got {type(spec).__name__}"
+    )
 
 
 def _refold(spec, shared: float, own: float, sdt: str, exact: bool):
     """spec's weight with its block scales times own / shared under global scale `shared`, or
     None when `exact` and some scaled block scale is not exactly a `sdt` number."""
     s = e4m3_values(spec[1], "weight_scale")
-    want = s * own                                           # exact: 4 x 24 significant bits
+    want = s * own  # exact: 4 x 24 significant bits
     folded = want / shared
     if not exact:
         check_fits(folded, sdt, "weight_scale * weight_scale_2 ratio")
     got = halves.from_bits(halves.to_bits(folded, sdt), sdt).astype(np.float64)
     if exact and not (np.all(np.isfinite(got)) and np.array_equal(got * shared, want)):
-        return None                                          # got * shared: <= 11 x 24 bits, exact
+        return None  # got * shared: <= 11 x 24 bits, exact
     codes = unpack_fp4(fp4_bytes(spec[0], "weight"))
     return from_codes("nvfp4", codes, got.T, 16, global_scale=shared, scale_dtype=sdt)
 
@@ -301,15 +353,26 @@ def _share_global(gate_spec, up_spec, g: QuantizedWeight, u: QuantizedWeight, e:
             f"{u.global_scale!r}) and their ratio does not fold exactly into either's block scales in {sdt}; "
             "the fused w13 kernel applies one global scale per expert. Pass round_scales=True to fold it "
             f"with one rounding of each block scale to {sdt} (relative error <= "
-            f"{'2^-11' if sdt == 'float16' else '2^-8'}), or requantize gate and up with one global scale")
-    keep, spec, other, _ = max(tries, key=lambda t: abs(t[0].global_scale))    # ratio <= 1: no overflow
-    folded = _wrap(f"moe_from_nvfp4: expert {e}", "round_scales", _refold, spec, keep.global_scale,
-                   other.global_scale, sdt, False)
+            f"{'2^-11' if sdt == 'float16' else '2^-8'}), or requantize gate and up with one global scale"
+        )
+    keep, spec, other, _ = max(tries, key=lambda t: abs(t[0].global_scale))  # ratio <= 1: no overflow
+    folded = _wrap(
+        f"moe_from_nvfp4: expert {e}", "round_scales", _refold, spec, keep.global_scale, other.global_scale, sdt, False
+    )
     return (g, folded) if other is u else (folded, u)
 
 
-def moe_from_nvfp4(gates, ups, downs, *, gate_bias=None, up_bias=None, down_bias=None,
-                   scale_dtype: str | None = None, round_scales: bool = False):
+def moe_from_nvfp4(
+    gates,
+    ups,
+    downs,
+    *,
+    gate_bias=None,
+    up_bias=None,
+    down_bias=None,
+    scale_dtype: str | None = None,
+    round_scales: bool = False,
+):
     """(w13, w2) from ModelOpt NVFP4 MoE experts (`mlp.experts.E.gate_proj`, `up_proj`,
     `down_proj`).
 
@@ -329,15 +392,18 @@ def moe_from_nvfp4(gates, ups, downs, *, gate_bias=None, up_bias=None, down_bias
     where = "moe_from_nvfp4"
     lists = [_experts(s, n, where) for s, n in ((gates, "gates"), (ups, "ups"), (downs, "downs"))]
     if not len(lists[0]) == len(lists[1]) == len(lists[2]):
-        raise InputError(f"{where}: expert counts differ: {len(lists[0])} gates, {len(lists[1])} ups, "
-                         f"{len(lists[2])} downs")
+        raise InputError(
+            f"{where}: expert counts differ: {len(lists[0])} gates, {len(lists[1])} ups, {len(lists[2])} downs"
+        )
     if not isinstance(round_scales, (bool, np.bool_)):
         raise InputError(f"{where}: round_scales must be a bool, got {round_scales!r}")
     out = ([], [], [])
     for e, raw in enumerate(zip(*lists)):
         specs = [_nvfp4_spec(s, f"{n}[{e}]") for s, n in zip(raw, ("gates", "ups", "downs"))]
-        g, u, d = (_wrap(where, f"{n}[{e}]", from_nvfp4, *s, scale_dtype=scale_dtype)
-                   for s, n in zip(specs, ("gates", "ups", "downs")))
+        g, u, d = (
+            _wrap(where, f"{n}[{e}]", from_nvfp4, *s, scale_dtype=scale_dtype)
+            for s, n in zip(specs, ("gates", "ups", "downs"))
+        )
         if g.global_scale != u.global_scale:
             g, u = _share_global(specs[0], specs[1], g, u, e, bool(round_scales))
         for lst, w in zip(out, (g, u, d)):

@@ -1,4 +1,5 @@
 """OCP microscaling MXFP4 weights (gpt-oss "blocks" / "scales" checkpoints)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -32,8 +33,10 @@ def from_mxfp4(blocks, scales, *, scale_dtype: str = "bfloat16") -> QuantizedWei
     n, k = b.shape[0], 2 * b.shape[1]
     e = ints(scales, "scales")
     if e.shape != (n, k // 32) or k % 32:
-        raise InputError(f"scales must be uint8 (out_features={n}, in_features/32={k / 32:g}) for blocks "
-                         f"of {k} inputs, got {tuple(e.shape)}")
+        raise InputError(
+            f"scales must be uint8 (out_features={n}, in_features/32={k / 32:g}) for blocks "
+            f"of {k} inputs, got {tuple(e.shape)}"
+        )
     if e.size and (e.min() < 0 or e.max() > 254):
         raise InputError("scales must be e8m0 exponents in [0, 254] (255 is NaN)")
     s = np.ldexp(1.0, e - 127)

@@ -1,4 +1,5 @@
 """NVIDIA ModelOpt NVFP4 checkpoints (quant_algo "NVFP4")."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -46,11 +47,15 @@ def from_nvfp4(weight, weight_scale, weight_scale_2, *, scale_dtype: str | None 
     n, k = w.shape[0], 2 * w.shape[1]
     s = e4m3_values(weight_scale, "weight_scale")
     if s.shape != (n, k // 16) or k % 16:
-        raise InputError(f"weight_scale must be (out_features={n}, in_features/16={k / 16:g}) for weight "
-                         f"{tuple(w.shape)}, got {tuple(s.shape)}")
+        raise InputError(
+            f"weight_scale must be (out_features={n}, in_features/16={k / 16:g}) for weight "
+            f"{tuple(w.shape)}, got {tuple(s.shape)}"
+        )
     gs2 = floats(weight_scale_2, "weight_scale_2").reshape(-1)
     if gs2.size != 1:
-        raise InputError(f"weight_scale_2 must be one float32 (per-tensor scale), got {gs2.size} values: "
-                         "convert each shard of a fused layer separately")
+        raise InputError(
+            f"weight_scale_2 must be one float32 (per-tensor scale), got {gs2.size} values: "
+            "convert each shard of a fused layer separately"
+        )
     sdt = pick_scale_dtype(scale_dtype, None)
     return from_codes("nvfp4", unpack_fp4(w), s.T, 16, global_scale=float(gs2[0]), scale_dtype=sdt)
