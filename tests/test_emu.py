@@ -380,6 +380,16 @@ def test_padded_shapes_and_float_zero_points_on_emulator(rng):
     check_output(out, ref, "float16", spec=pl.spec)
 
 
+def test_three_block_tiles_of_the_nvvm20_targets_on_emulator(rng):
+    """sm_100+ plans at most 3 m16 blocks a tile, spread evenly over the M chunks (plan_tm): M = 100
+    on rtx-pro-6000 is 3 chunks of 48 rows, the last one 4 rows long; M = 64 two chunks of 32."""
+    for m, act, tm, chunks in ((100, "bfloat16", 3, 3), (64, "float16", 2, 2)):
+        qw = quantize(rng.standard_normal((192, 256)) * 0.05, "uint4b8", 64, scale_dtype=act)
+        pl, out, ref = _run_qw(qw, m, act, "rtx-pro-6000", rng)
+        assert (pl.spec.tm, pl.m_chunks) == (tm, chunks), pl.spec.name
+        check_output(out, ref, act, spec=pl.spec)
+
+
 def test_act_order_on_emulator(rng):
     from jitmarlin.weights.quant import from_codes
 

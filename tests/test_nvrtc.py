@@ -58,6 +58,33 @@ def test_sm80_path_compiles_with_expected_instructions(arch, m, act, group):
     assert p.smem_bytes + r["static_shared_bytes"] <= prof.smem_per_block
 
 
+# The NVVM 20 targets' (sm_100+) multi-block mma.sync plans: 4-bit per-channel codes at M = 64 and
+# 256 spilled with four m16 blocks under NVRTC 12.9 on sm_100, and every such plan under 13.0
+# (plan_base.NVVM20_MAX_TM); 70B down's 8-bit codes take the most registers of the bench plans
+# with three (252 on sm_100, 248 on sm_120 under 13.0). (profile, m, n, k, act, qtype, group)
+NVVM20_CASES = [
+    ("b200", 64, 4096, 4096, "float16", "uint4b8", -1),
+    ("b200", 256, 4096, 4096, "float16", "uint4b8", -1),
+    ("b200", 256, 8192, 28672, "float16", "uint8", 32),
+    ("rtx-pro-6000", 64, 4096, 4096, "float16", "uint4b8", 32),
+    ("rtx-pro-6000", 256, 4096, 4096, "bfloat16", "uint8", 32),
+    ("gb10", 64, 8192, 28672, "float16", "uint8", 128),
+    ("gb10", 200, 4096, 4096, "bfloat16", "uint4b8", 64),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("prof,m,n,k,act,qtype,group", NVVM20_CASES)
+def test_nvvm20_multi_block_tiles_do_not_spill(prof, m, n, k, act, qtype, group):
+    prof = get_profile(prof)
+    if prof.arch not in nvrtc.supported_archs():
+        pytest.skip(f"NVRTC {nvrtc.version()} cannot target {prof.arch}")
+    p = plan(prof, Problem(m, n, k, act, qtype, group))
+    assert p.route == "fused" and p.spec.tm > 1, p.spec.name
+    r = default_cache().get(p.spec, prof.arch)[0].resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0, (p.spec.name, r)
+
+
 LEGACY = [("v100", "sm_70"), ("t4", "sm_75")]
 
 

@@ -140,6 +140,29 @@ def max_tm(path: str, p: Problem) -> int:
     return PATH_MAX_TM[path]
 
 
+# NVRTC (12.9 and 13.0 alike) compiles sm_100 and later through its NVVM 20 front end, sm_90 and
+# earlier through NVVM 7, and the mma.sync kernel's NVVM 20 PTX needs more registers: with four m16
+# blocks (128 fp32 sums and 32 A-fragment registers a thread) every planned kernel spills 100-112
+# bytes under NVRTC 13.0 on sm_100 and sm_120, and one of 88 spills 4 bytes on sm_100 under 12.9,
+# where the same kernels' NVVM 7 PTX for sm_89 takes 253 registers and no spills. ptxas 13.0
+# assembles 12.9's sm_120 PTX without spills: the extra registers come from the front end. With
+# three blocks the bench plans' kernels (every quant type) take at most 252 registers on sm_100 and
+# 248 on sm_120 under either version. (The MoE kernel's tiles of four compile clean there.)
+NVVM20_CC = (10, 0)
+NVVM20_MAX_TM = 3
+
+
+def plan_tm(profile: DeviceProfile, p: Problem) -> int:
+    """m16 blocks a tile of the mma.sync kernel for `p`: all of M up to max_tm. Where NVVM20_MAX_TM
+    caps it, the fewest M chunks of at most that many blocks, the blocks spread evenly over them
+    (M = 64: two chunks of 32 rows, not 48 + 16: the same weight passes, fewer padded MMAs)."""
+    blocks = -(-p.m // 16)
+    cap = max_tm(profile.path, p)
+    if profile.cc < NVVM20_CC or cap <= NVVM20_MAX_TM:
+        return min(cap, blocks)
+    return -(-blocks // -(-blocks // NVVM20_MAX_TM))
+
+
 def group_blocks(p: Problem) -> int:
     """The spec's group_blocks: -1 per-channel (scales applied to the fp32 sums), 0 per-channel
     with zero points (scales and offsets applied in the K loop), else group_size / 16."""

@@ -89,6 +89,8 @@ from jitmarlin.kernels.mma.plan import (  # noqa: F401
 from jitmarlin.kernels.plan_base import (  # noqa: F401
     ALL_QTYPES,
     BIG_LAYER_BYTES_PER_SM,
+    NVVM20_CC,
+    NVVM20_MAX_TM,
     PATH_ACTS,
     PATH_MAX_STAGES,
     PATH_MAX_TM,
@@ -102,6 +104,7 @@ from jitmarlin.kernels.plan_base import (  # noqa: F401
     check_problem,
     group_blocks,
     max_tm,
+    plan_tm,
     wgmma_available,
 )
 from jitmarlin.kernels.problem import Problem
@@ -197,7 +200,7 @@ def choose_fused_spec(profile: DeviceProfile, p: Problem) -> KernelSpec:
     gemv = _gemv_choice(profile, p)
     if gemv:
         return gemv
-    tm = min(max_tm(profile.path, p), -(-p.m // 16))
+    tm = plan_tm(profile, p)
     fitting = [
         s
         for tn, tk, max_stages in _preferences(profile, p)
@@ -233,7 +236,7 @@ def candidate_specs(profile: DeviceProfile, p: Problem) -> list[AnySpec]:
     search space of the autotuner. Pure."""
     check_problem(profile, p)
     path = profile.path
-    tm = min(max_tm(path, p), -(-p.m // 16))
+    tm = plan_tm(profile, p)
     gb = group_blocks(p)
     stages = (2,) if path != "sm80" else (2, 3, 4, 5, 6, 8)
     out = []
