@@ -19,6 +19,19 @@ from jitmarlin.weights.qtypes import ACT_DTYPES, QTYPES
 
 ACTIVATIONS = ("silu", "gelu", "swigluoai")
 STAGES_MOE = ("up", "down")
+
+
+def check_stage(stage: str, activation: str) -> None:
+    """The stage and activation fields every MoE GEMM spec shares: w13 ('up') fuses one of
+    ACTIVATIONS, w2 ('down') none. ValueError otherwise."""
+    if stage not in STAGES_MOE:
+        raise ValueError(f"stage must be 'up' or 'down', got {stage!r}")
+    if stage == "up" and activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
+    if stage == "down" and activation != "":
+        raise ValueError("the down stage fuses no activation (activation='')")
+
+
 ROUTE_THREADS = 1024  # the alignment kernel is one block
 
 
@@ -102,12 +115,7 @@ class MoESpec(_Tiles, _WeightFormat):
         if self.path not in ("sm70", "sm75", "sm80"):
             raise ValueError(f"MoE GEMMs run on the mma.sync paths sm70, sm75, sm80 (got {self.path!r})")
         self.dense().check()
-        if self.stage not in STAGES_MOE:
-            raise ValueError(f"stage must be 'up' or 'down', got {self.stage!r}")
-        if self.stage == "up" and self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}")
-        if self.stage == "down" and self.activation != "":
-            raise ValueError("the down stage fuses no activation (activation='')")
+        check_stage(self.stage, self.activation)
 
     def canonical(self) -> str:
         d = asdict(self)
@@ -226,12 +234,7 @@ class MoEGemvSpec(_WeightFormat):
             raise ValueError("group size and batch (unroll) must divide one another")
         if self.group_blocks < 0 and self.affine:
             raise ValueError("zero-point types apply per-channel scales in the K loop (group_blocks 0)")
-        if self.stage not in STAGES_MOE:
-            raise ValueError(f"stage must be 'up' or 'down', got {self.stage!r}")
-        if self.stage == "up" and self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}")
-        if self.stage == "down" and self.activation != "":
-            raise ValueError("the down stage fuses no activation (activation='')")
+        check_stage(self.stage, self.activation)
 
     def canonical(self) -> str:
         d = asdict(self)

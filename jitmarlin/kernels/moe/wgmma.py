@@ -22,7 +22,7 @@ import numpy as np
 from jitmarlin._version import __version__
 from jitmarlin.jit.profiles import DeviceProfile
 from jitmarlin.kernels import render as _render
-from jitmarlin.kernels.moe.spec import ACTIVATIONS, STAGES_MOE
+from jitmarlin.kernels.moe.spec import check_stage
 from jitmarlin.kernels.plan_base import group_blocks, wgmma_available
 from jitmarlin.kernels.problem import Problem
 from jitmarlin.kernels.spec import THREADS, KernelSpec, _Tiles, _WeightFormat, register_kind
@@ -162,12 +162,7 @@ class MoEWgmmaSpec(_Tiles, _WeightFormat):
             raise ValueError("group size and the 64-deep K step must divide one another")
         if self.group_blocks < 0 and self.affine:
             raise ValueError("zero-point types apply per-channel scales in the K loop (group_blocks 0)")
-        if self.stage not in STAGES_MOE:
-            raise ValueError(f"stage must be 'up' or 'down', got {self.stage!r}")
-        if self.stage == "up" and self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}")
-        if self.stage == "down" and self.activation != "":
-            raise ValueError("the down stage fuses no activation (activation='')")
+        check_stage(self.stage, self.activation)
 
     def canonical(self) -> str:
         d = asdict(self)
