@@ -77,6 +77,22 @@ def _pad(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return np.pad(a, [(0, t - s) for s, t in zip(a.shape, shape)])
 
 
+def _host_parts(qw):
+    """(codes (n, k) in stored order, scales, offsets or None, natural) of `qw` on the host; scales
+    and offsets unpermuted to (groups, n), or (n,) in natural order for symmetric per-channel."""
+    n, k = int(qw.n), int(qw.k)
+    codes = packing.unpack(np.asarray(to_host(qw.packed)), n, k, get_qtype(qw.qtype).bits)
+    natural = qw.group_size == -1 and qw.offsets is None
+
+    def host(a):
+        if a is None:
+            return None
+        h = np.asarray(to_host(a))
+        return h.copy() if natural else packing.unpermute_scales(h.reshape(-1, n))
+
+    return codes, host(qw.scales), host(qw.offsets), natural
+
+
 def shard_fields(qw, dim, rank, world) -> dict:
     """The QuantizedWeight fields of rank `rank` of `world` split along `dim` (see the module
     docstring); InputError for a split the layout cannot hold exactly."""
@@ -92,17 +108,8 @@ def shard_fields(qw, dim, rank, world) -> dict:
         raise InputError(f"shard: rank must be in [0, world={world}), got {rank}")
     qw.validate()
     bits, gs = get_qtype(qw.qtype).bits, int(qw.group_size)
-    n, k, n0, k0 = int(qw.n), int(qw.k), int(qw.out_features), int(qw.in_features)
-    codes = packing.unpack(np.asarray(to_host(qw.packed)), n, k, bits)  # (n, k), stored order
-    natural = gs == -1 and qw.offsets is None  # symmetric per-channel: (n,) in natural order
-
-    def host_scales(a):
-        if a is None:
-            return None
-        h = np.asarray(to_host(a))
-        return h.copy() if natural else packing.unpermute_scales(h.reshape(-1, n))
-
-    s, m = host_scales(qw.scales), host_scales(qw.offsets)
+    n0, k0 = int(qw.out_features), int(qw.in_features)
+    codes, s, m, natural = _host_parts(qw)
     g0 = 1 if gs == -1 else -(-k0 // gs)  # groups with data
     if not natural:
         s, m = s[:g0], None if m is None else m[:g0]
@@ -192,12 +199,12 @@ def concat_fields(weights) -> dict:
     natural = gs == -1 and first.offsets is None
     codes, sc, off = [], [], []
     for w in ws:
-        n, n0 = int(w.n), int(w.out_features)
-        codes.append(packing.unpack(np.asarray(to_host(w.packed)), n, k, bits)[:n0])
-        for src, dst in ((w.scales, sc), (w.offsets, off)):
-            if src is not None:
-                h = np.asarray(to_host(src))
-                dst.append(h[:n0] if natural else packing.unpermute_scales(h.reshape(-1, n))[:, :n0])
+        n0 = int(w.out_features)
+        c, scale, offset, _ = _host_parts(w)
+        codes.append(c[:n0])
+        sc.append(scale[..., :n0])
+        if offset is not None:
+            off.append(offset[..., :n0])
     n1 = sum(int(w.out_features) for w in ws)
     n1p, _ = kernel_dims(n1, int(first.in_features), gs)
     codes = _pad(np.concatenate(codes), (n1p, k))
