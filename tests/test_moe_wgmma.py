@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_moe_gpu import _routing, _weights  # the mma.sync GPU tests' weights and routings
 
 from jitmarlin.errors import InputError
 from jitmarlin.jit.cache import default_cache
@@ -20,7 +21,6 @@ from jitmarlin.kernels.source import SOURCE
 from jitmarlin.kernels.spec import spec_from_canonical
 from jitmarlin.reference import ATOL_U_MOE, check_output, moe_reference
 from jitmarlin.weights import halves
-from jitmarlin.weights.moe import quantize_moe
 from jitmarlin.weights.qtypes import kernel_dims
 
 QTYPES = [("uint4b8", 128), ("uint4", 64), ("uint8b128", -1), ("float8_e4m3fn", 128), ("nvfp4", 16), ("mxfp4", 32)]
@@ -231,34 +231,6 @@ def test_wgmma_no_register_of_an_inflight_wgmma_is_overwritten():
 
 
 # ---- GPU (sm_90): the forced kind against the float64 reference ------------------------------------
-
-_weights_cache: dict = {}
-
-
-def _weights(qtype, group, e, hidden=256, inter=128, seed=0, bias=False):
-    key = (qtype, group, e, hidden, inter, seed, bias)
-    if key not in _weights_cache:
-        r = np.random.default_rng(seed)
-        w13 = quantize_moe(
-            r.standard_normal((e, 2 * inter, hidden)) * 0.05,
-            qtype,
-            group,
-            gated=True,
-            bias=r.standard_normal((e, 2 * inter)) * 0.3 if bias else None,
-        )
-        w2 = quantize_moe(
-            r.standard_normal((e, hidden, inter)) * 0.05,
-            qtype,
-            group,
-            bias=r.standard_normal((e, hidden)) * 0.3 if bias else None,
-        )
-        _weights_cache[key] = (w13, w2)
-    return _weights_cache[key]
-
-
-def _routing(rng, t, k, e):
-    ids = np.argsort(rng.random((t, e)), axis=1)[:, :k].astype(np.int32)  # k distinct experts a token
-    return ids, (rng.random((t, k)) + 0.05).astype(np.float32)
 
 
 @pytest.fixture
