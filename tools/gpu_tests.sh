@@ -46,7 +46,7 @@ run() {   # name, pytest args...
     -p no:cacheprovider --maxfail=25 -o addopts="" -rfE --durations=12 > "$OUT/pytest-$name.log" 2>&1
 }
 t0=$(date +%s)
-for g in ${TEST_GROUPS:-api1 api2 api3 gemv tune wgmma route moe}; do   # route also runs test_shard.py
+for g in ${TEST_GROUPS:-api1 api2 api3 gemv tune wgmma route moe moew}; do   # route also runs test_shard.py
   case $g in
     api1) run api1 tests/test_api.py -k "linear and not bf" & ;;
     api2) run api2 tests/test_api.py -k "linear and bf" & ;;
@@ -56,6 +56,7 @@ for g in ${TEST_GROUPS:-api1 api2 api3 gemv tune wgmma route moe}; do   # route 
     wgmma) run wgmma tests/test_wgmma.py & ;;
     route) run route tests/test_dequant_route.py tests/test_shard.py & ;;
     moe) run moe tests/test_moe_gpu.py tests/test_hf_load.py tests/test_hf_gguf.py tests/test_tune_moe.py & ;;
+    moew) run moew tests/test_moe_wgmma.py tests/test_hf_moe.py & ;;
   esac
 done
 # emulated GPUs in parallel with the native groups (the GPU is rarely the bottleneck of a test run)
