@@ -351,6 +351,16 @@ def main_moe(args):
     return 0
 
 
+def wgmma_tiles(prof, problem, tm):
+    """The planner's wgmma tiles of both stages at `tm` m16 blocks a row block (plan_moe overrides)."""
+    from jitmarlin.kernels.moe.wgmma import wgmma_stage_spec
+
+    return {
+        "up": wgmma_stage_spec(prof, problem.dense("up"), tm, "up", problem.activation),
+        "down": wgmma_stage_spec(prof, problem.dense("down"), tm, "down", ""),
+    }
+
+
 def sweep_moe(args):
     """tools/bench --moe --sweep: at each model and T, time the planner's MoE plan, then every w13
     tile (with the planner's w2), every w2 tile and every K split (with the planner's w13); print
@@ -428,6 +438,9 @@ def sweep_moe(args):
                     for n in (2, 3, 4, 5, 7, 8)
                     if n <= problem.k13 // base.up.tile_k and base.up.path == "sm80"
                 ]
+            if base.wgmma:  # the wgmma kind's other row blocks (both stages share one), and mma.sync
+                trials += [("tm", tm, wgmma_tiles(prof, problem, tm)) for tm in (2, 4, 8) if tm != base.up.tm]
+                trials.append(("kind", "mma", {"wgmma": False}))
             try:  # the other kind's plan (GEMV against mma.sync at decode)
                 trials.append(("kind", "gemv" if not base.gemv else "mma", {"gemv": not base.gemv}))
                 plan_moe(prof, problem, gemv=not base.gemv)
