@@ -94,3 +94,28 @@ def test_moe_kernels_compile_without_spills(profile, act):
                 else "mma.sync.aligned.m16n8"
             )
             assert mma in art.ptx
+
+
+def test_measured_row_block_and_gemv_rules():
+    """The planner rules tools/PERF.md e115 rests on, on the six models: a wgmma row block of 32
+    rows up to 16 an expert, 64 up to 32, 128 beyond; a GEMV warp that splits K keeps at least three
+    batches of k16 rows (Qwen3-30B-A3B's w13 at T = 1: 8 of 16 warps split its 128 rows)."""
+    from jitmarlin.kernels.moe.spec import MoEGemvSpec
+    from jitmarlin.kernels.moe.wgmma import rows_per_expert
+
+    h = get_profile("h100")
+    seen = set()
+    for model in MODELS:
+        for t in (1, 4, 64, 128, 256, 1024):
+            p = _problem(model, t, "float16")
+            plan = plan_moe(h, p)
+            if plan.wgmma:
+                rows = rows_per_expert(p.pairs, p.experts)
+                assert plan.up.tm == plan.down.tm == (2 if rows <= 16 else 4 if rows <= 32 else 8), (model, t)
+                seen.add(plan.up.tm)
+            for spec, k in ((plan.up, p.k13), (plan.down, p.k2)):
+                if isinstance(spec, MoEGemvSpec) and spec.kwarps > 1:
+                    assert (k // 16) // spec.kwarps >= 3 * spec.unroll, (model, t, spec.name)
+    assert seen == {2, 4, 8}
+    qwen = plan_moe(h, _problem("qwen3-30b-a3b", 1, "float16")).up
+    assert (qwen.warps, qwen.kwarps, qwen.unroll) == (8, 8, 4)

@@ -175,13 +175,13 @@ def _compiled(spec):
 @pytest.mark.slow
 @pytest.mark.parametrize("qt,group", QTYPES)
 @pytest.mark.parametrize("act", ["float16", "bfloat16"])
-@pytest.mark.parametrize("t", [64, 256, 4096])
+@pytest.mark.parametrize("t", [64, 128, 4096])
 def test_wgmma_every_type_compiles_for_sm90a(qt, group, act, t):
     """The planner's w13 (SwiGLU) and w2 tiles for Mixtral-shaped layers at 32-, 64- and 128-row
     blocks, every quant type and dtype: sm_90a, no spills, within the registers of their occupancy."""
     h = get_profile("h100")
     plan = plan_moe(h, _problem(t, 2, 8, 1024, 512, act, qt, group), wgmma=True)
-    assert plan.up.tm == {64: 2, 256: 4, 4096: 8}[t]
+    assert plan.up.tm == {64: 2, 128: 4, 4096: 8}[t]  # 16, 32 and 1024 rows an expert
     for spec in (plan.up, plan.down):
         _compiled(spec)
 
