@@ -220,13 +220,13 @@ def wgmma_default(profile: DeviceProfile, pairs: int, experts: int) -> bool:
 
 
 def wgmma_tm(pairs: int, experts: int) -> int:
-    """m16 blocks a row block: 32 rows up to 16 an expert, 64 up to 32, then 128. Each dequantised
-    weight tile serves more rows in a larger block, and that outweighs the padding from 32 rows
-    an expert on: tools/bench --moe --sweep on an H100 (tools/PERF.md e115) timed gpt-oss-20b at
-    32 rows 15% faster in 64-row blocks than in 32, Mixtral at 64 rows 14% faster in 128-row
-    blocks than in 64 (Qwen3-30B-A3B at 64 rows: 1% slower); at 16 rows 32-row blocks won."""
+    """m16 blocks a row block: 32 rows up to 16 an expert, 64 up to 64, then 128. tools/bench
+    --moe --sweep on an H100 (tools/PERF.md e115): gpt-oss-20b at 32 rows an expert ran 15% faster
+    in 64-row blocks than in 32 (skewed routing 1.07x its uniform time). Mixtral at 64 rows ran
+    14% faster in 128-row blocks, but its skewed routing (half the tokens on one expert) 30%
+    slower, so 64 rows keep 64-row blocks; at 16 rows 32-row blocks won."""
     rows = rows_per_expert(pairs, experts)
-    return 2 if rows <= 16 else 4 if rows <= 32 else 8
+    return 2 if rows <= 16 else 4 if rows <= 64 else 8
 
 
 def fits(profile: DeviceProfile, spec: MoEWgmmaSpec) -> bool:
