@@ -186,3 +186,20 @@ def test_ratios_targets_and_table():
     assert "| llama-3-8b | jitmarlin | 64 | 1200.0 | - | 1.20x | - |" in text
     assert "| llama-3-8b | bf16 | 1 | 100.0 | 9000 (2048 tokens) | - | - |" in text
     assert e2e.chunk(512, 64, 2048) == 32 and e2e.chunk(512, 1, 2048) == 512 and e2e.chunk(512, 3, 2048) == 512
+
+
+def test_profile_summary_kinds_and_gaps():
+    """--profile's summary: kernel names sorted into kinds, µs a step, the gap no kernel covers."""
+    e2e = e2e_module()
+    assert e2e.kernel_kind("jm_gemv_sm80_uint4b8_bf16_g128_m8w16k16u4") == "jitmarlin"
+    assert e2e.kernel_kind("pytorch_flash::flash_fwd_splitkv_kernel<...>") == "attention"
+    assert e2e.kernel_kind("fmha_cutlassF_bf16_aligned_64x128_rf_sm80") == "attention"  # before gemm's cutlass
+    assert e2e.kernel_kind("nvjet_tst_128x64_64x6_1x1_v_bz_coopA_TNT") == "gemm"
+    assert e2e.kernel_kind("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0") == "fused (inductor)"
+    assert e2e.kernel_kind("void at::native::index_elementwise_kernel") == "other"
+    times = [("jm_a", 800.0), ("jm_b", 400.0), ("nvjet_x", 160.0), ("triton_poi_1", 40.0), ("weird", 8.0)]
+    s = e2e.summarize_kernels(times, steps=8, step_ms=0.25, top=2)
+    assert s["by_kind_us"] == {"jitmarlin": 150.0, "gemm": 20.0, "fused (inductor)": 5.0, "other": 1.0}
+    assert s["kernel_us"] == 176.0 and s["step_us"] == 250.0 and s["gap_us"] == 74.0
+    assert s["top_us"] == [["jm_a", 100.0], ["jm_b", 50.0]]
+    assert list(s["by_kind_us"]) == ["jitmarlin", "gemm", "fused (inductor)", "other"]  # largest first
