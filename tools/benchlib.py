@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import math
 import os
 import sys
@@ -60,6 +61,7 @@ __all__ = [
     "BENCH_QTYPES",
     "qtype_group",
     "weight_bytes",
+    "write_json",
     "INT4_ONLY_PEERS",
     "row_qtype",
 ]
@@ -662,3 +664,13 @@ def format_targets(targets):
             f"{t['evaluated'] - t['failing']}/{t['evaluated']} rows meet it{worst}{gap}"
         )
     return "\n".join(lines)
+
+
+def write_json(path, result):
+    """result with its evaluated targets to path (atomically: a reader never sees half a file)."""
+    result["targets"] = evaluate_targets(result["rows"])
+    if path:
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(result, f, indent=1)
+        os.replace(tmp, path)
