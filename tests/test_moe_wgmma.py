@@ -101,8 +101,8 @@ def test_wgmma_plan_refusals():
     for kw in ({"tm": 2}, {"gemv": True}, {"gemv": False}):
         with pytest.raises(InputError, match="another kind"):
             plan_moe(h, p, wgmma=True, **kw)
-    with pytest.raises(InputError, match="splits"):
-        plan_moe(h, p, wgmma=True, splits=2)
+    with pytest.raises(InputError, match="up_splits must be 1"):
+        plan_moe(h, p, wgmma=True, up_splits=2)
     with pytest.raises(InputError, match="not a up kernel"):
         plan_moe(h, p, up=w.down, down=w.down)
     bf = _problem(256, 2, 8, 4096, 14336, "bfloat16", "uint4b8", 128)
@@ -110,6 +110,30 @@ def test_wgmma_plan_refusals():
         plan_moe(h, bf, up=w.up, down=plan_moe(h, bf, wgmma=True).down)
     # the overrides (a tuned choice) make the same plan
     assert plan_moe(h, p, up=w.up, down=w.down) == w
+
+
+def test_wgmma_down_splits_plans():
+    """K splits of the down stage by override (a launch argument: the planner's kernels), 1..min(K
+    steps of 64, 16); the planner keeps 1; the up stage never splits."""
+    h = get_profile("h100")
+    p = _problem(256, 2, 8, 4096, 14336, "float16", "uint4b8", 128)  # w2: K = 14336, 224 steps
+    w = plan_moe(h, p, wgmma=True)
+    assert w.splits == w.up_splits == 1
+    for n in range(1, 17):
+        for plan in (plan_moe(h, p, wgmma=True, splits=n), plan_moe(h, p, up=w.up, down=w.down, splits=n)):
+            assert plan.wgmma and plan.splits == n and plan.up_splits == 1
+            assert (plan.up, plan.down, plan.max_blocks) == (w.up, w.down, w.max_blocks)
+            assert plan.grid_down == n * w.grid_down and plan.grid_up == w.grid_up
+    for bad in (0, -1, 17, 2.0, True, "2"):
+        with pytest.raises(InputError, match="splits must be 1..16 in a wgmma plan"):
+            plan_moe(h, p, wgmma=True, splits=bad)
+    for kw in ({"up_splits": 2}, {"up_splits": 2, "splits": 2}):
+        with pytest.raises(InputError, match="up_splits must be 1 in a wgmma plan"):
+            plan_moe(h, p, up=w.up, down=w.down, **kw)
+    small = _problem(256, 2, 8, 256, 192, "bfloat16", "float8_e4m3fn", 64)  # w2: K = 192, 3 steps
+    assert plan_moe(h, small, wgmma=True, splits=3).splits == 3
+    with pytest.raises(InputError, match=r"splits must be 1..3 .* 3 K steps"):
+        plan_moe(h, small, wgmma=True, splits=4)
 
 
 def test_wgmma_spec_identity_and_checks():
@@ -211,6 +235,23 @@ def test_wgmma_sweep_candidates_compile(qt, group):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("qt,group", [("uint4b8", 128), ("float8_e4m3fn", 128), ("uint8b128", -1), ("uint4", 64)])
+def test_wgmma_down_splits_compile(qt, group):
+    """The K-split code (split from blockIdx, the split's first K step, fp32 partial sums to Cp)
+    is in down sources only, which compile for sm_90a without spills within their occupancy's
+    registers at every row block; up sources have none of it."""
+    h = get_profile("h100")
+    for t in (64, 128, 4096):
+        p = _problem(t, 2, 8, 1024, 512, "bfloat16", qt, group)
+        plan = plan_moe(h, p, wgmma=True, splits=3)
+        up, down = render(plan.up, "cuda"), render(plan.down, "cuda")
+        for marker in ("per_split", "kt_lo", "Cp + ((size_t)split * num_pairs + p) * n_out"):
+            assert marker in down and marker not in up, marker
+        art = _compiled(plan.down)
+        assert "st.global.f32" in art.ptx  # the partial sums (the rounded path stores 16-byte chunks)
+
+
+@pytest.mark.slow
 def test_wgmma_no_register_of_an_inflight_wgmma_is_overwritten():
     """Where a warpgroup dequantises step t while its wgmmas of step t - 1 run (one slab, >= 4
     stages), the SASS never writes an A register of an HGMMA in flight (test_wgmma's check)."""
@@ -249,10 +290,25 @@ def wgmma_kind(monkeypatch):
     moe_ops._runners.clear()
 
 
-def _run(rng, seed, w13, w2, ids, tw, act, *, plan=None, activation="silu", expert_map=None, on_input=False, what=""):
+def _run(
+    rng,
+    seed,
+    w13,
+    w2,
+    ids,
+    tw,
+    act,
+    *,
+    plan=None,
+    activation="silu",
+    expert_map=None,
+    on_input=False,
+    what="",
+    outs=None,
+):
     """The op's runner (the given plan, else the forced kind's) on CuPy buffers of `act`'s bit
     patterns; the output and the intermediate workspaces poisoned (NaN) before the call; checked
-    against the float64 per-expert reference."""
+    against the float64 per-expert reference. The output is appended to `outs` if given."""
     cp = pytest.importorskip("cupy")
     from jitmarlin.ops import moe as moe_ops
 
@@ -266,6 +322,8 @@ def _run(rng, seed, w13, w2, ids, tw, act, *, plan=None, activation="silu", expe
     out = cp.full((t, w2.out_features), 0xFFFF, dtype=cp.uint16)
     r.h.fill(0xFFFF)
     r.y.fill(0xFFFF)
+    if r.yp is not None:  # K splits: every partial sum the combine reads is written
+        r.yp.fill(cp.nan)
     r(
         x.data.ptr,
         ids_d.data.ptr,
@@ -276,6 +334,8 @@ def _run(rng, seed, w13, w2, ids, tw, act, *, plan=None, activation="silu", expe
     )
     s.synchronize()
     got = halves.from_bits(cp.asnumpy(out), act)
+    if outs is not None:
+        outs.append(got)
     ref = moe_reference(
         halves.from_bits(xb, act),
         w13,
@@ -385,6 +445,56 @@ def test_moe_wgmma_gpu_tiles(wgmma_kind, rng, seed, qtype, group, tm, tn, stages
     plan = plan_moe(wgmma_kind, p, up=spec("up"), down=spec("down"))
     ids, tw = _routing(rng, t, k, e)
     _run(rng, seed, w13, w2, ids, tw, "float16", plan=plan, what=f"moe wgmma tile {tm}x{tn} s{stages} o{occ} {qtype}")
+
+
+def _skewed(rng, t, k, e, hot=3):
+    """_routing with expert `hot` among the first half of the tokens' experts (k distinct a token)."""
+    ids, tw = _routing(rng, t, k, e)
+    for row in ids[: t // 2]:
+        j = np.flatnonzero(row == hot)
+        if len(j):
+            row[[0, j[0]]] = row[[j[0], 0]]
+        else:
+            row[0] = hot
+    return ids, tw
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("splits", [2, 3])
+@pytest.mark.parametrize("act", ["float16", "bfloat16"])
+@pytest.mark.parametrize("qtype,group", [("uint4b8", 128), ("float8_e4m3fn", 128), ("uint8b128", -1)])
+@pytest.mark.parametrize("routing", ["skewed", "empty"])
+def test_moe_wgmma_gpu_down_splits(wgmma_kind, rng, seed, qtype, group, act, splits, routing):
+    """K splits of the down stage (w2 K = 448 padded to whole groups: 7 or 8 steps of 64, so a
+    split may start inside a scale group), with biases (split 0 only) and the router weights, under
+    a skewed routing (half the tokens on one expert) and one where 12 of 16 experts get nothing;
+    the partial-sum workspace poisoned before the call."""
+    e, k, t = 16, 4, 300
+    w13, w2 = _weights(qtype, group, e, hidden=256, inter=448, bias=True)
+    ids, tw = _skewed(rng, t, k, e) if routing == "skewed" else _routing(rng, t, k, 4)
+    p = MoEProblem(t, k, e, w13.n, w13.k, w2.n, w2.k, 448, 256, act, w13.qtype, w13.group_size)
+    plan = plan_moe(wgmma_kind, p, wgmma=True, splits=splits)
+    assert plan.splits == splits and plan.grid_down == splits * plan.max_blocks * -(-w2.n // plan.down.tile_n)
+    _run(rng, seed, w13, w2, ids, tw, act, plan=plan, what=f"moe wgmma down splits={splits} {qtype} {act} {routing}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("act", ["float16", "bfloat16"])
+def test_moe_wgmma_gpu_down_splits_agree(wgmma_kind, rng, seed, act):
+    """splits = 1 and splits = 3 of the same plan agree (both also against the reference), at
+    128-row blocks and Mixtral-like w2 depth (K = 1792: 28 steps)."""
+    e, k, t = 8, 2, 2048
+    w13, w2 = _weights("uint4b8", 128, e, hidden=512, inter=1792)
+    ids, tw = _skewed(rng, t, k, e)
+    p = MoEProblem(t, k, e, w13.n, w13.k, w2.n, w2.k, 1792, 512, act, "uint4b8", 128)
+    outs = []
+    for n in (1, 3):
+        plan = plan_moe(wgmma_kind, p, wgmma=True, splits=n)
+        x_rng = np.random.default_rng(seed)  # the same x for both
+        _run(x_rng, seed, w13, w2, ids, tw, act, plan=plan, what=f"moe wgmma splits={n} {act}", outs=outs)
+    check_output(
+        outs[1], outs[0], act, what=f"moe wgmma splits 3 vs 1 {act}", seed=seed, atol_u=ATOL_U_MOE, record=False
+    )
 
 
 @pytest.mark.gpu

@@ -440,6 +440,8 @@ def sweep_moe(args):
                 ]
             if base.wgmma:  # the wgmma kind's other row blocks (both stages share one), and mma.sync
                 trials += [("tm", tm, wgmma_tiles(prof, problem, tm)) for tm in (2, 4, 8) if tm != base.up.tm]
+                # its down stage's K splits (by override only until timed)
+                trials += [("splits", n, {"splits": n}) for n in (2, 3, 4) if n <= problem.k2 // base.down.tile_k]
                 trials.append(("kind", "mma", {"wgmma": False}))
             try:  # the other kind's plan (GEMV against mma.sync at decode)
                 trials.append(("kind", "gemv" if not base.gemv else "mma", {"gemv": not base.gemv}))

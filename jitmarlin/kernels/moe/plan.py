@@ -58,6 +58,10 @@ class MoEProblem:
         return Problem(self.pairs, self.n2, self.k2, self.act, self.down_qtype, self.down_group)
 
 
+# The most K splits a down GEMM takes (down_splits' cap; wgmma plans' bound)
+MAX_SPLITS = 16
+
+
 @dataclass(frozen=True)
 class MoEPlan:
     problem: MoEProblem
@@ -79,7 +83,7 @@ class MoEPlan:
 
     @property
     def wgmma(self) -> bool:
-        """The Hopper kind (MoEWgmmaSpec stages, sm_90a: no K splits)."""
+        """The Hopper kind (MoEWgmmaSpec stages, sm_90a: K splits of the down stage only)."""
         return isinstance(self.up, MoEWgmmaSpec)
 
     @property
@@ -343,12 +347,22 @@ def _wgmma_plan(
                 f"{spec.name} is not buildable, needs whole K steps of 64 or does not fit "
                 f"{profile.name}'s shared memory"
             )
-    for what, n in (("splits", splits), ("up_splits", up_splits)):
-        if n not in (None, 1):
-            raise InputError(f"{what} must be 1 in a wgmma plan (a block sums the whole of K), got {n!r}")
+    if up_splits not in (None, 1):
+        raise InputError(
+            f"up_splits must be 1 in a wgmma plan (its fused activation needs whole sums), got {up_splits!r}"
+        )
+    # K splits of the down stage by override only (not timed yet: the planner keeps 1)
+    top = min(p.k2 // down.tile_k, MAX_SPLITS)
+    if splits is None:
+        splits = 1
+    elif isinstance(splits, bool) or not isinstance(splits, int) or not 1 <= splits <= top:
+        raise InputError(
+            f"splits must be 1..{top} in a wgmma plan (at most the down GEMM's {p.k2 // down.tile_k} "
+            f"K steps of 64, and {MAX_SPLITS}), got {splits!r}"
+        )
     route = MoERouteSpec(p.act, 16 * tm, profile.path)
     route.check()
-    return MoEPlan(p, route, up, down, max_blocks(p.pairs, p.experts, 16 * tm), 1, 1)
+    return MoEPlan(p, route, up, down, max_blocks(p.pairs, p.experts, 16 * tm), splits, 1)
 
 
 def _check_override(
@@ -407,7 +421,7 @@ def down_splits(profile: DeviceProfile, p: MoEProblem, down: MoESpec, block_m: i
     k_tiles = p.k2 // down.tile_k
     if blocks >= profile.sms or down.path != "sm80":  # (moe.cu.j2: K_SPLITS)
         return 1
-    return max(1, min(-(-2 * profile.sms // blocks), k_tiles // 4, 16))
+    return max(1, min(-(-2 * profile.sms // blocks), k_tiles // 4, MAX_SPLITS))
 
 
 def moe_gemv_candidates(profile: DeviceProfile, p: MoEProblem, stage: str, near: MoEGemvSpec) -> list[MoEGemvSpec]:

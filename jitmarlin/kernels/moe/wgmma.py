@@ -5,7 +5,8 @@ As in the dense wgmma kernel the tensor cores compute out^T = W x^T: an expert's
 weights are the register operand (64 features a warpgroup slab), the routed rows of x the
 shared-memory operand (the wgmma N side: one row block of 32, 64 or 128 rows). A block takes one
 row block (one expert's) by one column tile over the whole of K, like moe.cu.j2, so the up
-stage's activation stays fused and the down stage needs no partial sums (no K splits). x rows are
+stage's activation stays fused; the down stage may split K (MoEPlan.splits, a launch argument:
+fp32 partial sums that the combine kernel adds, as moe.cu.j2's). x rows are
 gathered by per-thread cp.async into the 128-byte swizzled layout; the expert's packed weights
 and scales arrive as TMA boxes of 2-D maps over all experts' stacked arrays (expert e's rows
 start at e * rows-an-expert).
