@@ -908,6 +908,17 @@ def test_quant_argument():
     assert b.parse_args(["--quant", ",".join(bl.BENCH_QTYPES)]).qtypes == list(bl.BENCH_QTYPES)
 
 
+def test_moe_sweep_routing_argument(capsys):
+    """--sweep alone times the uniform routing, --sweep skewed the skewed one; no --sweep: None."""
+    b = bench_module()
+    assert b.parse_args(["--moe"]).sweep is None
+    assert b.parse_args(["--moe", "--sweep"]).sweep == "uniform"
+    assert b.parse_args(["--moe", "--sweep", "skewed"]).sweep == "skewed"
+    with pytest.raises(SystemExit) as e:
+        b.parse_args(["--moe", "--sweep", "zipf"])
+    assert e.value.code == 2 and "invalid choice" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("bad", ["int4", "uint4b8,fp8", "uint8", ""])
 def test_quant_argument_refuses_unknown_types(bad, capsys):
     with pytest.raises(SystemExit) as e:

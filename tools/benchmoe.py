@@ -362,9 +362,10 @@ def wgmma_tiles(prof, problem, tm):
 
 
 def sweep_moe(args):
-    """tools/bench --moe --sweep: at each model and T, time the planner's MoE plan, then every w13
-    tile (with the planner's w2), every w2 tile and every K split (with the planner's w13); print
-    the default and the fastest of each, and write them to --json."""
+    """tools/bench --moe --sweep [uniform|skewed]: at each model and T, under that routing, time the
+    planner's MoE plan, then every w13 tile (with the planner's w2), every w2 tile and every K split
+    (with the planner's w13), and for the wgmma kind its other row blocks, alone and with a split
+    w2; print the default and the fastest of each, and write them to --json."""
     import torch
 
     from jitmarlin.jit.profiles import live_profile
@@ -396,8 +397,9 @@ def sweep_moe(args):
         for t in ts:
             if args.deadline_s and time.monotonic() - t_start > args.deadline_s:
                 break
+            skew = args.sweep == "skewed" and t >= 2
             ids, tb, copies, m13, m2, x, ids_d, tw_d, y = _row(
-                torch, __import__("cupy"), rng, prof, w13, w2, t, k, e, False, dev, act, tdt, hidden
+                torch, __import__("cupy"), rng, prof, w13, w2, t, k, e, skew, dev, act, tdt, hidden
             )
             problem = MoEProblem(t, k, e, w13.n, w13.k, w2.n, w2.k, inter, hidden, act, qtype, group, activation)
             base = plan_moe(prof, problem)
@@ -416,6 +418,7 @@ def sweep_moe(args):
                 "model": model,
                 "T": t,
                 "act": act,
+                "routing": "skewed" if skew else "uniform",
                 "floor_us": round(floor, 2),
                 "default": {
                     "up": base.up.name,
@@ -442,6 +445,12 @@ def sweep_moe(args):
                 trials += [("tm", tm, wgmma_tiles(prof, problem, tm)) for tm in (2, 4, 8) if tm != base.up.tm]
                 # its down stage's K splits (by override only until timed)
                 trials += [("splits", n, {"splits": n}) for n in (2, 3, 4) if n <= problem.k2 // base.down.tile_k]
+                trials += [  # larger row blocks with a split w2 (the ragged last wave of e115's skewed routing)
+                    ("tm+splits", f"{tm}/{n}", {**wgmma_tiles(prof, problem, tm), "splits": n})
+                    for tm in (4, 8)
+                    for n in (2, 3)
+                    if tm > base.up.tm and n <= problem.k2 // 64
+                ]
                 trials.append(("kind", "mma", {"wgmma": False}))
             try:  # the other kind's plan (GEMV against mma.sync at decode)
                 trials.append(("kind", "gemv" if not base.gemv else "mma", {"gemv": not base.gemv}))
@@ -460,7 +469,7 @@ def sweep_moe(args):
             out["rows"].append(row)
             d = row["default"]
             print(
-                f"{model:<17} T={t:<5} default {d['us']:8.1f} us (floor {floor:.1f}; {d['up']}, {d['down']}, "
+                f"{model:<17} T={t:<5} {row['routing']:<8} default {d['us']:8.1f} us (floor {floor:.1f}; {d['up']}, {d['down']}, "
                 f"splits {d['splits']})",
                 flush=True,
             )
