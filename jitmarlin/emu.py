@@ -334,10 +334,14 @@ def run_moe_gemm(
     topk: int,
     seed: int = 1,
     poison: int = 0xFFFF,
+    topk_ids=None,
+    expert_map=None,
 ) -> np.ndarray:
     """One grouped GEMM (spec = plan.up or plan.down) on the CPU. a_bits: the A rows (x for the
     up stage, read at pair / topk; the intermediate for the down stage, read at pair). Returns
-    the (pairs, n_out) output bit patterns; rows the routing did not reach stay `poison`."""
+    the (pairs, n_out) output bit patterns; rows the routing did not reach stay `poison`. A direct
+    spec (MoEGemvSpec.direct) reads topk_ids and expert_map instead of the aligned list (sorted_ids,
+    blk and n_rows may be None)."""
     lib = build(spec)
     p = plan.problem
     pairs = p.pairs
@@ -356,7 +360,7 @@ def run_moe_gemm(
     tw = None if topk_w is None else np.ascontiguousarray(topk_w, dtype=np.float32).reshape(-1)
     guard_rows = 2
     c = np.full((pairs + guard_rows, n_out), poison, dtype=np.uint16)
-    nr = np.array([n_rows], dtype=np.int32)
+    nr = None if n_rows is None else np.array([n_rows], dtype=np.int32)
     splits = plan.splits if spec.stage == "down" else plan.up_splits
     cp_cols = n_out if spec.stage == "down" else mw.n  # the up stage keeps every interleaved column
     cp_ = np.full((splits, pairs, cp_cols), np.nan, dtype=np.float32) if splits > 1 else None
@@ -368,16 +372,21 @@ def run_moe_gemm(
         bias,
         gs,
         tw,
-        np.ascontiguousarray(sorted_ids, dtype=np.int32),
-        np.ascontiguousarray(blk, dtype=np.int32),
+        None if sorted_ids is None else np.ascontiguousarray(sorted_ids, dtype=np.int32),
+        None if blk is None else np.ascontiguousarray(blk, dtype=np.int32),
         nr,
         c,
         cp_,
     ]
+    direct = getattr(spec, "direct", False)
+    if direct:
+        emap = None if expert_map is None else np.ascontiguousarray(expert_map, dtype=np.int32)
+        arrays += [np.ascontiguousarray(topk_ids, dtype=np.int32).reshape(-1), emap]
     ptrs, sizes = _ptrs(arrays)
     sizes[10] = pairs * n_out * 2
     n = mw.n
-    dims = (ctypes.c_int * 8)(pairs, topk, n, mw.k, n_out, mw.in_features, a.shape[1], splits)
+    extra = [p.experts if expert_map is None else len(expert_map), p.experts] if direct else []
+    dims = (ctypes.c_int * (8 + len(extra)))(pairs, topk, n, mw.k, n_out, mw.in_features, a.shape[1], splits, *extra)
     err = ctypes.create_string_buffer(512)
     grid = plan.grid(spec, n)
     if lib.jm_emu_moe(grid, spec.smem_bytes(), ptrs, sizes, dims, seed, err, len(err)):
@@ -446,8 +455,10 @@ def run_moe(
     xb = halves.to_bits(np.asarray(x), act)
     if xb.shape[1] % 8:
         raise ValueError("hidden must be a multiple of 8")
-    sorted_ids, blk, n_rows = run_moe_align(plan, topk_ids, expert_map, seed=seed)
+    # a direct plan (T = 1) launches no alignment: its GEMV kernels read the routing themselves
+    sorted_ids, blk, n_rows = (None,) * 3 if plan.direct else run_moe_align(plan, topk_ids, expert_map, seed=seed)
     tw = np.asarray(topk_weights, dtype=np.float32)
+    routing = dict(topk_ids=topk_ids, expert_map=expert_map)
     h = run_moe_gemm(
         plan,
         plan.up,
@@ -459,8 +470,19 @@ def run_moe(
         tw if apply_router_weight_on_input else None,
         topk=p.topk,
         seed=seed,
+        **routing,
     )
     y = run_moe_gemm(
-        plan, plan.down, h, w2, sorted_ids, blk, n_rows, None if apply_router_weight_on_input else tw, topk=1, seed=seed
+        plan,
+        plan.down,
+        h,
+        w2,
+        sorted_ids,
+        blk,
+        n_rows,
+        None if apply_router_weight_on_input else tw,
+        topk=1,
+        seed=seed,
+        **routing,
     )
     return halves.from_bits(run_moe_combine(plan, y, topk_ids, expert_map, seed=seed), act)

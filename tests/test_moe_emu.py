@@ -81,11 +81,12 @@ def _run_and_check(
     what="",
     record=True,
     tm=None,
+    direct=None,
 ):
     """tm: force the mma.sync kernels with tm m16 blocks a tile (the planner takes the GEMV kind
-    for decode on sm_80+)."""
+    for decode on sm_80+); direct: the GEMV kind without the alignment launch (T = 1)."""
     k = ids.shape[1]
-    plan = plan_moe(get_profile(profile), _problem(w13, w2, t, k, act, activation), tm=tm)
+    plan = plan_moe(get_profile(profile), _problem(w13, w2, t, k, act, activation), tm=tm, direct=direct)
     x = rng.standard_normal((t, w13.in_features))
     out = emu.run_moe(
         plan, x, w13, w2, tw, ids, expert_map=expert_map, apply_router_weight_on_input=on_input, seed=seed
@@ -330,6 +331,75 @@ def test_checker_catches_wrong_moe_expert(rng, seed, monkeypatch, kind, old, new
     ids, tw = _routing(rng, t, k, e)
     with pytest.raises(AssertionError):
         _run_and_check(rng, seed, "h100", w13, w2, t, ids, tw, "float16", record=False, tm=1 if kind == "mma" else None)
+
+
+DIRECT_CASES = [  # E local, k, qtype, group, act, expert_map (global 2E, odd ids here), duplicated expert
+    (8, 1, "uint4b8", 128, "float16", False, False),
+    (8, 1, "uint4b8", 64, "bfloat16", True, False),
+    (8, 2, "uint4b8", 128, "bfloat16", False, True),
+    (8, 2, "mxfp4", 32, "float16", True, False),
+    (64, 8, "uint4b8", 128, "float16", True, True),
+    (64, 8, "uint4b8", 64, "bfloat16", False, False),
+    (64, 8, "mxfp4", 32, "bfloat16", True, True),
+    (64, 2, "uint8b128", -1, "float16", False, True),
+    (8, 8, "float8_e4m3fn", 128, "bfloat16", True, True),
+]
+
+
+@pytest.mark.parametrize("e,k,qtype,group,act,emap,dup", DIRECT_CASES)
+def test_moe_gemv_direct_at_one_token(rng, seed, monkeypatch, e, k, qtype, group, act, emap, dup):
+    """plan_moe(direct=True) at T = 1: no alignment kernel (run_moe_align must not be called); the
+    GEMV kernels read each row block's pair (= the block) and expert from topk_ids through
+    expert_map. With half the experts on another GPU (and, at k >= 2, one id outside the map) and
+    a duplicated expert in the top-k (two blocks streaming the same expert); E = 8 with padded
+    columns and rows (hidden 136, I 72)."""
+    hidden, inter = (136, 72) if e == 8 else (128, 64)
+    w13, w2 = _weights(rng, e, hidden, inter, qtype, group, bias=qtype == "mxfp4")
+    n_global = 2 * e if emap else e
+    ids, tw = _routing(rng, 1, k, n_global)
+    expert_map = None
+    if emap:
+        expert_map = np.full(n_global, -1, dtype=np.int32)
+        expert_map[1::2] = np.arange(e, dtype=np.int32)
+        ids[0, 0] = 2 * (ids[0, 0] // 2) + 1  # slot 0 on this GPU
+        if k >= 2:
+            ids[0, 1] = n_global + 3  # outside the map: dropped
+    if dup:
+        ids[0, -1] = ids[0, 0]
+    if emap and k >= 4:
+        ids[0, 2] = 2 * (ids[0, 2] // 2)  # an even id: on another GPU
+    monkeypatch.setattr(emu, "run_moe_align", lambda *a, **kw: pytest.fail("a direct plan ran the alignment"))
+    plan = _run_and_check(
+        rng, seed, "h100", w13, w2, 1, ids, tw, act, expert_map=expert_map, direct=True, what=f"direct {ids.tolist()}"
+    )
+    assert plan.direct and plan.up.direct and plan.down.direct and plan.max_blocks == k
+    assert plan.grid_up == k * -(-w13.n // plan.up.tile_n)
+
+
+def test_moe_gemv_direct_router_weight_on_input(rng, seed):
+    e, k = 8, 1
+    w13, w2 = _weights(rng, e, 128, 64, "uint4b8", 128, bias=True)
+    ids, tw = _routing(rng, 1, k, e)
+    _run_and_check(rng, seed, "h100", w13, w2, 1, ids, tw, "float16", on_input=True, direct=True)
+
+
+def test_moe_gemv_direct_planted_bug_caught(rng, seed, monkeypatch):
+    """The direct check sees a wrong row: every block taking pair 0's expert fails."""
+    real = emu.render
+
+    def planted(spec, target="cuda"):
+        src = real(spec, target)
+        if isinstance(spec, MoEGemvSpec) and spec.direct and spec.stage == "down":
+            old = "local_expert(ids, expert_map, mb, n_global, n_local)"
+            assert old in src
+            src = src.replace(old, "local_expert(ids, expert_map, 0, n_global, n_local)")
+        return src
+
+    monkeypatch.setattr(emu, "render", planted)
+    w13, w2 = _weights(rng, 8, 128, 64, "uint4b8", 128)
+    ids, tw = _routing(rng, 1, 2, 8)
+    with pytest.raises(AssertionError):
+        _run_and_check(rng, seed, "h100", w13, w2, 1, ids, tw, "float16", direct=True, record=False)
 
 
 # ---- plans, specs, sources (no emulator runs) ---------------------------------------------------

@@ -313,3 +313,99 @@ def test_moe_gpu_up_k_splits(rng, seed):
     p = MoEProblem(t, k, 8, w13.n, w13.k, w2.n, w2.k, 256, 1024, "float16", "uint4b8", 128)
     plan = replace(plan_moe(prof, p, tm=1), up_splits=4)
     _run_plan(cp, rng, seed, w13, w2, ids, tw, plan, "moe up_splits=4")
+
+
+# ---- the direct GEMV plan at T = 1 (no alignment launch; by override until timed) ---------------
+
+DIRECT = [  # E local, k, qtype, group, act, expert_map (global 2E, odd ids here), duplicated expert
+    (8, 1, "uint4b8", 128, "float16", False, False),
+    (8, 2, "uint4b8", 128, "bfloat16", True, True),
+    (64, 8, "uint4b8", 128, "float16", True, True),
+    (64, 8, "uint4b8", 128, "bfloat16", False, False),
+    (64, 8, "mxfp4", 32, "bfloat16", False, True),
+    (64, 2, "uint8b128", -1, "float16", True, False),
+    (8, 8, "nvfp4", 16, "float16", True, True),
+]
+
+
+@pytest.fixture
+def direct_plans(monkeypatch):
+    """jitmarlin.moe with the direct plan forced at T = 1 (fresh runners, dropped afterwards)."""
+    import weakref
+
+    from jitmarlin.kernels.moe import plan_moe
+    from jitmarlin.ops import moe as moe_ops
+
+    _sm80_or_skip()
+    monkeypatch.setattr(moe_ops, "_runners", weakref.WeakKeyDictionary())
+    monkeypatch.setattr(
+        moe_ops.moe_tuned, "plan_for", lambda prof, arch, p, cache: plan_moe(prof, p, direct=p.tokens == 1)
+    )
+    return moe_ops
+
+
+def _direct_routing(rng, k, e, emap, dup):
+    n_global = 2 * e if emap else e
+    ids, tw = _routing(rng, 1, k, n_global)
+    expert_map = None
+    if emap:
+        expert_map = np.full(n_global, -1, dtype=np.int32)
+        expert_map[1::2] = np.arange(e, dtype=np.int32)
+        ids[0, 0] = 2 * (ids[0, 0] // 2) + 1  # slot 0 on this GPU
+        if k >= 2:
+            ids[0, 1] = n_global + 3  # outside the map: dropped
+    if dup:
+        ids[0, -1] = ids[0, 0]
+    return ids, tw, expert_map
+
+
+@pytest.mark.parametrize("e,k,qtype,group,act,emap,dup", DIRECT)
+def test_moe_gpu_direct_one_token(rng, seed, direct_plans, e, k, qtype, group, act, emap, dup):
+    """T = 1 through jitmarlin.moe on the direct plan: three launches, the GEMV kernels reading the
+    routing; experts on another GPU, ids outside the map and a duplicated expert in the top-k."""
+    cp = pytest.importorskip("cupy")
+    w13, w2 = _weights(qtype, group, e)
+    ids, tw, expert_map = _direct_routing(rng, k, e, emap, dup)
+    _check(cp, rng, seed, w13, w2, ids, tw, act, expert_map=expert_map, what=f"moe direct {qtype} {ids.tolist()}")
+    runners = list(direct_plans._runners[w13].values())
+    assert runners and all(r.plan.direct and r.align is None for r in runners)
+
+
+def test_moe_gpu_direct_graph_replay(rng, seed, direct_plans):
+    """The direct plan captured once at T = 1 (expert_map with absent experts), replayed with new
+    routings (a duplicated expert, an id outside the map) copied into the captured buffers."""
+    cp = pytest.importorskip("cupy")
+    e, k, act = 32, 4, "float16"
+    w13, w2 = _weights("uint4b8", 128, e)
+    x = cp.asarray(halves.to_bits(rng.standard_normal((1, w13.in_features)), act)).view(cp.float16)
+    ids0, tw0, emap = _direct_routing(rng, k, e, True, False)
+    ids_d, tw_d, emap_d = cp.asarray(ids0), cp.asarray(tw0), cp.asarray(emap)
+    out = cp.empty((1, w13.in_features), dtype=cp.float16)
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        jitmarlin.moe(x, w13, w2, tw_d, ids_d, expert_map=emap_d, out=out)  # warm-up
+        s.synchronize()
+        s.begin_capture()
+        jitmarlin.moe(x, w13, w2, tw_d, ids_d, expert_map=emap_d, out=out)
+        graph = s.end_capture()
+    assert all(r.plan.direct for r in direct_plans._runners[w13].values())
+    xr = halves.from_bits(cp.asnumpy(x.view(cp.uint16)), act)
+    for step in range(5):
+        ids, tw, _ = _direct_routing(rng, k, e, step % 2 == 0, step >= 2)
+        if step == 4:
+            ids[:] = 7  # every slot on one expert (7: on this GPU)
+        ids_d.set(ids)
+        tw_d.set(tw)
+        out.fill(cp.nan)
+        graph.launch(s)
+        s.synchronize()
+        got = halves.from_bits(cp.asnumpy(out.view(cp.uint16)), act)
+        check_output(
+            got,
+            moe_reference(xr, w13, w2, tw, ids, expert_map=emap, act=act),
+            act,
+            what=f"moe direct graph step {step} {ids.tolist()}",
+            seed=seed,
+            family="moe",
+            atol_u=ATOL_U_MOE,
+        )

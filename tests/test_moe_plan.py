@@ -44,11 +44,15 @@ def _problem(model: str, tokens: int, act: str) -> MoEProblem:
     return MoEProblem(tokens, k, e, n13, k13, n2, k2, inter, hidden, act, qtype, group, activation)
 
 
-def _plans(profile: str, act: str):
+def _plans(profile: str, act: str, direct: bool = False):
+    """The planner's plans of the six models; direct: also the direct GEMV plans at T = 1."""
     prof = get_profile(profile)
     for model in MODELS:
         for t in TOKENS:
-            yield model, t, plan_moe(prof, _problem(model, t, act))
+            plan = plan_moe(prof, _problem(model, t, act))
+            yield model, t, plan
+            if direct and t == 1 and plan.gemv:
+                yield model, t, plan_moe(prof, _problem(model, t, act), direct=True)
 
 
 @pytest.mark.parametrize("profile,act", PROFILES)
@@ -75,7 +79,7 @@ def test_moe_kernels_compile_without_spills(profile, act):
     if prof.arch not in nvrtc.supported_archs():
         pytest.skip(f"NVRTC {nvrtc.version()} cannot target {prof.arch}")
     specs = {}
-    for _, _, plan in _plans(profile, act):
+    for _, _, plan in _plans(profile, act, direct=True):
         for spec in (plan.route, plan.up, plan.down):
             specs[spec.canonical()] = spec
     for spec in specs.values():
@@ -119,3 +123,49 @@ def test_measured_row_block_and_gemv_rules():
     assert seen == {2, 4, 8}
     qwen = plan_moe(h, _problem("qwen3-30b-a3b", 1, "float16")).up
     assert (qwen.warps, qwen.kwarps, qwen.unroll) == (8, 8, 4)
+
+
+def test_direct_gemv_plans():
+    """plan_moe(direct=True): the GEMV kind at T = 1 without the alignment launch (k row blocks,
+    one pair each; the planner's tiles, direct). Refused at T > 1, for the other kinds and off the
+    sm80 path; the planner keeps it off. Direct specs differ in name and canonical form, parse
+    back, and only their sources read topk_ids (the sorted kernels' sources hold no direct code)."""
+    from dataclasses import replace
+
+    from jitmarlin.errors import InputError
+    from jitmarlin.kernels.moe import MoEGemvSpec
+    from jitmarlin.kernels.render import render
+    from jitmarlin.kernels.spec import spec_from_canonical
+
+    h = get_profile("h100")
+    for model in MODELS:
+        p = _problem(model, 1, "bfloat16")
+        base = plan_moe(h, p)
+        if not base.gemv:
+            continue
+        plan = plan_moe(h, p, direct=True)
+        assert not base.direct and plan.direct and plan.max_blocks == p.topk
+        assert plan.up == replace(base.up, direct=True) and plan.down == replace(base.down, direct=True)
+        assert plan.route == base.route  # (its combine kernel still runs)
+        assert plan.grid_up == p.topk * -(-p.n13 // plan.up.tile_n)
+        assert plan_moe(h, p, up=plan.up, down=plan.down).direct  # direct tiles: a direct plan
+        assert plan_moe(h, p, direct=False) == base
+        for d, s in ((plan.up, base.up), (plan.down, base.down)):
+            assert d.name == s.name + "d" and d.canonical() != s.canonical()
+            assert '"direct"' not in s.canonical() and '"direct":true' in d.canonical()
+            assert spec_from_canonical(d.canonical()) == d and spec_from_canonical(s.canonical()) == s
+            for target in ("cuda", "emu"):
+                assert "local_expert" in render(d, target) and "local_expert" not in render(s, target)
+                assert "ld_i32(sorted + mb * BM" in render(s, target)
+                assert "ld_i32(sorted" not in render(d, target) and "n_rows)" not in render(d, target)
+        with pytest.raises(InputError, match="tokens == 1"):
+            plan_moe(h, _problem(model, 2, "bfloat16"), direct=True)
+        for kw in (dict(tm=1), dict(gemv=False), dict(wgmma=True), dict(up=base.up, down=base.down)):
+            with pytest.raises(InputError, match="direct"):
+                plan_moe(h, p, direct=True, **kw)
+        with pytest.raises(InputError, match="all direct"):
+            plan_moe(h, p, up=plan.up, down=base.down)
+    with pytest.raises(InputError, match="sm80 path"):
+        plan_moe(get_profile("t4"), _problem("mixtral-8x7b", 1, "float16"), direct=True)
+    with pytest.raises(ValueError, match="direct"):
+        MoEGemvSpec("sm80", "uint4b8", "float16", 8, 8, 2, 2, "up", "silu", 1).check()

@@ -365,7 +365,8 @@ def sweep_moe(args):
     """tools/bench --moe --sweep [uniform|skewed]: at each model and T, under that routing, time the
     planner's MoE plan, then every w13 tile (with the planner's w2), every w2 tile and every K split
     (with the planner's w13), and for the wgmma kind its other row blocks, alone and with a split
-    w2; print the default and the fastest of each, and write them to --json."""
+    w2, and for the GEMV kind at T = 1 the direct plan (no alignment launch); print the default and
+    the fastest of each, and write them to --json."""
     import torch
 
     from jitmarlin.jit.profiles import live_profile
@@ -452,6 +453,8 @@ def sweep_moe(args):
                     if tm > base.up.tm and n <= problem.k2 // 64
                 ]
                 trials.append(("kind", "mma", {"wgmma": False}))
+            if base.gemv and t == 1:  # the GEMV kind without the alignment launch (by override until timed)
+                trials.append(("direct", True, {"direct": True}))
             try:  # the other kind's plan (GEMV against mma.sync at decode)
                 trials.append(("kind", "gemv" if not base.gemv else "mma", {"gemv": not base.gemv}))
                 plan_moe(prof, problem, gemv=not base.gemv)

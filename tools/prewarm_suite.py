@@ -107,7 +107,7 @@ def wgmma_specs():
 
 def moe_specs(prof):
     """The MoE kernels tests/test_moe_gpu.py and the MoE probes plan on `prof`."""
-    from test_moe_gpu import QTYPES, SHAPES
+    from test_moe_gpu import DIRECT, QTYPES, SHAPES
 
     from jitmarlin.kernels.moe import MoEProblem, plan_moe
     from jitmarlin.weights.qtypes import kernel_dims
@@ -135,6 +135,8 @@ def moe_specs(prof):
             probs.append(problem(t, 8, 128, 2048, 768, act, "uint4b8", 128))
             probs.append(problem(t, 4, 32, 2880, 2880, act, "mxfp4", 32, "swigluoai"))
     probs += [problem(t, 2, 8, 512, 2048, "float16", "uint4b8", 128) for t in (1, 5)]  # forced K splits
+    probs += [problem(1, k, e, 256, 128, act, qt, g) for e, k, qt, g, act, _, _ in DIRECT]  # direct at T = 1
+    probs.append(problem(1, 4, 32, 256, 128, "float16", "uint4b8", 128))  # the direct graph replay
     for p in probs:
         try:
             plan = plan_moe(prof, p)
@@ -144,6 +146,9 @@ def moe_specs(prof):
         if plan.gemv:  # the GPU tests force the mma.sync kind at decode too
             other = plan_moe(prof, p, gemv=False)
             yield from (other.route, other.up, other.down)
+        if plan.gemv and p.tokens == 1:  # and the direct GEMV plan at T = 1
+            direct = plan_moe(prof, p, direct=True)
+            yield from (direct.up, direct.down)
 
 
 def moe_sweep_specs(prof):

@@ -1,7 +1,8 @@
 """The MoE op: moe(), the routed-expert block of a mixture-of-experts layer, in four launches on
 the caller's stream (kernels/moe): alignment, the w13 grouped GEMM with the gated activation
-fused, the w2 grouped GEMM with the router weights, and the combine. Nothing on the host depends
-on the routing, so a CUDA graph captured once replays with new topk_ids every step.
+fused, the w2 grouped GEMM with the router weights, and the combine (three for a direct plan at
+T = 1: the GEMV kernels read topk_ids themselves, no alignment). Nothing on the host depends on
+the routing, so a CUDA graph captured once replays with new topk_ids every step.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ class _Runner:
                 funcs[spec.name + "_act"] = launch.get_function(art, key, device, spec.name + "_act")
         self.plan, self.device, self.on_input = plan, device, on_input
         self.stream = launch.stream_object(stream_ptr)
-        self.align = funcs[plan.route.name]
+        self.align = None if plan.direct else funcs[plan.route.name]  # (direct: no alignment launch)
         self.combine = funcs[plan.route.combine_name]
         self.up = funcs[plan.up.name]
         self.act_k = funcs.get(plan.up.name + "_act")
@@ -107,9 +108,10 @@ class _Runner:
         def ws(name, dtype, shape):
             return _workspace(device, stream_ptr, name, dtype, shape, capturing)
 
-        self.sorted = ws("sorted", cp.int32, (plan.sorted_rows,))
-        self.blk = ws("blk", cp.int32, (plan.max_blocks,))
-        self.n_rows = ws("n_rows", cp.int32, (1,))
+        # (a direct plan's GEMV kernels take topk_ids and expert_map instead of the aligned list)
+        self.sorted = None if plan.direct else ws("sorted", cp.int32, (plan.sorted_rows,))
+        self.blk = None if plan.direct else ws("blk", cp.int32, (plan.max_blocks,))
+        self.n_rows = None if plan.direct else ws("n_rows", cp.int32, (1,))
         self.h = ws("h", cp.uint16, (problem.pairs, problem.inter))
         self.y = ws("y", cp.uint16, (problem.pairs, problem.hidden))
         self.yp = ws("yp", cp.float32, (plan.splits, problem.pairs, problem.hidden)) if plan.splits > 1 else None
@@ -151,7 +153,7 @@ class _Runner:
 
     def __call__(self, x_ptr: int, ids_ptr: int, tw_ptr: int, emap_ptr: int, n_global: int, out_ptr: int):
         plan, i = self.plan, self.ints
-        sorted_, blk, n_rows = _u64(self.sorted.data.ptr), _u64(self.blk.data.ptr), _u64(self.n_rows.data.ptr)
+        sorted_, blk, n_rows = (_u64(0 if a is None else a.data.ptr) for a in (self.sorted, self.blk, self.n_rows))
         h, y = _u64(self.h.data.ptr), _u64(self.y.data.ptr)
         yp = _u64(0 if self.yp is None else self.yp.data.ptr)
         hp = _u64(0 if self.hp is None else self.hp.data.ptr)
@@ -159,13 +161,17 @@ class _Runner:
         ids, emap, tw = _u64(ids_ptr), _u64(emap_ptr), _u64(tw_ptr)
         ng = np.int32(n_global)
         st = self.stream
-        self.align(
-            (1,),
-            (ROUTE_THREADS,),
-            (ids, emap, i["pairs"], ng, i["experts"], i["max_blocks"], sorted_, blk, n_rows),
-            shared_mem=2 * ROUTE_THREADS * 4,
-            stream=st,
-        )
+        # direct (T = 1): the GEMV kernels' trailing arguments, the routing they read themselves
+        up_tail = down_tail = (ids, emap, ng, i["experts"])
+        if self.align is not None:
+            up_tail, down_tail = self.up_maps, self.down_maps
+            self.align(
+                (1,),
+                (ROUTE_THREADS,),
+                (ids, emap, i["pairs"], ng, i["experts"], i["max_blocks"], sorted_, blk, n_rows),
+                shared_mem=2 * ROUTE_THREADS * 4,
+                stream=st,
+            )
         b, s, z, bias, g = self.up_w
         self.up(
             (plan.grid_up,),
@@ -191,7 +197,7 @@ class _Runner:
                 i["hidden"],
                 hp,
                 i["up_splits"],
-                *self.up_maps,
+                *up_tail,
             ),
             shared_mem=plan.up.smem_bytes(),
             stream=st,
@@ -228,7 +234,7 @@ class _Runner:
                 i["inter"],
                 yp,
                 i["splits"],
-                *self.down_maps,
+                *down_tail,
             ),
             shared_mem=plan.down.smem_bytes(),
             stream=st,

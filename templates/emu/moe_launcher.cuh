@@ -2,12 +2,17 @@
 // bufs: A, B, S, Z, bias, gscales, topk_w, sorted, blk_expert, n_rows, C (Z, bias, topk_w may be
 // null), Cp (fp32 split partials, or null); bytes: their sizes, for bounds checks. dims: num_pairs,
 // topk, N, K, n_out, k_in, lda, splits.
+//% set direct = spec.direct is defined and spec.direct
+//% if direct
+// Direct (MoEGemvSpec.direct): bufs 12, 13 ids and expert_map (null where none), dims 8, 9
+// n_global and n_local.
+//% endif
 extern "C" int jm_emu_moe(int grid, int smem_bytes, void* const* bufs, const long long* bytes,
                           const int* dims, unsigned seed, char* err, int errlen) {
   emu::Runtime rt;
-  static const char* names[12] = {"A", "B", "S", "Z", "bias", "gscales", "topk_w", "sorted",
-                                  "blk_expert", "n_rows", "C", "Cp"};
-  for (int i = 0; i < 12; ++i)
+  static const char* names[{{ 14 if direct else 12 }}] = {"A", "B", "S", "Z", "bias", "gscales", "topk_w", "sorted",
+                                  "blk_expert", "n_rows", "C", "Cp"{{ ", \"ids\", \"expert_map\"" if direct else "" }}};
+  for (int i = 0; i < {{ 14 if direct else 12 }}; ++i)
     if (bufs[i])
       rt.buffers.push_back(emu::Buffer{static_cast<const unsigned char*>(bufs[i]),
                                        static_cast<const unsigned char*>(bufs[i]) + bytes[i], names[i]});
@@ -18,7 +23,9 @@ extern "C" int jm_emu_moe(int grid, int smem_bytes, void* const* bufs, const lon
                     static_cast<const float*>(bufs[6]), static_cast<const int*>(bufs[7]),
                     static_cast<const int*>(bufs[8]), static_cast<const int*>(bufs[9]),
                     static_cast<u32*>(bufs[10]), dims[0], dims[1], dims[2], dims[3], dims[4], dims[5],
-                    dims[6], static_cast<float*>(bufs[11]), dims[7]);
+                    dims[6], static_cast<float*>(bufs[11]), dims[7]{{ ",
+                    static_cast<const int*>(bufs[12]), static_cast<const int*>(bufs[13]), dims[8], dims[9]"
+                    if direct else "" }});
   };
   return emu::run(rt, grid, {{ spec.threads }}, smem_bytes, seed, err, errlen);
 }

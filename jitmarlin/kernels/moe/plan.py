@@ -8,7 +8,7 @@ blocks past the rows the alignment kernel produced return at once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from jitmarlin.errors import InputError, UnsupportedError
 from jitmarlin.jit.profiles import DeviceProfile
@@ -85,6 +85,13 @@ class MoEPlan:
     def wgmma(self) -> bool:
         """The Hopper kind (MoEWgmmaSpec stages, sm_90a: K splits of the down stage only)."""
         return isinstance(self.up, MoEWgmmaSpec)
+
+    @property
+    def direct(self) -> bool:
+        """The GEMV kind at T = 1 without the alignment launch (MoEGemvSpec.direct): row block b
+        is pair b, its expert read by the GEMV kernels from topk_ids; `route` still holds the
+        combine kernel, whose launch stays."""
+        return self.gemv and self.up.direct
 
     @property
     def sorted_rows(self) -> int:
@@ -199,12 +206,14 @@ def plan_moe(
     up_splits: int | None = None,
     gemv: bool | None = None,
     wgmma: bool | None = None,
+    direct: bool | None = None,
 ) -> MoEPlan:
     """The routing module and the two grouped GEMMs for `p` on `profile` (no GPU needed). `up`,
     `down` (specs from stage_candidates), `splits` and `up_splits` override the planner's choices
     (sweeps, autotuning); `tm` or gemv=False asks for the mma.sync kernels, gemv=True for the GEMV
-    ones (decode), wgmma=True for the warpgroup ones (sm_90; wgmma=False: not them). InputError
-    when one does not fit `p`."""
+    ones (decode), wgmma=True for the warpgroup ones (sm_90; wgmma=False: not them). direct=True
+    (or direct MoEGemvSpec overrides): the GEMV kind at T = 1 without the alignment launch, by
+    override only (the planner keeps it off until timed). InputError when one does not fit `p`."""
     if p.activation not in ACTIVATIONS:
         raise InputError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {p.activation!r}")
     if p.tokens < 1 or p.topk < 1:
@@ -218,10 +227,13 @@ def plan_moe(
     d13, d2 = p.dense("up"), p.dense("down")
     check_problem(profile, d13)
     check_problem(profile, d2)
+    direct = _check_direct(p, up, down, tm, gemv, wgmma, direct)
+    if direct:
+        gemv = True
     wplan = _wgmma_plan(profile, p, d13, d2, up, down, tm, splits, up_splits, gemv, wgmma)
     if wplan is not None:
         return wplan
-    gplan = _gemv_plan(profile, p, d13, d2, up, down, tm, splits, up_splits, gemv)
+    gplan = _gemv_plan(profile, p, d13, d2, up, down, tm, splits, up_splits, gemv, direct)
     if gplan is not None:
         return gplan
     tm = (up or down).tm if (up or down) else tm or _tm_for(profile, p, d13)
@@ -256,8 +268,40 @@ def plan_moe(
     return MoEPlan(p, route, up, down, max_blocks(p.pairs, p.experts, 16 * tm), splits, up_splits)
 
 
+def _check_direct(p: MoEProblem, up, down, tm, gemv, wgmma, direct) -> bool:
+    """Whether the plan is direct (plan_moe's `direct`, or direct GEMV tiles given): only for the
+    GEMV kind with one token. InputError otherwise."""
+    tiles = [s for s in (up, down) if s is not None]
+    if direct is None:
+        direct = any(getattr(s, "direct", False) for s in tiles)
+    if not isinstance(direct, bool):
+        raise InputError(f"direct must be True, False or None, got {direct!r}")
+    if any(getattr(s, "direct", False) != direct for s in tiles if isinstance(s, MoEGemvSpec)):
+        raise InputError("the GEMV tiles of a plan are all direct (direct=True) or none of them")
+    if not direct:
+        return False
+    if p.tokens != 1:
+        raise InputError(
+            f"direct=True (no alignment launch) needs tokens == 1: a token's k pairs are row blocks "
+            f"0..k-1 only when T = 1, got T = {p.tokens}"
+        )
+    if gemv is False or wgmma is True or tm is not None or any(not isinstance(s, MoEGemvSpec) for s in tiles):
+        raise InputError("direct=True is a mode of the GEMV kind: tm, gemv=False, wgmma=True or other tiles refuse it")
+    return True
+
+
 def _gemv_plan(
-    profile: DeviceProfile, p: MoEProblem, d13: Problem, d2: Problem, up, down, tm, splits, up_splits, gemv
+    profile: DeviceProfile,
+    p: MoEProblem,
+    d13: Problem,
+    d2: Problem,
+    up,
+    down,
+    tm,
+    splits,
+    up_splits,
+    gemv,
+    direct: bool = False,
 ) -> MoEPlan | None:
     """The GEMV plan of `p`, or None for the mma.sync one. GEMV: where an override is a
     MoEGemvSpec (the other stage, if not given, the planner's GEMV tile), where `gemv` is True, or,
@@ -286,6 +330,8 @@ def _gemv_plan(
         if want:
             raise InputError(f"no GEMV batch size divides K ({p.k13}, {p.k2}) for {p.qtype}")
         return None
+    if direct:  # the planner's tiles (T = 1: k row blocks either way), reading their rows directly
+        up, down = replace(up, direct=True), replace(down, direct=True)
     for spec, dense, stage, activation in ((up, d13, "up", p.activation), (down, d2, "down", "")):
         expect = (profile.path, dense.qtype, dense.act, group_blocks(dense), stage, activation)
         got = (spec.path, spec.qtype, spec.act, spec.group_blocks, spec.stage, spec.activation)
@@ -305,9 +351,9 @@ def _gemv_plan(
     for what, n in (("splits", splits), ("up_splits", up_splits)):
         if n not in (None, 1):
             raise InputError(f"{what} must be 1 in a GEMV plan (a block sums the whole of K), got {n!r}")
-    route = MoERouteSpec(p.act, 8, profile.path)
+    route = MoERouteSpec(p.act, 8, profile.path)  # direct too: its module holds the combine kernel
     route.check()
-    return MoEPlan(p, route, up, down, max_blocks(p.pairs, p.experts, 8), 1, 1)
+    return MoEPlan(p, route, up, down, p.pairs if direct else max_blocks(p.pairs, p.experts, 8), 1, 1)
 
 
 def _wgmma_plan(
@@ -427,14 +473,23 @@ def down_splits(profile: DeviceProfile, p: MoEProblem, down: MoESpec, block_m: i
 def moe_gemv_candidates(profile: DeviceProfile, p: MoEProblem, stage: str, near: MoEGemvSpec) -> list[MoEGemvSpec]:
     """GEMV tiles of one grouped GEMM of `p` around `near` (the planner's): K split over half, as
     many or twice as many warps, blocks of 4, 8 or 16 warps, batches of 2 or 4 k16 rows and
-    near's (the sweep's and autotuner's candidates)."""
+    near's, direct where near is (the sweep's and autotuner's candidates)."""
     dense = p.dense(stage)
     out = []
     for kw in sorted({max(1, near.kwarps // 2), near.kwarps, min(16, 2 * near.kwarps)}):
         for warps in (4, 8, 16):
             for unroll in sorted({2, 4, near.unroll}):
                 spec = MoEGemvSpec(
-                    profile.path, dense.qtype, p.act, near.group_blocks, warps, kw, unroll, stage, near.activation
+                    profile.path,
+                    dense.qtype,
+                    p.act,
+                    near.group_blocks,
+                    warps,
+                    kw,
+                    unroll,
+                    stage,
+                    near.activation,
+                    near.direct,
                 )
                 try:
                     spec.check()

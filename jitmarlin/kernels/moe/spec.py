@@ -143,7 +143,10 @@ class MoEGemvSpec(_WeightFormat):
     kwarps: those of them that split one column block's K (a block covers warps / kwarps column
     blocks); unroll: k16 rows a warp loads a batch (two batches in flight). stage, activation: as
     MoESpec's. No K splits: every block sums the whole of K, so the up stage's activation stays
-    fused and the down stage needs no partial sums.
+    fused and the down stage needs no partial sums. direct: one token (T = 1) without the
+    alignment kernel: row block b is pair b alone, its expert read from topk_ids (and expert_map)
+    by the kernel itself, which takes them as four more arguments (part of the name and, when
+    set, of the canonical form; off, both are as before the field existed).
     """
 
     route: ClassVar[str] = "moe"
@@ -157,6 +160,7 @@ class MoEGemvSpec(_WeightFormat):
     unroll: int
     stage: str = "up"
     activation: str = "silu"
+    direct: bool = False
 
     @property
     def gated(self) -> bool:
@@ -235,19 +239,23 @@ class MoEGemvSpec(_WeightFormat):
         if self.group_blocks < 0 and self.affine:
             raise ValueError("zero-point types apply per-channel scales in the K loop (group_blocks 0)")
         check_stage(self.stage, self.activation)
+        if not isinstance(self.direct, bool):
+            raise ValueError(f"direct must be a bool, got {self.direct!r}")
 
     def canonical(self) -> str:
         d = asdict(self)
+        if not self.direct:  # (the sorted kind's cache keys and tuned records stay as they were)
+            del d["direct"]
         d["family"] = "moe_gemv"
         return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
     @property
     def name(self) -> str:
-        """Kernel symbol: jm_moe_gemv_up_silu_sm80_uint4b8_f16_g128_w16k4u4."""
+        """Kernel symbol: jm_moe_gemv_up_silu_sm80_uint4b8_f16_g128_w16k4u4 (direct: ..._w16k4u4d)."""
         what = f"up_{self.activation}" if self.stage == "up" else "down"
         return (
             f"jm_moe_gemv_{what}_{self.path}_{self.qtype}_{ACT_DTYPES[self.act]}_{self.group_tag}"
-            f"_w{self.warps}k{self.kwarps}u{self.unroll}"
+            f"_w{self.warps}k{self.kwarps}u{self.unroll}{'d' if self.direct else ''}"
         )
 
 
