@@ -9,6 +9,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from test_moe_gpu import _direct_routing  # the GPU tests' T = 1 routings (expert_map, duplicates)
 
 from jitmarlin import emu
 from jitmarlin.errors import InputError
@@ -355,17 +356,7 @@ def test_moe_gemv_direct_at_one_token(rng, seed, monkeypatch, e, k, qtype, group
     columns and rows (hidden 136, I 72)."""
     hidden, inter = (136, 72) if e == 8 else (128, 64)
     w13, w2 = _weights(rng, e, hidden, inter, qtype, group, bias=qtype == "mxfp4")
-    n_global = 2 * e if emap else e
-    ids, tw = _routing(rng, 1, k, n_global)
-    expert_map = None
-    if emap:
-        expert_map = np.full(n_global, -1, dtype=np.int32)
-        expert_map[1::2] = np.arange(e, dtype=np.int32)
-        ids[0, 0] = 2 * (ids[0, 0] // 2) + 1  # slot 0 on this GPU
-        if k >= 2:
-            ids[0, 1] = n_global + 3  # outside the map: dropped
-    if dup:
-        ids[0, -1] = ids[0, 0]
+    ids, tw, expert_map = _direct_routing(rng, k, e, emap, dup)
     if emap and k >= 4:
         ids[0, 2] = 2 * (ids[0, 2] // 2)  # an even id: on another GPU
     monkeypatch.setattr(emu, "run_moe_align", lambda *a, **kw: pytest.fail("a direct plan ran the alignment"))
