@@ -112,6 +112,7 @@ class _Runner:
         self.sorted = None if plan.direct else ws("sorted", cp.int32, (plan.sorted_rows,))
         self.blk = None if plan.direct else ws("blk", cp.int32, (plan.max_blocks,))
         self.n_rows = None if plan.direct else ws("n_rows", cp.int32, (1,))
+        self.route_ptrs = tuple(_u64(0 if a is None else a.data.ptr) for a in (self.sorted, self.blk, self.n_rows))
         self.h = ws("h", cp.uint16, (problem.pairs, problem.inter))
         self.y = ws("y", cp.uint16, (problem.pairs, problem.hidden))
         self.yp = ws("yp", cp.float32, (plan.splits, problem.pairs, problem.hidden)) if plan.splits > 1 else None
@@ -153,7 +154,7 @@ class _Runner:
 
     def __call__(self, x_ptr: int, ids_ptr: int, tw_ptr: int, emap_ptr: int, n_global: int, out_ptr: int):
         plan, i = self.plan, self.ints
-        sorted_, blk, n_rows = (_u64(0 if a is None else a.data.ptr) for a in (self.sorted, self.blk, self.n_rows))
+        sorted_, blk, n_rows = self.route_ptrs
         h, y = _u64(self.h.data.ptr), _u64(self.y.data.ptr)
         yp = _u64(0 if self.yp is None else self.yp.data.ptr)
         hp = _u64(0 if self.hp is None else self.hp.data.ptr)
