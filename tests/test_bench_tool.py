@@ -1016,6 +1016,47 @@ def test_moe_models_include_a_swiglu_gpt_oss_and_refuse_unknown_names():
         bm.model_names("mixtral-8x7")
 
 
+def test_moe_sweep_trials_cover_splits_row_blocks_and_direct():
+    """The sweep's alternatives (and so tools/prewarm_suite.py --moe-sweep): a wgmma plan on the H100
+    gets its w2 K splits, other row blocks and both with splits; a T = 1 GEMV plan gets the direct
+    mode; every trial either plans or is refused by plan_moe with a clear error."""
+    import benchmoe as bm
+
+    from jitmarlin.errors import JitMarlinError
+    from jitmarlin.jit.profiles import get_profile
+    from jitmarlin.kernels.moe import MoEProblem, plan_moe
+    from jitmarlin.weights.qtypes import kernel_dims
+
+    prof = get_profile("h100")
+
+    def problem(model, t):
+        e, k, hidden, inter, qt, g, activation = bm.MODELS[model]
+        n13, k13 = kernel_dims(2 * inter, hidden, g)
+        n2, k2 = kernel_dims(hidden, inter, g)
+        return MoEProblem(t, k, e, n13, k13, n2, k2, inter, hidden, "float16", qt, g, activation)
+
+    p = problem("mixtral-8x7b", 256)
+    base = plan_moe(prof, p)
+    assert base.wgmma and base.up.tm == 4
+    trials = bm.sweep_trials(prof, p, base)
+    whats = {w for w, _, _ in trials}
+    assert {"up", "down", "tm", "splits", "tm+splits", "kind"} <= whats and "direct" not in whats
+    split_plans = [plan_moe(prof, p, **kw) for w, _, kw in trials if w == "splits" and kw["splits"] > 1]
+    assert split_plans and all(pl.splits == kw for pl, kw in zip(split_plans, (2, 3, 4)))
+    p1 = problem("qwen3-30b-a3b", 1)
+    base1 = plan_moe(prof, p1)
+    assert base1.gemv and not base1.direct
+    trials1 = bm.sweep_trials(prof, p1, base1)
+    direct = [kw for w, _, kw in trials1 if w == "direct"]
+    assert direct == [{"direct": True}] and plan_moe(prof, p1, **direct[0]).direct
+    for prob, kws in ((p, trials), (p1, trials1)):
+        for _, _, kw in kws:
+            try:
+                plan_moe(prof, prob, **kw)
+            except (JitMarlinError, ValueError) as e:
+                assert str(e)
+
+
 def _plot_rows():
     rows = []
     for shape, base in (("L3-8B o", 5.0), ("L3-8B down", 12.0)):

@@ -361,6 +361,46 @@ def wgmma_tiles(prof, problem, tm):
     }
 
 
+def sweep_trials(prof, problem, base):
+    """The alternatives tools/bench --moe --sweep times against the planner's plan `base`: a list of
+    (what, choice, plan_moe keyword arguments). tools/prewarm_suite.py compiles the same list."""
+    from jitmarlin.kernels.moe import plan_moe
+    from jitmarlin.kernels.moe.plan import stage_candidates
+
+    trials = [("up", s, {"up": s, "down": base.down}) for s in stage_candidates(prof, problem, base, "up")]
+    trials += [("down", s, {"down": s, "up": base.up}) for s in stage_candidates(prof, problem, base, "down")]
+    if not base.gemv:
+        trials += [
+            ("splits", n, {"splits": n})
+            for n in (1, 2, 3, 4, 6, 8, 12, 16)
+            if n <= problem.k2 // base.down.tile_k and (n == 1 or base.down.path == "sm80")
+        ]
+        trials += [
+            ("up_splits", n, {"up_splits": n})
+            for n in (2, 3, 4, 5, 7, 8)
+            if n <= problem.k13 // base.up.tile_k and base.up.path == "sm80"
+        ]
+    if base.wgmma:  # the wgmma kind's other row blocks (both stages share one), and mma.sync
+        trials += [("tm", tm, wgmma_tiles(prof, problem, tm)) for tm in (2, 4, 8) if tm != base.up.tm]
+        # its down stage's K splits (by override only until timed)
+        trials += [("splits", n, {"splits": n}) for n in (2, 3, 4) if n <= problem.k2 // base.down.tile_k]
+        trials += [  # larger row blocks with a split w2 (the ragged last wave of e115's skewed routing)
+            ("tm+splits", f"{tm}/{n}", {**wgmma_tiles(prof, problem, tm), "splits": n})
+            for tm in (4, 8)
+            for n in (2, 3)
+            if tm > base.up.tm and n <= problem.k2 // 64
+        ]
+        trials.append(("kind", "mma", {"wgmma": False}))
+    if base.gemv and problem.tokens == 1:  # the GEMV kind without the alignment launch (by override until timed)
+        trials.append(("direct", True, {"direct": True}))
+    try:  # the other kind's plan (GEMV against mma.sync at decode)
+        trials.append(("kind", "gemv" if not base.gemv else "mma", {"gemv": not base.gemv}))
+        plan_moe(prof, problem, gemv=not base.gemv)
+    except Exception:
+        trials.pop()
+    return trials
+
+
 def sweep_moe(args):
     """tools/bench --moe --sweep [uniform|skewed]: at each model and T, under that routing, time the
     planner's MoE plan, then every w13 tile (with the planner's w2), every w2 tile and every K split
@@ -371,7 +411,6 @@ def sweep_moe(args):
 
     from jitmarlin.jit.profiles import live_profile
     from jitmarlin.kernels.moe import MoEProblem, plan_moe
-    from jitmarlin.kernels.moe.plan import stage_candidates
     from jitmarlin.ops import moe as moe_ops
     from jitmarlin.service.bench import Timer, copy_bandwidth
 
@@ -429,37 +468,9 @@ def sweep_moe(args):
                 },
                 "best": {},
             }
-            trials = [("up", s, {"up": s, "down": base.down}) for s in stage_candidates(prof, problem, base, "up")]
-            trials += [("down", s, {"down": s, "up": base.up}) for s in stage_candidates(prof, problem, base, "down")]
-            if not base.gemv:
-                trials += [
-                    ("splits", n, {"splits": n})
-                    for n in (1, 2, 3, 4, 6, 8, 12, 16)
-                    if n <= problem.k2 // base.down.tile_k and (n == 1 or base.down.path == "sm80")
-                ]
-                trials += [
-                    ("up_splits", n, {"up_splits": n})
-                    for n in (2, 3, 4, 5, 7, 8)
-                    if n <= problem.k13 // base.up.tile_k and base.up.path == "sm80"
-                ]
-            if base.wgmma:  # the wgmma kind's other row blocks (both stages share one), and mma.sync
-                trials += [("tm", tm, wgmma_tiles(prof, problem, tm)) for tm in (2, 4, 8) if tm != base.up.tm]
-                # its down stage's K splits (by override only until timed)
-                trials += [("splits", n, {"splits": n}) for n in (2, 3, 4) if n <= problem.k2 // base.down.tile_k]
-                trials += [  # larger row blocks with a split w2 (the ragged last wave of e115's skewed routing)
-                    ("tm+splits", f"{tm}/{n}", {**wgmma_tiles(prof, problem, tm), "splits": n})
-                    for tm in (4, 8)
-                    for n in (2, 3)
-                    if tm > base.up.tm and n <= problem.k2 // 64
-                ]
-                trials.append(("kind", "mma", {"wgmma": False}))
-            if base.gemv and t == 1:  # the GEMV kind without the alignment launch (by override until timed)
-                trials.append(("direct", True, {"direct": True}))
-            try:  # the other kind's plan (GEMV against mma.sync at decode)
-                trials.append(("kind", "gemv" if not base.gemv else "mma", {"gemv": not base.gemv}))
-                plan_moe(prof, problem, gemv=not base.gemv)
-            except Exception:
-                trials.pop()
+            trials = sweep_trials(prof, problem, base)
+            if args.sweep_only:
+                trials = [tr for tr in trials if tr[0] in args.sweep_only.split(",")]
             for what, choice, kw in trials:
                 try:
                     us = time_plan(plan_moe(prof, problem, **kw))

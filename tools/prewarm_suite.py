@@ -151,31 +151,31 @@ def moe_specs(prof):
             yield from (direct.up, direct.down)
 
 
-def moe_sweep_specs(prof):
-    """Every candidate tools/bench --moe --sweep times (its default models, T = 1, 16, 256, fp16)."""
+def moe_sweep_specs(prof, tokens=(1, 16, 256), models=None):
+    """Every kernel tools/bench --moe --sweep times (fp16) for `models` (default: all) at `tokens`."""
     import benchmoe
 
     from jitmarlin.kernels.moe import MoEProblem, plan_moe
-    from jitmarlin.kernels.moe.plan import stage_candidates
     from jitmarlin.weights.qtypes import kernel_dims
 
-    for e, k, hidden, inter, qt, g, activation in benchmoe.MODELS.values():
+    for name, (e, k, hidden, inter, qt, g, activation) in benchmoe.MODELS.items():
+        if models and name not in models:
+            continue
         n13, k13 = kernel_dims(2 * inter, hidden, g)
         n2, k2 = kernel_dims(hidden, inter, g)
-        for t in (1, 16, 256):
+        for t in tokens:
             p = MoEProblem(t, k, e, n13, k13, n2, k2, inter, hidden, "float16", qt, g, activation)
             try:
-                plan = plan_moe(prof, p)
+                base = plan_moe(prof, p)
             except JitMarlinError:
                 continue
-            yield plan.route
-            yield from stage_candidates(prof, p, plan, "up")
-            yield from stage_candidates(prof, p, plan, "down")
-            try:  # the other kind's plan (the sweep times it too)
-                other = plan_moe(prof, p, gemv=not plan.gemv)
-                yield from (other.route, other.up, other.down)
-            except JitMarlinError:
-                pass
+            yield from (base.route, base.up, base.down)
+            for _, _, kw in benchmoe.sweep_trials(prof, p, base):
+                try:
+                    plan = plan_moe(prof, p, **kw)
+                except (JitMarlinError, ValueError):
+                    continue
+                yield from (plan.route, plan.up, plan.down)
 
 
 def _compile(job):
@@ -190,7 +190,13 @@ def main():
     ap.add_argument("--arch", default=None, help="compile arch (default: the profile's)")
     ap.add_argument("--sweep", action="store_true", help="also every candidate spec for the bench shapes (tools/sweep)")
     ap.add_argument("--jobs", type=int, default=1, help="compile in this many processes")
-    ap.add_argument("--moe-sweep", action="store_true", help="also every candidate of tools/bench --moe --sweep")
+    ap.add_argument(
+        "--moe-sweep",
+        default="",
+        metavar="T,...",
+        help="also every candidate tools/bench --moe --sweep times at these T (all models, or --moe-models)",
+    )
+    ap.add_argument("--moe-models", default="", help="comma-separated tools/bench --moe model names")
     args = ap.parse_args()
     live = get_profile(args.profile)
     arch = args.arch or live.arch
@@ -222,7 +228,8 @@ def main():
             add(spec)
     if args.moe_sweep:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        for spec in moe_sweep_specs(live):
+        ts = [int(t) for t in args.moe_sweep.split(",")]
+        for spec in moe_sweep_specs(live, ts, [m for m in args.moe_models.split(",") if m]):
             add(spec)
     if live.cc == (9, 0):
         for spec in list(wgmma_specs()) + list(cluster_specs()):
