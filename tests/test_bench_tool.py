@@ -1018,8 +1018,8 @@ def test_moe_models_include_a_swiglu_gpt_oss_and_refuse_unknown_names():
 
 def test_moe_sweep_trials_cover_splits_row_blocks_and_direct():
     """The sweep's alternatives (and so tools/prewarm_suite.py --moe-sweep): a wgmma plan on the H100
-    gets its w2 K splits, other row blocks and both with splits; a T = 1 GEMV plan gets the direct
-    mode; every trial either plans or is refused by plan_moe with a clear error."""
+    gets its w2 K splits, other row blocks and both with splits; a T = 1 GEMV plan gets its other
+    mode (sorted, for the planner's direct one); every trial either plans or is refused by plan_moe with a clear error."""
     import benchmoe as bm
 
     from jitmarlin.errors import JitMarlinError
@@ -1045,10 +1045,10 @@ def test_moe_sweep_trials_cover_splits_row_blocks_and_direct():
     assert split_plans and all(pl.splits == kw for pl, kw in zip(split_plans, (2, 3, 4)))
     p1 = problem("qwen3-30b-a3b", 1)
     base1 = plan_moe(prof, p1)
-    assert base1.gemv and not base1.direct
+    assert base1.gemv and base1.direct  # the planner's decode plan: the other mode is the sorted one
     trials1 = bm.sweep_trials(prof, p1, base1)
     direct = [kw for w, _, kw in trials1 if w == "direct"]
-    assert direct == [{"direct": True}] and plan_moe(prof, p1, **direct[0]).direct
+    assert direct == [{"direct": False}] and not plan_moe(prof, p1, **direct[0]).direct
     for prob, kws in ((p, trials), (p1, trials1)):
         for _, _, kw in kws:
             try:

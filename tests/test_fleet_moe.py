@@ -154,8 +154,9 @@ def test_cli_inspect_moe(capsys):
     assert rc == 0, out
     r = json.loads(out)
     assert [k["stage"] for k in r["kernels"]] == ["route", "up", "down"]
-    # decode on sm_90: the GEMV kind (8-row blocks, no K splits)
-    assert r["kind"] == "gemv" and r["down_k_splits"] == 1 and r["max_blocks"] == 3 and r["block_m"] == 8
+    # decode on sm_90: the GEMV kind (8-row blocks, no K splits), direct at T = 1 (a row block a pair)
+    assert r["kind"] == "gemv" and r["down_k_splits"] == 1 and r["max_blocks"] == 2 and r["block_m"] == 8
+    assert r["direct"] is True and r["kernels"][2]["kernel"].endswith("d")
     assert r["kernels"][1]["kernel"].startswith("jm_moe_gemv_up_silu_sm80_uint4b8")
     assert all(k["spill_stores"] == 0 for k in r["kernels"])
     assert (

@@ -128,7 +128,8 @@ def test_measured_row_block_and_gemv_rules():
 def test_direct_gemv_plans():
     """plan_moe(direct=True): the GEMV kind at T = 1 without the alignment launch (k row blocks,
     one pair each; the planner's tiles, direct). Refused at T > 1, for the other kinds and off the
-    sm80 path; the planner keeps it off. Direct specs differ in name and canonical form, parse
+    sm80 path. The planner takes it wherever its own T = 1 plan is the GEMV kind (e118), and not
+    where a caller's override or direct=False asks for the sorted plan. Direct specs differ in name and canonical form, parse
     back, and only their sources read topk_ids (the sorted kernels' sources hold no direct code)."""
     from dataclasses import replace
 
@@ -140,16 +141,19 @@ def test_direct_gemv_plans():
     h = get_profile("h100")
     for model in MODELS:
         p = _problem(model, 1, "bfloat16")
-        base = plan_moe(h, p)
+        base = plan_moe(h, p, direct=False)
         if not base.gemv:
+            assert not plan_moe(h, p).direct
             continue
         plan = plan_moe(h, p, direct=True)
+        assert plan_moe(h, p) == plan and plan_moe(h, p, gemv=True) == plan
+        for kw in (dict(up=base.up, down=base.down), dict(splits=1, direct=False)):
+            assert not plan_moe(h, p, **kw).direct
         assert not base.direct and plan.direct and plan.max_blocks == p.topk
         assert plan.up == replace(base.up, direct=True) and plan.down == replace(base.down, direct=True)
         assert plan.route == base.route  # (its combine kernel still runs)
         assert plan.grid_up == p.topk * -(-p.n13 // plan.up.tile_n)
         assert plan_moe(h, p, up=plan.up, down=plan.down).direct  # direct tiles: a direct plan
-        assert plan_moe(h, p, direct=False) == base
         for d, s in ((plan.up, base.up), (plan.down, base.down)):
             assert d.name == s.name + "d" and d.canonical() != s.canonical()
             assert '"direct"' not in s.canonical() and '"direct":true' in d.canonical()

@@ -391,8 +391,8 @@ def sweep_trials(prof, problem, base):
             if tm > base.up.tm and n <= problem.k2 // 64
         ]
         trials.append(("kind", "mma", {"wgmma": False}))
-    if base.gemv and problem.tokens == 1:  # the GEMV kind without the alignment launch (by override until timed)
-        trials.append(("direct", True, {"direct": True}))
+    if base.gemv and problem.tokens == 1:  # the GEMV kind with(out) the alignment launch: the other mode
+        trials.append(("direct", not base.direct, {"direct": not base.direct}))
     try:  # the other kind's plan (GEMV against mma.sync at decode)
         trials.append(("kind", "gemv" if not base.gemv else "mma", {"gemv": not base.gemv}))
         plan_moe(prof, problem, gemv=not base.gemv)

@@ -75,6 +75,7 @@ def inspect(args, prof) -> int:
         "topk": args.topk,
         "experts": args.experts,
         "kind": "gemv" if plan.gemv else "wgmma" if plan.wgmma else "mma.sync",
+        "direct": plan.direct,  # T = 1 GEMV without the alignment launch (the route module's combine still runs)
         "block_m": plan.block_m,
         "max_blocks": plan.max_blocks,
         "down_k_splits": plan.splits,
