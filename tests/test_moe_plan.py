@@ -116,6 +116,7 @@ def test_measured_row_block_and_gemv_rules():
             if plan.wgmma:
                 rows = rows_per_expert(p.pairs, p.experts)
                 assert plan.up.tm == plan.down.tm == (2 if rows <= 16 else 4 if rows <= 64 else 8), (model, t)
+                assert plan.down.tn == 8 and plan.up.tn == (16 if plan.up.tm <= 4 and plan.up.bits == 4 else 8)
                 seen.add(plan.up.tm)
             for spec, k in ((plan.up, p.k13), (plan.down, p.k2)):
                 if isinstance(spec, MoEGemvSpec) and spec.kwarps > 1:
@@ -129,8 +130,8 @@ def test_direct_gemv_plans():
     """plan_moe(direct=True): the GEMV kind at T = 1 without the alignment launch (k row blocks,
     one pair each; the planner's tiles, direct). Refused at T > 1, for the other kinds and off the
     sm80 path. The planner takes it wherever its own T = 1 plan is the GEMV kind (e118), and not
-    where a caller's override or direct=False asks for the sorted plan. Direct specs differ in name and canonical form, parse
-    back, and only their sources read topk_ids (the sorted kernels' sources hold no direct code)."""
+    where a caller's override or direct=False asks for the sorted plan. Direct specs differ in
+    name and canonical form, parse back, and only their sources read topk_ids (the sorted kernels' sources hold no direct code)."""
     from dataclasses import replace
 
     from jitmarlin.errors import InputError
