@@ -251,6 +251,45 @@ def test_wgmma_down_splits_compile(qt, group):
         assert "st.global.f32" in art.ptx  # the partial sums (the rounded path stores 16-byte chunks)
 
 
+def test_wgmma_tile_major_identity_and_source():
+    """tile_major (the column-tile-major block order): its own name (`t`) and canonical form (the
+    default order's are unchanged), parses back, is refused unless a bool; its sources compute
+    the row block from blockIdx modulo the row blocks, the default's from the column tiles."""
+    from dataclasses import replace
+
+    s = MoEWgmmaSpec("sm90", "uint4b8", "float16", 8, 4, 8, 4, "up", "silu", 2)
+    t = replace(s, tile_major=True)
+    assert t.name == s.name + "t" and '"tile_major"' not in s.canonical() and '"tile_major":true' in t.canonical()
+    assert spec_from_canonical(t.canonical()) == t and _stage_spec(t.canonical()) == t
+    with pytest.raises(ValueError, match="tile_major"):
+        replace(s, tile_major=1).check()
+    for stage, activation in (("up", "silu"), ("down", "")):
+        d = replace(s, stage=stage, activation=activation)
+        src_d, src_t = render(d, "cuda"), render(replace(d, tile_major=True), "cuda")
+        assert "m_blocks" not in src_d
+        assert ("mb = blockIdx.x / n_tiles" if stage == "up" else "mb = rest / n_tiles") in src_d
+        assert ("mb = blockIdx.x % m_blocks" if stage == "up" else "mb = rest % m_blocks") in src_t
+    h = get_profile("h100")
+    p = _problem(1024, 2, 8, 4096, 14336, "float16", "uint4b8", 128)
+    base = plan_moe(h, p)
+    plan = plan_moe(h, p, up=replace(base.up, tile_major=True), down=replace(base.down, tile_major=True))
+    assert plan.up.tile_major and plan.down.tile_major and plan.grid_up == base.grid_up and not base.up.tile_major
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("qt,group", [("uint4b8", 128), ("mxfp4", 32)])
+def test_wgmma_tile_major_compiles(qt, group):
+    """The column-tile-major order at 64- and 128-row blocks, both stages (the down with K splits
+    too): sm_90a, no spills, within their occupancy's registers."""
+    from dataclasses import replace
+
+    h = get_profile("h100")
+    for t in (128, 4096):
+        plan = plan_moe(h, _problem(t, 2, 8, 1024, 512, "bfloat16", qt, group), wgmma=True, splits=2)
+        for spec in (plan.up, plan.down):
+            _compiled(replace(spec, tile_major=True))
+
+
 @pytest.mark.slow
 def test_wgmma_no_register_of_an_inflight_wgmma_is_overwritten():
     """Where a warpgroup dequantises step t while its wgmmas of step t - 1 run (one slab, >= 4
@@ -476,6 +515,27 @@ def test_moe_wgmma_gpu_down_splits(wgmma_kind, rng, seed, qtype, group, act, spl
     plan = plan_moe(wgmma_kind, p, wgmma=True, splits=splits)
     assert plan.splits == splits and plan.grid_down == splits * plan.max_blocks * -(-w2.n // plan.down.tile_n)
     _run(rng, seed, w13, w2, ids, tw, act, plan=plan, what=f"moe wgmma down splits={splits} {qtype} {act} {routing}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("act", ["float16", "bfloat16"])
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("routing", ["skewed", "empty"])
+def test_moe_wgmma_gpu_tile_major(wgmma_kind, rng, seed, act, splits, routing):
+    """The column-tile-major block order (both stages; the down with and without K splits) against
+    the reference at 128-row blocks with several row blocks an expert, under a skewed routing and
+    one where 12 of 16 experts get nothing (row blocks past the list return in any order)."""
+    from dataclasses import replace
+
+    e, k, t = 16, 4, 1200
+    w13, w2 = _weights("uint4b8", 128, e, hidden=256, inter=448, bias=True)
+    ids, tw = _skewed(rng, t, k, e) if routing == "skewed" else _routing(rng, t, k, 4)
+    p = MoEProblem(t, k, e, w13.n, w13.k, w2.n, w2.k, 448, 256, act, w13.qtype, w13.group_size)
+    base = plan_moe(wgmma_kind, p, wgmma=True)
+    up, down = replace(base.up, tile_major=True), replace(base.down, tile_major=True)
+    plan = plan_moe(wgmma_kind, p, up=up, down=down, splits=splits)
+    assert plan.up.tm == 8 and plan.grid_up == base.grid_up
+    _run(rng, seed, w13, w2, ids, tw, act, plan=plan, what=f"moe wgmma tile-major splits={splits} {act} {routing}")
 
 
 @pytest.mark.gpu

@@ -364,6 +364,8 @@ def wgmma_tiles(prof, problem, tm):
 def sweep_trials(prof, problem, base):
     """The alternatives tools/bench --moe --sweep times against the planner's plan `base`: a list of
     (what, choice, plan_moe keyword arguments). tools/prewarm_suite.py compiles the same list."""
+    from dataclasses import replace as dc_replace
+
     from jitmarlin.kernels.moe import plan_moe
     from jitmarlin.kernels.moe.plan import stage_candidates
 
@@ -390,6 +392,9 @@ def sweep_trials(prof, problem, base):
             for n in (2, 3)
             if tm > base.up.tm and n <= problem.k2 // 64
         ]
+        # the column-tile-major block order (an expert's row blocks read a weight tile side by side)
+        tiles = {"up": dc_replace(base.up, tile_major=True), "down": dc_replace(base.down, tile_major=True)}
+        trials.append(("order", "tile-major", tiles))
         trials.append(("kind", "mma", {"wgmma": False}))
     if base.gemv and problem.tokens == 1:  # the GEMV kind with(out) the alignment launch: the other mode
         trials.append(("direct", not base.direct, {"direct": not base.direct}))

@@ -49,7 +49,9 @@ class MoEWgmmaSpec(_Tiles, _WeightFormat):
     columns a block (8: one 64-feature slab a warpgroup, whose dequant overlaps the previous
     step's wgmmas from 4 stages; 16: two slabs, 4-bit codes only); stages: pipeline depth of
     64-deep K steps; occupancy: blocks an SM (2: at most 128 registers a thread). stage,
-    activation: as MoESpec's.
+    activation: as MoESpec's. tile_major: blocks walk the row blocks of one column tile before
+    the next tile (an expert's row blocks read a weight tile side by side, from L2 after the
+    first) instead of every column tile of one row block first; names end in `t`.
     """
 
     route: ClassVar[str] = "moe"
@@ -64,6 +66,7 @@ class MoEWgmmaSpec(_Tiles, _WeightFormat):
     stage: str = "up"
     activation: str = "silu"
     occupancy: int = 1
+    tile_major: bool = False
 
     @property
     def tk(self) -> int:
@@ -163,20 +166,26 @@ class MoEWgmmaSpec(_Tiles, _WeightFormat):
             raise ValueError("group size and the 64-deep K step must divide one another")
         if self.group_blocks < 0 and self.affine:
             raise ValueError("zero-point types apply per-channel scales in the K loop (group_blocks 0)")
+        if not isinstance(self.tile_major, bool):
+            raise ValueError(f"tile_major must be a bool, got {self.tile_major!r}")
         check_stage(self.stage, self.activation)
 
     def canonical(self) -> str:
         d = asdict(self)
+        if not self.tile_major:  # (the default order's cache keys and tuned records stay as they were)
+            del d["tile_major"]
         d["family"] = "moe_wgmma"
         return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
     @property
     def name(self) -> str:
-        """Kernel symbol: jm_moe_wgmma_up_silu_sm90_uint4b8_f16_g128_m4n8s4o2."""
+        """Kernel symbol: jm_moe_wgmma_up_silu_sm90_uint4b8_f16_g128_m4n8s4o2 (tile_major: ...o2t)."""
         what = f"up_{self.activation}" if self.stage == "up" else "down"
         return (
             f"jm_moe_wgmma_{what}_{self.path}_{self.qtype}_{ACT_DTYPES[self.act]}_{self.group_tag}"
-            f"_m{self.tm}n{self.tn}s{self.stages}" + (f"o{self.occupancy}" if self.occupancy > 1 else "")
+            f"_m{self.tm}n{self.tn}s{self.stages}"
+            + (f"o{self.occupancy}" if self.occupancy > 1 else "")
+            + ("t" if self.tile_major else "")
         )
 
 
