@@ -1040,7 +1040,8 @@ def test_moe_sweep_trials_cover_splits_row_blocks_and_direct():
     assert base.wgmma and base.up.tm == 4
     trials = bm.sweep_trials(prof, p, base)
     whats = {w for w, _, _ in trials}
-    assert {"up", "down", "tm", "splits", "tm+splits", "order", "kind"} <= whats and "direct" not in whats
+    assert {"up", "down", "tm", "splits", "tm+splits", "order", "sorted_h", "sorted_h+order", "kind"} <= whats
+    assert "direct" not in whats
     split_plans = [plan_moe(prof, p, **kw) for w, _, kw in trials if w == "splits" and kw["splits"] > 1]
     assert split_plans and all(pl.splits == kw for pl, kw in zip(split_plans, (2, 3, 4)))
     p1 = problem("qwen3-30b-a3b", 1)

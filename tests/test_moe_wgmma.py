@@ -276,6 +276,56 @@ def test_wgmma_tile_major_identity_and_source():
     assert plan.up.tile_major and plan.down.tile_major and plan.grid_up == base.grid_up and not base.up.tile_major
 
 
+def test_wgmma_sorted_h_identity_plans_and_source():
+    """sorted_h (H in the aligned list's row order, the down stage's H by TMA): its own name (`h`)
+    and canonical form, a plan takes it on both stages or neither, H then holds the list's padded
+    rows; the up source writes rows mb TILE_M + r, the down source loads a box of amap and gathers
+    nothing per thread (no cp.async, no proxy fence), the default sources as before."""
+    from dataclasses import replace
+
+    s = MoEWgmmaSpec("sm90", "uint4b8", "float16", 8, 4, 8, 4, "down", "", 2)
+    hs = replace(s, sorted_h=True)
+    assert hs.name == s.name + "h" and '"sorted_h":true' in hs.canonical() and '"sorted_h"' not in s.canonical()
+    assert spec_from_canonical(hs.canonical()) == hs and replace(hs, tile_major=True).name == s.name + "th"
+    with pytest.raises(ValueError, match="sorted_h"):
+        replace(s, sorted_h=None).check()
+    h = get_profile("h100")
+    p = _problem(1024, 2, 8, 4096, 14336, "float16", "uint4b8", 128)
+    base = plan_moe(h, p)
+    up, down = replace(base.up, sorted_h=True), replace(base.down, sorted_h=True)
+    plan = plan_moe(h, p, up=up, down=down)
+    assert plan.h_rows == plan.sorted_rows > p.pairs == base.h_rows
+    for kw in (dict(up=up, down=base.down), dict(up=base.up, down=down)):
+        with pytest.raises(InputError, match="sorted_h"):
+            plan_moe(h, p, **kw)
+    src_up, src_down = render(up, "cuda"), render(down, "cuda")
+    assert "orow = (size_t)mb * TILE_M + r" in src_up and "pipe.fetch16" in src_up
+    assert "TmaMap amap" in src_down and "tma_load_2d(sA, &amap" in src_down
+    assert "pipe.fetch16" not in src_down and "fence_proxy_async();" not in src_down
+    for d in (base.up, base.down):
+        src = render(d, "cuda")
+        assert "amap" not in src and "orow = p;" in src and "pipe.fetch16" in src
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("qt,group", [("uint4b8", 128), ("uint4", 64), ("float8_e4m3fn", 128), ("mxfp4", 32)])
+def test_wgmma_sorted_h_compiles(qt, group):
+    """sorted_h tiles at 32-, 64- and 128-row blocks (the down stage with K splits too): sm_90a, no
+    spills, within their occupancy's registers; the down stage without per-thread copies."""
+    from dataclasses import replace
+
+    h = get_profile("h100")
+    for t in (64, 128, 4096):
+        plan = plan_moe(h, _problem(t, 2, 8, 1024, 512, "bfloat16", qt, group), wgmma=True, splits=2)
+        for spec in (plan.up, plan.down):
+            s = replace(spec, sorted_h=True)
+            art, _, _ = default_cache().get(s, "sm_90")
+            r = art.resources
+            assert r["spill_stores"] == 0 and r["stack_bytes"] == 0, (s.name, r)
+            assert r["registers"] <= (128 if s.occupancy == 2 else 255), (s.name, r)
+            assert ("cp.async.cg.shared.global" in art.ptx) == (s.stage == "up"), s.name
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("qt,group", [("uint4b8", 128), ("mxfp4", 32)])
 def test_wgmma_tile_major_compiles(qt, group):
@@ -293,7 +343,8 @@ def test_wgmma_tile_major_compiles(qt, group):
 @pytest.mark.slow
 def test_wgmma_no_register_of_an_inflight_wgmma_is_overwritten():
     """Where a warpgroup dequantises step t while its wgmmas of step t - 1 run (one slab, >= 4
-    stages), the SASS never writes an A register of an HGMMA in flight (test_wgmma's check)."""
+    stages), the SASS never writes an A register of an HGMMA in flight (test_wgmma's check); the
+    sorted_h down stage (H by TMA) too."""
     from test_wgmma import _inflight_overwrites
 
     from jitmarlin.jit import nvrtc
@@ -301,9 +352,11 @@ def test_wgmma_no_register_of_an_inflight_wgmma_is_overwritten():
     if nvrtc.find_disassembler() is None:
         pytest.skip("no SASS disassembler (the test extra installs nvdisasm)")
     for tm, stages, occ in ((2, 4, 2), (4, 4, 2), (4, 6, 1), (8, 4, 1), (8, 5, 1)):
-        for stage, activation in (("up", "silu"), ("down", "")):
-            spec = MoEWgmmaSpec("sm90", "uint4b8", "bfloat16", 8, tm, 8, stages, stage, activation, occ)
-            art = _compiled(spec)
+        for stage, activation, sorted_h in (("up", "silu", False), ("down", "", False), ("down", "", True)):
+            spec = MoEWgmmaSpec(
+                "sm90", "uint4b8", "bfloat16", 8, tm, 8, stages, stage, activation, occ, False, sorted_h
+            )
+            art = _compiled(spec) if not sorted_h else default_cache().get(spec, "sm_90")[0]
             assert "wgmma.wait_group.sync.aligned 1;" in art.ptx  # the overlap is on
             sass = nvrtc.disassemble(art.cubin)
             assert "HGMMA" in sass
@@ -515,6 +568,30 @@ def test_moe_wgmma_gpu_down_splits(wgmma_kind, rng, seed, qtype, group, act, spl
     plan = plan_moe(wgmma_kind, p, wgmma=True, splits=splits)
     assert plan.splits == splits and plan.grid_down == splits * plan.max_blocks * -(-w2.n // plan.down.tile_n)
     _run(rng, seed, w13, w2, ids, tw, act, plan=plan, what=f"moe wgmma down splits={splits} {qtype} {act} {routing}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("act", ["float16", "bfloat16"])
+@pytest.mark.parametrize("t,qtype,group", [(1200, "uint4b8", 128), (300, "float8_e4m3fn", 128), (80, "mxfp4", 32)])
+@pytest.mark.parametrize("splits,tile_major", [(1, False), (3, False), (1, True)])
+@pytest.mark.parametrize("routing", ["skewed", "empty"])
+def test_moe_wgmma_gpu_sorted_h(wgmma_kind, rng, seed, act, t, qtype, group, splits, tile_major, routing):
+    """H in the aligned list's row order, the down stage reading it as TMA boxes (w2 K = 448: its
+    last box reads columns past k_in as zeros), at 128-, 64- and 32-row blocks, with K splits and
+    the column-tile-major order, biases, under a skewed routing and one where 12 of 16 experts get
+    nothing; H and the outputs poisoned before the call (padding rows of H are never written)."""
+    from dataclasses import replace
+
+    e, k = 16, 4
+    w13, w2 = _weights(qtype, group, e, hidden=256, inter=448, bias=True)
+    ids, tw = _skewed(rng, t, k, e) if routing == "skewed" else _routing(rng, t, k, 4)
+    p = MoEProblem(t, k, e, w13.n, w13.k, w2.n, w2.k, 448, 256, act, w13.qtype, w13.group_size)
+    base = plan_moe(wgmma_kind, p, wgmma=True)
+    up, down = (replace(s, sorted_h=True, tile_major=tile_major) for s in (base.up, base.down))
+    plan = plan_moe(wgmma_kind, p, up=up, down=down, splits=splits)
+    assert plan.h_rows == plan.sorted_rows
+    what = f"moe wgmma sorted_h tm{plan.up.tm} splits={splits} order={tile_major} {qtype} {act} {routing}"
+    _run(rng, seed, w13, w2, ids, tw, act, plan=plan, what=what)
 
 
 @pytest.mark.gpu

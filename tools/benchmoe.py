@@ -395,6 +395,10 @@ def sweep_trials(prof, problem, base):
         # the column-tile-major block order (an expert's row blocks read a weight tile side by side)
         tiles = {"up": dc_replace(base.up, tile_major=True), "down": dc_replace(base.down, tile_major=True)}
         trials.append(("order", "tile-major", tiles))
+        # H in the aligned list's order, read by the down stage as TMA boxes (alone, and with the order)
+        for what, tm_ in (("sorted_h", False), ("sorted_h+order", True)):
+            up, down = (dc_replace(s, sorted_h=True, tile_major=tm_) for s in (base.up, base.down))
+            trials.append((what, "on", {"up": up, "down": down}))
         trials.append(("kind", "mma", {"wgmma": False}))
     if base.gemv and problem.tokens == 1:  # the GEMV kind with(out) the alignment launch: the other mode
         trials.append(("direct", not base.direct, {"direct": not base.direct}))

@@ -113,7 +113,7 @@ class _Runner:
         self.blk = None if plan.direct else ws("blk", cp.int32, (plan.max_blocks,))
         self.n_rows = None if plan.direct else ws("n_rows", cp.int32, (1,))
         self.route_ptrs = tuple(_u64(0 if a is None else a.data.ptr) for a in (self.sorted, self.blk, self.n_rows))
-        self.h = ws("h", cp.uint16, (problem.pairs, problem.inter))
+        self.h = ws("h", cp.uint16, (plan.h_rows, problem.inter))
         self.y = ws("y", cp.uint16, (problem.pairs, problem.hidden))
         self.yp = ws("yp", cp.float32, (plan.splits, problem.pairs, problem.hidden)) if plan.splits > 1 else None
         self.hp = ws("hp", cp.float32, (plan.up_splits, problem.pairs, problem.n13)) if plan.up_splits > 1 else None
@@ -133,6 +133,10 @@ class _Runner:
         if plan.wgmma:
             self.up_maps = weight_maps(plan.up, w13.num_experts, w13.n, w13.k, *(int(v) for v in self.up_w[:3]))
             self.down_maps = weight_maps(plan.down, w2.num_experts, w2.n, w2.k, *(int(v) for v in self.down_w[:3]))
+            if plan.down.sorted_h:  # H's row blocks as TMA boxes (128-byte swizzle: the wgmma layout)
+                box = (64, plan.down.tile_m)
+                hmap = launch.tensor_map_2d(int(self.h.data.ptr), 2, (p.inter, plan.h_rows), 2 * p.inter, box, True)
+                self.down_maps += (hmap,)
         self.ints = {
             name: np.int32(v)
             for name, v in dict(

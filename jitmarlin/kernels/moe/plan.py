@@ -97,6 +97,11 @@ class MoEPlan:
     def sorted_rows(self) -> int:
         return self.max_blocks * self.block_m
 
+    @property
+    def h_rows(self) -> int:
+        """Rows of the intermediate H: one a pair, or the aligned list's padded rows (sorted_h)."""
+        return self.sorted_rows if getattr(self.up, "sorted_h", False) else self.problem.pairs
+
     def grid(self, spec: MoESpec, n: int) -> int:
         return self.max_blocks * -(-n // spec.tile_n) * (self.splits if spec.stage == "down" else self.up_splits)
 
@@ -401,6 +406,8 @@ def _wgmma_plan(
         raise InputError(
             f"up_splits must be 1 in a wgmma plan (its fused activation needs whole sums), got {up_splits!r}"
         )
+    if up.sorted_h != down.sorted_h:
+        raise InputError("sorted_h is a layout of H both stages share: set it on both tiles or neither")
     # K splits of the down stage by override only (not timed yet: the planner keeps 1)
     top = min(p.k2 // down.tile_k, MAX_SPLITS)
     if splits is None:

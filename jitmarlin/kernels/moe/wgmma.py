@@ -51,7 +51,10 @@ class MoEWgmmaSpec(_Tiles, _WeightFormat):
     64-deep K steps; occupancy: blocks an SM (2: at most 128 registers a thread). stage,
     activation: as MoESpec's. tile_major: blocks walk the row blocks of one column tile before
     the next tile (an expert's row blocks read a weight tile side by side, from L2 after the
-    first) instead of every column tile of one row block first; names end in `t`.
+    first) instead of every column tile of one row block first; names end in `t`. sorted_h (both
+    stages of a plan alike): the up stage writes H in the aligned list's row order and the down
+    stage reads a row block's H rows as one TMA box instead of gathering them by pair id with
+    per-thread copies; H then holds the list's padded rows (MoEPlan.sorted_rows); names end in `h`.
     """
 
     route: ClassVar[str] = "moe"
@@ -67,6 +70,7 @@ class MoEWgmmaSpec(_Tiles, _WeightFormat):
     activation: str = "silu"
     occupancy: int = 1
     tile_major: bool = False
+    sorted_h: bool = False
 
     @property
     def tk(self) -> int:
@@ -166,14 +170,16 @@ class MoEWgmmaSpec(_Tiles, _WeightFormat):
             raise ValueError("group size and the 64-deep K step must divide one another")
         if self.group_blocks < 0 and self.affine:
             raise ValueError("zero-point types apply per-channel scales in the K loop (group_blocks 0)")
-        if not isinstance(self.tile_major, bool):
-            raise ValueError(f"tile_major must be a bool, got {self.tile_major!r}")
+        for flag in ("tile_major", "sorted_h"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
         check_stage(self.stage, self.activation)
 
     def canonical(self) -> str:
         d = asdict(self)
-        if not self.tile_major:  # (the default order's cache keys and tuned records stay as they were)
-            del d["tile_major"]
+        for flag in ("tile_major", "sorted_h"):  # (the defaults' cache keys and tuned records stay as they were)
+            if not d[flag]:
+                del d[flag]
         d["family"] = "moe_wgmma"
         return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
@@ -186,6 +192,7 @@ class MoEWgmmaSpec(_Tiles, _WeightFormat):
             f"_m{self.tm}n{self.tn}s{self.stages}"
             + (f"o{self.occupancy}" if self.occupancy > 1 else "")
             + ("t" if self.tile_major else "")
+            + ("h" if self.sorted_h else "")
         )
 
 
