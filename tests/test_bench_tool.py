@@ -1050,6 +1050,7 @@ def test_moe_sweep_trials_cover_splits_row_blocks_and_direct():
     trials1 = bm.sweep_trials(prof, p1, base1)
     direct = [kw for w, _, kw in trials1 if w == "direct"]
     assert direct == [{"direct": False}] and not plan_moe(prof, p1, **direct[0]).direct
+    assert ("pdl", True, {"pdl": True}) in trials1 and plan_moe(prof, p1, pdl=True).pdl
     for prob, kws in ((p, trials), (p1, trials1)):
         for _, _, kw in kws:
             try:

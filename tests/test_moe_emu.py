@@ -83,11 +83,13 @@ def _run_and_check(
     record=True,
     tm=None,
     direct=None,
+    pdl=False,
 ):
     """tm: force the mma.sync kernels with tm m16 blocks a tile (the planner takes the GEMV kind
-    for decode on sm_80+); direct: the GEMV kind without the alignment launch (T = 1)."""
+    for decode on sm_80+); direct: the GEMV kind without the alignment launch (T = 1); pdl: the
+    GEMV kind built for programmatic dependent launch (the emulator checks each wait)."""
     k = ids.shape[1]
-    plan = plan_moe(get_profile(profile), _problem(w13, w2, t, k, act, activation), tm=tm, direct=direct)
+    plan = plan_moe(get_profile(profile), _problem(w13, w2, t, k, act, activation), tm=tm, direct=direct, pdl=pdl)
     x = rng.standard_normal((t, w13.in_features))
     out = emu.run_moe(
         plan, x, w13, w2, tw, ids, expert_map=expert_map, apply_router_weight_on_input=on_input, seed=seed
@@ -391,6 +393,42 @@ def test_moe_gemv_direct_planted_bug_caught(rng, seed, monkeypatch):
     ids, tw = _routing(rng, 1, 2, 8)
     with pytest.raises(AssertionError):
         _run_and_check(rng, seed, "h100", w13, w2, 1, ids, tw, "float16", direct=True, record=False)
+
+
+@pytest.mark.parametrize(
+    "t,k,e,qtype,group,act",
+    [(1, 8, 64, "uint4b8", 128, "bfloat16"), (1, 2, 8, "mxfp4", 32, "float16"), (5, 4, 16, "uint4", 64, "float16")],
+)
+def test_moe_gemv_pdl(rng, seed, t, k, e, qtype, group, act):
+    """plan_moe(pdl=True): the GEMV kind with the w2 GEMV and the combine built for programmatic
+    dependent launch, direct at T = 1 and sorted at T = 5, against the reference; the emulator
+    fails any read of H, Y or the output (and any write of Y or the output) before the kernel's
+    griddepcontrol.wait."""
+    w13, w2 = _weights(rng, e, 128, 64, qtype, group, bias=qtype == "mxfp4")
+    ids, tw = _routing(rng, t, k, e)
+    plan = _run_and_check(rng, seed, "h100", w13, w2, t, ids, tw, act, pdl=True, what=f"pdl T={t} {qtype}")
+    assert plan.pdl and plan.up.pdl and plan.route.pdl and plan.direct == (t == 1)
+
+
+def test_moe_gemv_pdl_early_read_caught(rng, seed, monkeypatch):
+    """The emulator's wait check sees a w2 GEMV that reads H before griddepcontrol.wait (the wait
+    moved after the K loop)."""
+    real = emu.render
+
+    def planted(spec, target="cuda"):
+        src = real(spec, target)
+        if isinstance(spec, MoEGemvSpec) and spec.pdl and spec.stage == "down":
+            assert src.count("grid_dep_wait();") == 1
+            src = src.replace("  grid_dep_wait();\n", "", 1).replace(
+                "  grid_dep_launch();", "  grid_dep_wait();\n  grid_dep_launch();", 1
+            )
+        return src
+
+    monkeypatch.setattr(emu, "render", planted)
+    w13, w2 = _weights(rng, 8, 128, 64, "uint4b8", 128)
+    ids, tw = _routing(rng, 1, 2, 8)
+    with pytest.raises(Exception, match="before griddepcontrol.wait"):
+        _run_and_check(rng, seed, "h100", w13, w2, 1, ids, tw, "float16", pdl=True, record=False)
 
 
 # ---- plans, specs, sources (no emulator runs) ---------------------------------------------------

@@ -409,3 +409,76 @@ def test_moe_gpu_direct_graph_replay(rng, seed, direct_plans):
             family="moe",
             atol_u=ATOL_U_MOE,
         )
+
+
+# ---- programmatic dependent launch of the GEMV kind (by override until timed) ---------------------
+
+
+@pytest.fixture
+def pdl_plans(monkeypatch):
+    """jitmarlin.moe with the GEMV kind built for programmatic dependent launch (sm_90+ only)."""
+    import weakref
+
+    from jitmarlin.kernels.moe import plan_moe
+    from jitmarlin.ops import moe as moe_ops
+
+    prof = _sm80_or_skip()
+    if prof.cc < (9, 0):
+        pytest.skip(f"programmatic dependent launch needs sm_90+, not {prof.name}")
+    monkeypatch.setattr(moe_ops, "_runners", weakref.WeakKeyDictionary())
+    monkeypatch.setattr(moe_ops.moe_tuned, "plan_for", lambda prof, arch, p, cache: plan_moe(prof, p, pdl=True))
+    return moe_ops
+
+
+@pytest.mark.parametrize(
+    "t,k,e,qtype,group,act", [(1, 8, 64, "uint4b8", 128, "bfloat16"), (5, 2, 8, "mxfp4", 32, "float16")]
+)
+def test_moe_gpu_pdl(rng, seed, pdl_plans, t, k, e, qtype, group, act):
+    """The GEMV kind with the w2 GEMV and the combine launched behind the kernel before them
+    (cuLaunchKernelEx, programmatic stream serialization), direct at T = 1, sorted at T = 5."""
+    cp = pytest.importorskip("cupy")
+    w13, w2 = _weights(qtype, group, e)
+    ids, tw = _routing(rng, t, k, e)
+    _check(cp, rng, seed, w13, w2, ids, tw, act, what=f"moe pdl T={t} {qtype} {act}")
+    runners = list(pdl_plans._runners[w13].values())
+    assert runners and all(r.plan.pdl and r.down_pdl is not None for r in runners)
+
+
+def test_moe_gpu_pdl_graph_replay(rng, seed, pdl_plans):
+    """The pdl plan at T = 1 captured once and replayed with new routings (every slot on one
+    expert last): the launches behind one another stay ordered inside a CUDA graph."""
+    cp = pytest.importorskip("cupy")
+    e, k, act = 32, 4, "float16"
+    w13, w2 = _weights("uint4b8", 128, e)
+    x = cp.asarray(halves.to_bits(rng.standard_normal((1, w13.in_features)), act)).view(cp.float16)
+    ids0, tw0 = _routing(rng, 1, k, e)
+    ids_d, tw_d = cp.asarray(ids0), cp.asarray(tw0)
+    out = cp.empty((1, w13.in_features), dtype=cp.float16)
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        jitmarlin.moe(x, w13, w2, tw_d, ids_d, out=out)  # warm-up
+        s.synchronize()
+        s.begin_capture()
+        jitmarlin.moe(x, w13, w2, tw_d, ids_d, out=out)
+        graph = s.end_capture()
+    assert all(r.plan.pdl for r in pdl_plans._runners[w13].values())
+    xr = halves.from_bits(cp.asnumpy(x.view(cp.uint16)), act)
+    for step in range(4):
+        ids, tw = _routing(rng, 1, k, e)
+        if step == 3:
+            ids[:] = 5
+        ids_d.set(ids)
+        tw_d.set(tw)
+        out.fill(cp.nan)
+        graph.launch(s)
+        s.synchronize()
+        got = halves.from_bits(cp.asnumpy(out.view(cp.uint16)), act)
+        check_output(
+            got,
+            moe_reference(xr, w13, w2, tw, ids, act=act),
+            act,
+            what=f"moe pdl graph step {step} {ids.tolist()}",
+            seed=seed,
+            family="moe",
+            atol_u=ATOL_U_MOE,
+        )

@@ -174,3 +174,37 @@ def test_direct_gemv_plans():
         plan_moe(get_profile("t4"), _problem("mixtral-8x7b", 1, "float16"), direct=True)
     with pytest.raises(ValueError, match="direct"):
         MoEGemvSpec("sm80", "uint4b8", "float16", 8, 8, 2, 2, "up", "silu", 1).check()
+
+
+def test_pdl_gemv_plans():
+    """plan_moe(pdl=True): the GEMV kind's three kernels built for programmatic dependent launch
+    (names end in p, canonical forms carry it, the defaults' do not); refused off sm_90+, for
+    another kind, and for GEMV tiles that disagree."""
+    from dataclasses import replace
+
+    from jitmarlin.errors import InputError
+    from jitmarlin.kernels.moe.spec import MoERouteSpec
+    from jitmarlin.kernels.spec import spec_from_canonical
+
+    h = get_profile("h100")
+    for t in (1, 4):
+        p = _problem("qwen3-30b-a3b", t, "bfloat16")
+        base, plan = plan_moe(h, p), plan_moe(h, p, pdl=True)
+        assert base.gemv and not base.pdl and plan.pdl and plan.direct == base.direct == (t == 1)
+        for b, s in ((base.up, plan.up), (base.down, plan.down)):
+            assert s == replace(b, pdl=True) and s.name == b.name + "p"
+            assert '"pdl":true' in s.canonical() and '"pdl"' not in b.canonical()
+            assert spec_from_canonical(s.canonical()) == s
+        assert plan.route == replace(base.route, pdl=True) and plan.route.combine_name == base.route.combine_name + "p"
+        assert MoERouteSpec.from_canonical(plan.route.canonical()) == plan.route
+        assert '"pdl"' not in base.route.canonical()
+        assert plan_moe(h, p, up=plan.up, down=plan.down).pdl  # pdl tiles: a pdl plan
+        with pytest.raises(InputError, match="all pdl"):
+            plan_moe(h, p, up=plan.up, down=base.down)
+        for kw in (dict(gemv=False), dict(wgmma=True)):
+            with pytest.raises(InputError, match="pdl"):
+                plan_moe(h, p, pdl=True, **kw)
+    with pytest.raises(InputError, match="sm_90"):
+        plan_moe(get_profile("a100"), _problem("qwen3-30b-a3b", 1, "float16"), pdl=True)
+    with pytest.raises(InputError, match="GEMV kind"):
+        plan_moe(h, _problem("mixtral-8x7b", 1024, "float16"), pdl=True)

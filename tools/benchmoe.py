@@ -400,6 +400,8 @@ def sweep_trials(prof, problem, base):
             up, down = (dc_replace(s, sorted_h=True, tile_major=tm_) for s in (base.up, base.down))
             trials.append((what, "on", {"up": up, "down": down}))
         trials.append(("kind", "mma", {"wgmma": False}))
+    if base.gemv and prof.cc >= (9, 0):  # the w2 GEMV and the combine behind their predecessors (PDL)
+        trials.append(("pdl", True, {"pdl": True}))
     if base.gemv and problem.tokens == 1:  # the GEMV kind with(out) the alignment launch: the other mode
         trials.append(("direct", not base.direct, {"direct": not base.direct}))
     try:  # the other kind's plan (GEMV against mma.sync at decode)

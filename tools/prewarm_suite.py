@@ -137,6 +137,7 @@ def moe_specs(prof):
     probs += [problem(t, 2, 8, 512, 2048, "float16", "uint4b8", 128) for t in (1, 5)]  # forced K splits
     probs += [problem(1, k, e, 256, 128, act, qt, g) for e, k, qt, g, act, _, _ in DIRECT]  # direct at T = 1
     probs.append(problem(1, 4, 32, 256, 128, "float16", "uint4b8", 128))  # the direct graph replay
+    probs.append(problem(5, 2, 8, 256, 128, "float16", "mxfp4", 32))  # the pdl plans (sorted at T = 5)
     for p in probs:
         try:
             plan = plan_moe(prof, p)
@@ -146,9 +147,12 @@ def moe_specs(prof):
         if plan.gemv:  # the GPU tests force the mma.sync kind at decode too
             other = plan_moe(prof, p, gemv=False)
             yield from (other.route, other.up, other.down)
-        if plan.gemv and p.tokens == 1:  # and the direct GEMV plan at T = 1
-            direct = plan_moe(prof, p, direct=True)
-            yield from (direct.up, direct.down)
+        if plan.gemv and p.tokens == 1:  # and the other mode at T = 1 (direct and sorted)
+            other = plan_moe(prof, p, direct=not plan.direct)
+            yield from (other.up, other.down)
+        if plan.gemv and prof.cc >= (9, 0):  # and the pdl GEMV plans (test_moe_gpu.py -k pdl)
+            pdl = plan_moe(prof, p, pdl=True)
+            yield from (pdl.route, pdl.up, pdl.down)
 
 
 def moe_sweep_specs(prof, tokens=(1, 16, 256), models=None):

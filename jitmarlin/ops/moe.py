@@ -98,6 +98,15 @@ class _Runner:
         self.up = funcs[plan.up.name]
         self.act_k = funcs.get(plan.up.name + "_act")
         self.down = funcs[plan.down.name]
+        # pdl plans: the w2 GEMV and the combine launched behind the kernel before them (sm_90+)
+        self.down_pdl = self.combine_pdl = None
+        if plan.pdl:
+            self.down_pdl = launch.PdlLaunch(
+                self.down.ptr, (plan.grid_down, 1, 1), (plan.down.threads, 1, 1), plan.down.smem_bytes(), stream_ptr
+            )
+            self.combine_pdl = launch.PdlLaunch(
+                self.combine.ptr, (plan.combine_grid, 1, 1), (ROUTE_THREADS, 1, 1), 0, stream_ptr
+            )
         for f, smem in ((self.up, plan.up.smem_bytes()), (self.down, plan.down.smem_bytes())):
             with cp.cuda.Device(device):
                 driver.funcSetAttribute(f.ptr, launch.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
@@ -215,41 +224,48 @@ class _Runner:
                 stream=st,
             )
         b, s, z, bias, g = self.down_w
-        self.down(
-            (plan.grid_down,),
-            (plan.down.threads,),
-            (
-                h,
-                b,
-                s,
-                z,
-                bias,
-                g,
-                _u64(0) if self.on_input else tw,
-                sorted_,
-                blk,
-                n_rows,
-                y,
-                i["pairs"],
-                one,
-                i["n2"],
-                i["k2"],
-                i["hidden"],
-                i["inter"],
-                i["inter"],
-                yp,
-                i["splits"],
-                *down_tail,
-            ),
-            shared_mem=plan.down.smem_bytes(),
-            stream=st,
+        down_args = (
+            h,
+            b,
+            s,
+            z,
+            bias,
+            g,
+            _u64(0) if self.on_input else tw,
+            sorted_,
+            blk,
+            n_rows,
+            y,
+            i["pairs"],
+            one,
+            i["n2"],
+            i["k2"],
+            i["hidden"],
+            i["inter"],
+            i["inter"],
+            yp,
+            i["splits"],
+            *down_tail,
         )
-        self.combine(
-            (plan.combine_grid,),
-            (ROUTE_THREADS,),
-            (y, ids, emap, ng, i["experts"], i["tokens"], i["topk"], i["hidden"], _u64(out_ptr), yp, i["splits"]),
-            stream=st,
+        combine_args = (
+            y,
+            ids,
+            emap,
+            ng,
+            i["experts"],
+            i["tokens"],
+            i["topk"],
+            i["hidden"],
+            _u64(out_ptr),
+            yp,
+            i["splits"],
         )
+        if self.down_pdl is not None:
+            self.down_pdl(down_args)
+            self.combine_pdl(combine_args)
+            return
+        self.down((plan.grid_down,), (plan.down.threads,), down_args, shared_mem=plan.down.smem_bytes(), stream=st)
+        self.combine((plan.combine_grid,), (ROUTE_THREADS,), combine_args, stream=st)
 
 
 # (device, stream, name) -> [the current buffer, the outgrown ones]: outgrown buffers stay alive,

@@ -76,6 +76,7 @@ def inspect(args, prof) -> int:
         "experts": args.experts,
         "kind": "gemv" if plan.gemv else "wgmma" if plan.wgmma else "mma.sync",
         "direct": plan.direct,  # T = 1 GEMV without the alignment launch (the route module's combine still runs)
+        "pdl": plan.pdl,  # w2 GEMV and combine with programmatic dependent launch
         "block_m": plan.block_m,
         "max_blocks": plan.max_blocks,
         "down_k_splits": plan.splits,

@@ -15,7 +15,8 @@ extern "C" int jm_emu_moe(int grid, int smem_bytes, void* const* bufs, const lon
   for (int i = 0; i < {{ 14 if direct else 12 }}; ++i)
     if (bufs[i])
       rt.buffers.push_back(emu::Buffer{static_cast<const unsigned char*>(bufs[i]),
-                                       static_cast<const unsigned char*>(bufs[i]) + bytes[i], names[i]});
+                                       static_cast<const unsigned char*>(bufs[i]) + bytes[i], names[i],
+                                       {{ "true" if (spec.pdl is defined and spec.pdl and not spec.gated) else "false" }} && (i == 0 || i == 10 || i == 11)});   // PDL w2: H, Y, Cp after the wait
   rt.entry = [&] {
     {{ spec.name }}(static_cast<const int4*>(bufs[0]), static_cast<const int4*>(bufs[1]),
                     static_cast<const int4*>(bufs[2]), static_cast<const int4*>(bufs[3]),

@@ -98,6 +98,11 @@ class MoEPlan:
         return self.max_blocks * self.block_m
 
     @property
+    def pdl(self) -> bool:
+        """The w2 GEMV and the combine run with programmatic dependent launch (MoEGemvSpec.pdl)."""
+        return self.down.pdl
+
+    @property
     def h_rows(self) -> int:
         """Rows of the intermediate H: one a pair, or the aligned list's padded rows (sorted_h)."""
         return self.sorted_rows if getattr(self.up, "sorted_h", False) else self.problem.pairs
@@ -212,6 +217,7 @@ def plan_moe(
     gemv: bool | None = None,
     wgmma: bool | None = None,
     direct: bool | None = None,
+    pdl: bool = False,
 ) -> MoEPlan:
     """The routing module and the two grouped GEMMs for `p` on `profile` (no GPU needed). `up`,
     `down` (specs from stage_candidates), `splits` and `up_splits` override the planner's choices
@@ -219,7 +225,9 @@ def plan_moe(
     ones (decode), wgmma=True for the warpgroup ones (sm_90; wgmma=False: not them). direct: the
     GEMV kind at T = 1 without the alignment launch; None (default) takes it wherever the planner's
     own plan at T = 1 is the GEMV kind (e118: 3.6-4.5 us faster a decode step on the H100),
-    direct=False keeps the sorted one. InputError when one does not fit `p`."""
+    direct=False keeps the sorted one. pdl=True (or pdl GEMV tiles; sm_90+, the GEMV kind only, by
+    override): the w2 GEMV and the combine are launched with programmatic dependent launch behind
+    the kernel before them. InputError when one does not fit `p`."""
     if p.activation not in ACTIVATIONS:
         raise InputError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {p.activation!r}")
     if p.tokens < 1 or p.topk < 1:
@@ -239,12 +247,15 @@ def plan_moe(
     direct = _check_direct(p, up, down, tm, gemv, wgmma, direct)
     if direct:
         gemv = True
-    wplan = _wgmma_plan(profile, p, d13, d2, up, down, tm, splits, up_splits, gemv, wgmma)
+    pdl = _check_pdl(profile, up, down, gemv, wgmma, tm, pdl)
+    wplan = None if pdl else _wgmma_plan(profile, p, d13, d2, up, down, tm, splits, up_splits, gemv, wgmma)
     if wplan is not None:
         return wplan
-    gplan = _gemv_plan(profile, p, d13, d2, up, down, tm, splits, up_splits, gemv, direct or auto_direct)
+    gplan = _gemv_plan(profile, p, d13, d2, up, down, tm, splits, up_splits, gemv, direct or auto_direct, pdl)
     if gplan is not None:
         return gplan
+    if pdl:
+        raise InputError("pdl=True is a mode of the GEMV kind; this problem takes another kind")
     tm = (up or down).tm if (up or down) else tm or _tm_for(profile, p, d13)
     rows = max(min(p.experts, p.pairs), -(-p.pairs // (16 * tm)))  # row blocks of an even routing
     if up is None:
@@ -299,6 +310,24 @@ def _check_direct(p: MoEProblem, up, down, tm, gemv, wgmma, direct) -> bool:
     return True
 
 
+def _check_pdl(profile: DeviceProfile, up, down, gemv, wgmma, tm, pdl) -> bool:
+    """Whether the plan is built for programmatic dependent launch (plan_moe's `pdl`, or pdl GEMV
+    tiles given): the GEMV kind on sm_90+ only. InputError otherwise."""
+    if not isinstance(pdl, bool):
+        raise InputError(f"pdl must be True or False, got {pdl!r}")
+    tiles = [s for s in (up, down) if isinstance(s, MoEGemvSpec)]
+    if tiles and any(s.pdl != tiles[0].pdl for s in tiles):
+        raise InputError("the GEMV tiles of a plan are all pdl or none of them")
+    pdl = pdl or any(s.pdl for s in tiles)
+    if not pdl:
+        return False
+    if profile.cc < (9, 0):
+        raise InputError(f"pdl=True needs programmatic dependent launch (sm_90+), not {profile.name}")
+    if gemv is False or wgmma is True or tm is not None:
+        raise InputError("pdl=True is a mode of the GEMV kind: tm, gemv=False or wgmma=True refuse it")
+    return True
+
+
 def _gemv_plan(
     profile: DeviceProfile,
     p: MoEProblem,
@@ -311,6 +340,7 @@ def _gemv_plan(
     up_splits,
     gemv,
     direct: bool = False,
+    pdl: bool = False,
 ) -> MoEPlan | None:
     """The GEMV plan of `p`, or None for the mma.sync one. GEMV: where an override is a
     MoEGemvSpec (the other stage, if not given, the planner's GEMV tile), where `gemv` is True, or,
@@ -341,6 +371,8 @@ def _gemv_plan(
         return None
     if direct:  # the planner's tiles (T = 1: k row blocks either way), reading their rows directly
         up, down = replace(up, direct=True), replace(down, direct=True)
+    if pdl:
+        up, down = replace(up, pdl=True), replace(down, pdl=True)
     for spec, dense, stage, activation in ((up, d13, "up", p.activation), (down, d2, "down", "")):
         expect = (profile.path, dense.qtype, dense.act, group_blocks(dense), stage, activation)
         got = (spec.path, spec.qtype, spec.act, spec.group_blocks, spec.stage, spec.activation)
@@ -360,7 +392,7 @@ def _gemv_plan(
     for what, n in (("splits", splits), ("up_splits", up_splits)):
         if n not in (None, 1):
             raise InputError(f"{what} must be 1 in a GEMV plan (a block sums the whole of K), got {n!r}")
-    route = MoERouteSpec(p.act, 8, profile.path)  # direct too: its module holds the combine kernel
+    route = MoERouteSpec(p.act, 8, profile.path, pdl)  # direct too: its module holds the combine kernel
     route.check()
     return MoEPlan(p, route, up, down, p.pairs if direct else max_blocks(p.pairs, p.experts, 8), 1, 1)
 

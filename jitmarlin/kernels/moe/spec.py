@@ -146,7 +146,10 @@ class MoEGemvSpec(_WeightFormat):
     fused and the down stage needs no partial sums. direct: one token (T = 1) without the
     alignment kernel: row block b is pair b alone, its expert read from topk_ids (and expert_map)
     by the kernel itself, which takes them as four more arguments (part of the name and, when
-    set, of the canonical form; off, both are as before the field existed).
+    set, of the canonical form; off, both are as before the field existed). pdl: built for
+    programmatic dependent launch (sm_90+; names end in `p`): the up stage lets the w2 grid
+    start once its K loop is done; the down stage, launched behind it, requests its first
+    weights before waiting for the up grid (H) and lets the combine start in turn.
     """
 
     route: ClassVar[str] = "moe"
@@ -161,6 +164,7 @@ class MoEGemvSpec(_WeightFormat):
     stage: str = "up"
     activation: str = "silu"
     direct: bool = False
+    pdl: bool = False
 
     @property
     def gated(self) -> bool:
@@ -209,10 +213,6 @@ class MoEGemvSpec(_WeightFormat):
     def cluster(self) -> int:
         return 1
 
-    @property
-    def pdl(self) -> bool:
-        return False
-
     def smem_bytes(self) -> int:
         """Each warp's sums: 8 rows x 64 fp32 columns, plus 16 bytes of padding."""
         return 4 * self.warps * (8 * 64 + 4)
@@ -239,23 +239,26 @@ class MoEGemvSpec(_WeightFormat):
         if self.group_blocks < 0 and self.affine:
             raise ValueError("zero-point types apply per-channel scales in the K loop (group_blocks 0)")
         check_stage(self.stage, self.activation)
-        if not isinstance(self.direct, bool):
-            raise ValueError(f"direct must be a bool, got {self.direct!r}")
+        for flag in ("direct", "pdl"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
 
     def canonical(self) -> str:
         d = asdict(self)
-        if not self.direct:  # (the sorted kind's cache keys and tuned records stay as they were)
-            del d["direct"]
+        for flag in ("direct", "pdl"):  # (off: cache keys and tuned records stay as they were)
+            if not d[flag]:
+                del d[flag]
         d["family"] = "moe_gemv"
         return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
     @property
     def name(self) -> str:
-        """Kernel symbol: jm_moe_gemv_up_silu_sm80_uint4b8_f16_g128_w16k4u4 (direct: ..._w16k4u4d)."""
+        """Kernel symbol: jm_moe_gemv_up_silu_sm80_uint4b8_f16_g128_w16k4u4 (direct: ..._w16k4u4d,
+        pdl: ...u4p, both: ...u4dp)."""
         what = f"up_{self.activation}" if self.stage == "up" else "down"
         return (
             f"jm_moe_gemv_{what}_{self.path}_{self.qtype}_{ACT_DTYPES[self.act]}_{self.group_tag}"
-            f"_w{self.warps}k{self.kwarps}u{self.unroll}{'d' if self.direct else ''}"
+            f"_w{self.warps}k{self.kwarps}u{self.unroll}{'d' if self.direct else ''}{'p' if self.pdl else ''}"
         )
 
 
@@ -263,21 +266,20 @@ class MoEGemvSpec(_WeightFormat):
 class MoERouteSpec:
     """The routing module: the alignment kernel (routed pairs sorted by expert, each expert's
     rows padded to whole blocks of `block_m`) and the combine kernel (each token's k rows summed
-    in slot order, in fp32, rounded to `act`)."""
+    in slot order, in fp32, rounded to `act`). pdl: the combine is built for programmatic
+    dependent launch behind the down GEMM (it waits for that grid before reading its rows; names
+    end in `p`)."""
 
     route: ClassVar[str] = "moe_route"
 
     act: str
     block_m: int
     path: str = "sm80"  # picks the half-precision partial (sm70 has no bf16 instructions)
+    pdl: bool = False
 
     @property
     def threads(self) -> int:
         return ROUTE_THREADS
-
-    @property
-    def pdl(self) -> bool:
-        return False
 
     @property
     def cluster(self) -> int:
@@ -297,9 +299,13 @@ class MoERouteSpec:
             raise ValueError(f"unknown code path {self.path!r}")
         if self.path != "sm80" and self.act == "bfloat16":
             raise ValueError(f"{self.path} has no bfloat16 tensor-core path")
+        if not isinstance(self.pdl, bool):
+            raise ValueError(f"pdl must be a bool, got {self.pdl!r}")
 
     def canonical(self) -> str:
         d = asdict(self)
+        if not self.pdl:  # (off: the cache keys stay as they were)
+            del d["pdl"]
         d["family"] = "moe_route"
         return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
@@ -311,8 +317,8 @@ class MoERouteSpec:
 
     @property
     def name(self) -> str:
-        return f"jm_moe_align_{ACT_DTYPES[self.act]}_m{self.block_m}_{self.path}"
+        return f"jm_moe_align_{ACT_DTYPES[self.act]}_m{self.block_m}_{self.path}" + ("p" if self.pdl else "")
 
     @property
     def combine_name(self) -> str:
-        return f"jm_moe_combine_{ACT_DTYPES[self.act]}_m{self.block_m}_{self.path}"
+        return f"jm_moe_combine_{ACT_DTYPES[self.act]}_m{self.block_m}_{self.path}" + ("p" if self.pdl else "")
