@@ -108,12 +108,10 @@ def test_moe_gpu_expert_map_half_absent(rng, seed):
     _check(cp, rng, seed, w13, w2, ids, tw, "float16", expert_map=emap, what="moe expert_map")
 
 
-def test_moe_gpu_graph_replay_new_routing(rng, seed):
-    """Captured once (static T = 16), replayed with fresh topk_ids and weights copied into the
-    captured buffers: every replay matches the reference of its own routing."""
-    cp = pytest.importorskip("cupy")
-    w13, w2 = _weights("uint4b8", 128, 32)
-    t, k, act = 16, 4, "float16"
+def _graph_replay(cp, rng, seed, w13, w2, t, k, act, what):
+    """jitmarlin.moe captured once at static T = t (E = 32), replayed with fresh topk_ids and
+    weights copied into the captured buffers (every slot on expert 7 last): every replay matches
+    the reference of its own routing."""
     x = cp.asarray(halves.to_bits(rng.standard_normal((t, w13.in_features)), act)).view(cp.float16)
     ids0, tw0 = _routing(rng, t, k, 32)
     ids_d, tw_d = cp.asarray(ids0), cp.asarray(tw0)
@@ -140,11 +138,19 @@ def test_moe_gpu_graph_replay_new_routing(rng, seed):
             got,
             moe_reference(xr, w13, w2, tw, ids, act=act),
             act,
-            what=f"moe graph step {step}",
+            what=f"{what} step {step}",
             seed=seed,
             family="moe",
             atol_u=ATOL_U_MOE,
         )
+
+
+def test_moe_gpu_graph_replay_new_routing(rng, seed):
+    """Captured once (static T = 16), replayed with fresh topk_ids and weights copied into the
+    captured buffers: every replay matches the reference of its own routing."""
+    cp = pytest.importorskip("cupy")
+    w13, w2 = _weights("uint4b8", 128, 32)
+    _graph_replay(cp, rng, seed, w13, w2, 16, 4, "float16", "moe graph")
 
 
 def test_moe_gpu_refuses_bad_input():
@@ -445,40 +451,9 @@ def test_moe_gpu_pdl(rng, seed, pdl_plans, t, k, e, qtype, group, act):
 
 
 def test_moe_gpu_pdl_graph_replay(rng, seed, pdl_plans):
-    """The pdl plan at T = 1 captured once and replayed with new routings (every slot on one
-    expert last): the launches behind one another stay ordered inside a CUDA graph."""
+    """The pdl plan at T = 1 captured once and replayed with new routings: the launches behind one
+    another stay ordered inside a CUDA graph."""
     cp = pytest.importorskip("cupy")
-    e, k, act = 32, 4, "float16"
-    w13, w2 = _weights("uint4b8", 128, e)
-    x = cp.asarray(halves.to_bits(rng.standard_normal((1, w13.in_features)), act)).view(cp.float16)
-    ids0, tw0 = _routing(rng, 1, k, e)
-    ids_d, tw_d = cp.asarray(ids0), cp.asarray(tw0)
-    out = cp.empty((1, w13.in_features), dtype=cp.float16)
-    s = cp.cuda.Stream(non_blocking=True)
-    with s:
-        jitmarlin.moe(x, w13, w2, tw_d, ids_d, out=out)  # warm-up
-        s.synchronize()
-        s.begin_capture()
-        jitmarlin.moe(x, w13, w2, tw_d, ids_d, out=out)
-        graph = s.end_capture()
+    w13, w2 = _weights("uint4b8", 128, 32)
+    _graph_replay(cp, rng, seed, w13, w2, 1, 4, "float16", "moe pdl graph")
     assert all(r.plan.pdl for r in pdl_plans._runners[w13].values())
-    xr = halves.from_bits(cp.asnumpy(x.view(cp.uint16)), act)
-    for step in range(4):
-        ids, tw = _routing(rng, 1, k, e)
-        if step == 3:
-            ids[:] = 5
-        ids_d.set(ids)
-        tw_d.set(tw)
-        out.fill(cp.nan)
-        graph.launch(s)
-        s.synchronize()
-        got = halves.from_bits(cp.asnumpy(out.view(cp.uint16)), act)
-        check_output(
-            got,
-            moe_reference(xr, w13, w2, tw, ids, act=act),
-            act,
-            what=f"moe pdl graph step {step} {ids.tolist()}",
-            seed=seed,
-            family="moe",
-            atol_u=ATOL_U_MOE,
-        )
