@@ -108,41 +108,47 @@ def test_moe_gpu_expert_map_half_absent(rng, seed):
     _check(cp, rng, seed, w13, w2, ids, tw, "float16", expert_map=emap, what="moe expert_map")
 
 
-def _graph_replay(cp, rng, seed, w13, w2, t, k, act, what):
-    """jitmarlin.moe captured once at static T = t (E = 32), replayed with fresh topk_ids and
-    weights copied into the captured buffers (every slot on expert 7 last): every replay matches
-    the reference of its own routing."""
+def _graph_replay(cp, rng, seed, w13, w2, act, routings, what, expert_map=None):
+    """jitmarlin.moe captured once on routings[0] (static T), then replayed with each later (ids,
+    weights) copied into the captured buffers on the capture stream, the output poisoned first:
+    every replay matches the reference of its own routing."""
+    t = routings[0][0].shape[0]
     x = cp.asarray(halves.to_bits(rng.standard_normal((t, w13.in_features)), act)).view(cp.float16)
-    ids0, tw0 = _routing(rng, t, k, 32)
-    ids_d, tw_d = cp.asarray(ids0), cp.asarray(tw0)
+    ids_d, tw_d = cp.asarray(routings[0][0]), cp.asarray(routings[0][1])
+    emap_d = None if expert_map is None else cp.asarray(expert_map)
     out = cp.empty((t, w13.in_features), dtype=cp.float16)
     s = cp.cuda.Stream(non_blocking=True)
     with s:
-        jitmarlin.moe(x, w13, w2, tw_d, ids_d, out=out)  # warm-up: plan, compile, workspaces
+        jitmarlin.moe(x, w13, w2, tw_d, ids_d, expert_map=emap_d, out=out)  # warm-up: plan, compile, workspaces
         s.synchronize()
         s.begin_capture()
-        jitmarlin.moe(x, w13, w2, tw_d, ids_d, out=out)
+        jitmarlin.moe(x, w13, w2, tw_d, ids_d, expert_map=emap_d, out=out)
         graph = s.end_capture()
     xr = halves.from_bits(cp.asnumpy(x.view(cp.uint16)), act)
-    for step in range(4):
-        ids, tw = _routing(rng, t, k, 32)
-        if step == 3:
-            ids[:] = 7  # everything on one expert
-        ids_d.set(ids)
-        tw_d.set(tw)
-        out.fill(cp.nan)
+    for step, (ids, tw) in enumerate(routings[1:]):
+        with s:  # (a non-blocking stream: the copies and the poison on it, ahead of the replay)
+            ids_d.set(ids)
+            tw_d.set(tw)
+            out.fill(cp.nan)
         graph.launch(s)
         s.synchronize()
         got = halves.from_bits(cp.asnumpy(out.view(cp.uint16)), act)
         check_output(
             got,
-            moe_reference(xr, w13, w2, tw, ids, act=act),
+            moe_reference(xr, w13, w2, tw, ids, expert_map=expert_map, act=act),
             act,
-            what=f"{what} step {step}",
+            what=f"{what} step {step}" + (f" {ids.tolist()}" if ids.size <= 16 else ""),
             seed=seed,
             family="moe",
             atol_u=ATOL_U_MOE,
         )
+
+
+def _replay_routings(rng, t, k, e, replays):
+    """A captured routing and `replays` more, the last with every slot on expert 7."""
+    routings = [_routing(rng, t, k, e) for _ in range(replays + 1)]
+    routings[-1][0][:] = 7
+    return routings
 
 
 def test_moe_gpu_graph_replay_new_routing(rng, seed):
@@ -150,7 +156,7 @@ def test_moe_gpu_graph_replay_new_routing(rng, seed):
     captured buffers: every replay matches the reference of its own routing."""
     cp = pytest.importorskip("cupy")
     w13, w2 = _weights("uint4b8", 128, 32)
-    _graph_replay(cp, rng, seed, w13, w2, 16, 4, "float16", "moe graph")
+    _graph_replay(cp, rng, seed, w13, w2, "float16", _replay_routings(rng, 16, 4, 32, 4), "moe graph")
 
 
 def test_moe_gpu_refuses_bad_input():
@@ -381,40 +387,13 @@ def test_moe_gpu_direct_graph_replay(rng, seed, direct_plans):
     """The direct plan captured once at T = 1 (expert_map with absent experts), replayed with new
     routings (a duplicated expert, an id outside the map) copied into the captured buffers."""
     cp = pytest.importorskip("cupy")
-    e, k, act = 32, 4, "float16"
+    e, k = 32, 4
     w13, w2 = _weights("uint4b8", 128, e)
-    x = cp.asarray(halves.to_bits(rng.standard_normal((1, w13.in_features)), act)).view(cp.float16)
     ids0, tw0, emap = _direct_routing(rng, k, e, True, False)
-    ids_d, tw_d, emap_d = cp.asarray(ids0), cp.asarray(tw0), cp.asarray(emap)
-    out = cp.empty((1, w13.in_features), dtype=cp.float16)
-    s = cp.cuda.Stream(non_blocking=True)
-    with s:
-        jitmarlin.moe(x, w13, w2, tw_d, ids_d, expert_map=emap_d, out=out)  # warm-up
-        s.synchronize()
-        s.begin_capture()
-        jitmarlin.moe(x, w13, w2, tw_d, ids_d, expert_map=emap_d, out=out)
-        graph = s.end_capture()
+    routings = [(ids0, tw0)] + [_direct_routing(rng, k, e, step % 2 == 0, step >= 2)[:2] for step in range(5)]
+    routings[-1][0][:] = 7  # every slot on one expert (7: on this GPU)
+    _graph_replay(cp, rng, seed, w13, w2, "float16", routings, "moe direct graph", expert_map=emap)
     assert all(r.plan.direct for r in direct_plans._runners[w13].values())
-    xr = halves.from_bits(cp.asnumpy(x.view(cp.uint16)), act)
-    for step in range(5):
-        ids, tw, _ = _direct_routing(rng, k, e, step % 2 == 0, step >= 2)
-        if step == 4:
-            ids[:] = 7  # every slot on one expert (7: on this GPU)
-        ids_d.set(ids)
-        tw_d.set(tw)
-        out.fill(cp.nan)
-        graph.launch(s)
-        s.synchronize()
-        got = halves.from_bits(cp.asnumpy(out.view(cp.uint16)), act)
-        check_output(
-            got,
-            moe_reference(xr, w13, w2, tw, ids, expert_map=emap, act=act),
-            act,
-            what=f"moe direct graph step {step} {ids.tolist()}",
-            seed=seed,
-            family="moe",
-            atol_u=ATOL_U_MOE,
-        )
 
 
 # ---- programmatic dependent launch of the GEMV kind (by override until timed) ---------------------
@@ -455,5 +434,5 @@ def test_moe_gpu_pdl_graph_replay(rng, seed, pdl_plans):
     another stay ordered inside a CUDA graph."""
     cp = pytest.importorskip("cupy")
     w13, w2 = _weights("uint4b8", 128, 32)
-    _graph_replay(cp, rng, seed, w13, w2, 1, 4, "float16", "moe pdl graph")
+    _graph_replay(cp, rng, seed, w13, w2, "float16", _replay_routings(rng, 1, 4, 32, 4), "moe pdl graph")
     assert all(r.plan.pdl for r in pdl_plans._runners[w13].values())

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_moe_gpu import _routing, _weights  # the mma.sync GPU tests' weights and routings
+from test_moe_gpu import _graph_replay, _replay_routings, _routing, _weights  # the mma.sync GPU tests' helpers
 
 from jitmarlin.errors import InputError
 from jitmarlin.jit.cache import default_cache
@@ -639,44 +639,11 @@ def test_moe_wgmma_gpu_graph_replay_new_routing(wgmma_kind, rng, seed):
     """jitmarlin.moe captured once (T = 256), replayed with fresh routing copied into the captured
     buffers, the output poisoned before each replay; the last routing puts every pair on one expert."""
     cp = pytest.importorskip("cupy")
-    import jitmarlin
     from jitmarlin.ops import moe as moe_ops
 
     w13, w2 = _weights("uint4b8", 128, 32)
-    t, k, act = 256, 4, "float16"
-    x = cp.asarray(halves.to_bits(rng.standard_normal((t, w13.in_features)), act)).view(cp.float16)
-    ids0, tw0 = _routing(rng, t, k, 32)
-    ids_d, tw_d = cp.asarray(ids0), cp.asarray(tw0)
-    out = cp.empty((t, w13.in_features), dtype=cp.float16)
-    s = cp.cuda.Stream(non_blocking=True)
-    with s:
-        jitmarlin.moe(x, w13, w2, tw_d, ids_d, out=out)  # warm-up: plan, compile, workspaces
-        s.synchronize()
-        s.begin_capture()
-        jitmarlin.moe(x, w13, w2, tw_d, ids_d, out=out)
-        graph = s.end_capture()
+    _graph_replay(cp, rng, seed, w13, w2, "float16", _replay_routings(rng, 256, 4, 32, 4), "moe wgmma graph")
     assert all(r.plan.wgmma for per in moe_ops._runners.values() for r in per.values())
-    xr = halves.from_bits(cp.asnumpy(x.view(cp.uint16)), act)
-    for step in range(4):
-        ids, tw = _routing(rng, t, k, 32)
-        if step == 3:
-            ids[:] = 7
-        with s:
-            ids_d.set(ids)
-            tw_d.set(tw)
-            out.fill(cp.nan)
-        graph.launch(s)
-        s.synchronize()
-        got = halves.from_bits(cp.asnumpy(out.view(cp.uint16)), act)
-        check_output(
-            got,
-            moe_reference(xr, w13, w2, tw, ids, act=act),
-            act,
-            what=f"moe wgmma graph step {step}",
-            seed=seed,
-            family="moe",
-            atol_u=ATOL_U_MOE,
-        )
 
 
 @pytest.mark.gpu
