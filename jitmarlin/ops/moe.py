@@ -126,6 +126,7 @@ class _Runner:
         self.y = ws("y", cp.uint16, (problem.pairs, problem.hidden))
         self.yp = ws("yp", cp.float32, (plan.splits, problem.pairs, problem.hidden)) if plan.splits > 1 else None
         self.hp = ws("hp", cp.float32, (plan.up_splits, problem.pairs, problem.n13)) if plan.up_splits > 1 else None
+        self.ws_ptrs = tuple(_u64(0 if a is None else a.data.ptr) for a in (self.h, self.y, self.yp, self.hp))
         b13, s13, z13, g13, bias13 = w13.to_device(device, act)
         b2, s2, z2, g2, bias2 = w2.to_device(device, act)
 
@@ -168,9 +169,7 @@ class _Runner:
     def __call__(self, x_ptr: int, ids_ptr: int, tw_ptr: int, emap_ptr: int, n_global: int, out_ptr: int):
         plan, i = self.plan, self.ints
         sorted_, blk, n_rows = self.route_ptrs
-        h, y = _u64(self.h.data.ptr), _u64(self.y.data.ptr)
-        yp = _u64(0 if self.yp is None else self.yp.data.ptr)
-        hp = _u64(0 if self.hp is None else self.hp.data.ptr)
+        h, y, yp, hp = self.ws_ptrs
         one = np.int32(1)
         ids, emap, tw = _u64(ids_ptr), _u64(emap_ptr), _u64(tw_ptr)
         ng = np.int32(n_global)
