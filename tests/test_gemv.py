@@ -157,6 +157,31 @@ def test_gemv_candidates_for_the_autotuner():
     assert not any(isinstance(s, GemvSpec) for s in candidate_specs(H100, _problem(17)))
 
 
+def test_batch_of_four_k16_rows_where_it_compiles_without_spills():
+    """Four k16 rows a batch for 4-bit codes, zero-point types included from groups of 64 (their
+    one scale and offset row a batch); two for 8-bit codes, zero points with groups of 32 (two
+    rows of each) and every zero-point or nvfp4 hybrid plan; halved again for two token blocks."""
+    cases = {
+        ("uint4b8", 128): 4,
+        ("uint4b8", 32): 4,
+        ("mxfp4", 32): 4,
+        ("nvfp4", 16): 4,
+        ("uint4", 128): 4,
+        ("uint4", 64): 4,
+        ("uint4", -1): 4,
+        ("uint4", 32): 2,
+        ("uint8b128", 128): 2,
+        ("uint8", 128): 2,
+        ("float8_e4m3fn", -1): 2,
+    }
+    for (qt, g), u in cases.items():
+        p = _problem(1, qt=qt, group=g)
+        assert _gemv_shape(p)[1] == u, (qt, g)
+        assert _gemv_shape(_problem(9, qt=qt, group=g))[1] == u // 2, (qt, g)
+        heavy = qt == "nvfp4" or qt in ("uint4", "uint8")
+        assert hybrid_unroll(p, u) == (u // 2 if heavy and u > 2 else u), (qt, g)
+
+
 def test_forced_gemv_checks_rows_and_path():
     s = _spec()
     with pytest.raises(InputError, match="at most 8 rows"):
@@ -225,8 +250,8 @@ def test_gemv_spec_round_trips_and_checks():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("qt", ALL_QTYPES)
-def test_every_type_on_emulator(qt, seed, rng):
+@pytest.mark.parametrize("qt, group", [(qt, None) for qt in ALL_QTYPES] + [("uint4", 128), ("uint4", -1)])
+def test_every_type_on_emulator(qt, group, seed, rng):
     from dataclasses import replace
 
     from jitmarlin import emu
@@ -236,7 +261,7 @@ def test_every_type_on_emulator(qt, seed, rng):
 
     if emu.compiler() is None:
         pytest.skip("no C++ compiler for the emulator")
-    g = GROUP_OF.get(qt, 128)
+    g = GROUP_OF.get(qt, 128) if group is None else group
     k_in = {-1: 200, 16: 208, 32: 224, 64: 192}.get(g, 256)
     w = rng.standard_normal((328, k_in)) * 0.05  # 6 column blocks, the last one short
     prof = replace(H100, sms=8)
@@ -599,9 +624,11 @@ def _compile(spec, arch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("qt", ALL_QTYPES)
+@pytest.mark.parametrize(
+    "qt, group", [(qt, None) for qt in ALL_QTYPES] + [("uint4", 128), ("uint4", -1), ("uint4", 32)]
+)
 @pytest.mark.parametrize("act", ["float16", "bfloat16"])
-def test_every_type_compiles_without_spills(qt, act):
+def test_every_type_compiles_without_spills(qt, group, act):
     for cb, cl, arch, m, occ, sp in (
         (1, 2, "sm_90", 1, 1, 0),
         (4, 1, "sm_90", 16, 1, 0),
@@ -624,7 +651,7 @@ def test_every_type_compiles_without_spills(qt, act):
         if sp == 1 and qt not in LIGHT:
             continue  # spread plans: light types only (see planner)
         pair = sp == 3  # sp 3: a pair plan (two blocks a column block, no cluster)
-        spec = _spec(qt, act, cb, cl, m=m, occupancy=occ, spread=(False, True, 2, False)[sp], pair=pair)
+        spec = _spec(qt, act, cb, cl, group=group, m=m, occupancy=occ, spread=(False, True, 2, False)[sp], pair=pair)
         art = _compile(spec, arch)
         assert f"mma.sync.aligned.m16n8k16.row.col.f32.{'bf16' if act == 'bfloat16' else 'f16'}" in art.ptx
         assert "ld.global.nc.L1::no_allocate.v4" in art.ptx

@@ -46,12 +46,22 @@ GEMV_PAIR_MAX_M = 4
 def _gemv_shape(p: Problem) -> tuple[int, int, int]:
     """(warps, unroll, max_m) of the gemv kernel for `p`: 16 warps a block (128 registers a
     thread); one n8 token block up to 8 rows, two up to 16; batches of four k16 rows (four
-    16-byte loads a lane) for 4-bit codes without zero points (_gemv_light, and nvfp4: its four
-    scale rows a batch fit in 128 registers since the e2m1 decode is a byte-table lookup, except
-    in hybrid plans, hybrid_unroll), else two rows (8-bit codes or offsets keep more values live:
-    ptxas spills at 128 with four), halved again for two token blocks."""
+    16-byte loads a lane) for 4-bit codes (nvfp4: its four scale rows a batch fit in 128 registers
+    since the e2m1 decode is a byte-table lookup, except in hybrid plans, hybrid_unroll; zero-point
+    types with at most two scale and offset rows a batch), else two rows (8-bit codes keep more
+    values live: ptxas spills at 128 with four), halved again for two token blocks."""
     max_m = 8 if p.m <= 8 else 16
-    return 16, (4 if _gemv_light(p) or _fp4_g16(p) else 2) // (max_m // 8), max_m
+    return 16, (4 if _gemv_batch4(p) else 2) // (max_m // 8), max_m
+
+
+def _gemv_batch4(p: Problem) -> bool:
+    """Four k16 rows a batch: 4-bit codes without zero points (but integer codes with group-16
+    scales), or with zero points and at most one scale and one offset row a batch (groups of 64+
+    or per channel; groups of 32 spill under NVRTC 12.9 and 13.0 for sm_80 / 89 / 90 / 100 / 120)."""
+    gb = group_blocks(p)
+    if get_qtype(p.qtype).zero_points:
+        return get_qtype(p.qtype).bits == 4 and (gb <= 0 or gb >= 4)
+    return _gemv_light(p) or _fp4_g16(p)
 
 
 def _fp4_g16(p: Problem) -> bool:
@@ -59,9 +69,11 @@ def _fp4_g16(p: Problem) -> bool:
 
 
 def hybrid_unroll(p: Problem, unroll: int) -> int:
-    """The batch of a hybrid plan (GemvSpec.spread == 2): `unroll`, halved for nvfp4, whose four
-    scale rows a batch spill beside the hybrid's state (NVRTC 13, sm_80 / sm_90 / sm_120)."""
-    return unroll // 2 if _fp4_g16(p) and unroll > 2 else unroll
+    """The batch of a hybrid plan (GemvSpec.spread == 2): `unroll`, halved for nvfp4 (its four
+    scale rows a batch) and zero-point types (their offsets), which spill beside the hybrid's
+    state (NVRTC 12.9 / 13, sm_80 / sm_86 / sm_90 / sm_120)."""
+    heavy = _fp4_g16(p) or get_qtype(p.qtype).zero_points
+    return unroll // 2 if heavy and unroll > 2 else unroll
 
 
 def _gemv_light(p: Problem) -> bool:
