@@ -219,7 +219,8 @@ def run(
     ptrs = (ctypes.c_void_p * 8)(*[None if v is None else v.ctypes.data for v in arrays])
     sizes = (ctypes.c_longlong * 8)(*[0 if v is None else v.nbytes for v in arrays])
     sizes[5] = m * n_out * 2  # C: the guard rows are not part of the buffer
-    dims = (ctypes.c_int * 7)(p.m, p.n, p.k, n_out, k_in, k_in, plan.iters)
+    x_tail = p.m % spec.tile_m if getattr(spec, "wgmma", False) else 0  # (wgmma.cu.j2's short last row block)
+    dims = (ctypes.c_int * 9)(p.m, p.n, p.k, n_out, k_in, k_in, plan.iters, plan.whole, x_tail)
     err = ctypes.create_string_buffer(512)
     rc = lib.jm_emu_launch(plan.grid, plan.smem_bytes, ptrs, sizes, dims, qw.global_scale, seed, err, len(err))
     if rc:
@@ -359,7 +360,9 @@ def run_moe_gemm(
     )
     tw = None if topk_w is None else np.ascontiguousarray(topk_w, dtype=np.float32).reshape(-1)
     guard_rows = 2
-    c = np.full((pairs + guard_rows, n_out), poison, dtype=np.uint16)
+    # the up stage of a sorted_h plan writes H in the aligned list's (padded) row order
+    out_rows = plan.h_rows if spec.gated else pairs
+    c = np.full((out_rows + guard_rows, n_out), poison, dtype=np.uint16)
     nr = None if n_rows is None else np.array([n_rows], dtype=np.int32)
     splits = plan.splits if spec.stage == "down" else plan.up_splits
     cp_cols = n_out if spec.stage == "down" else mw.n  # the up stage keeps every interleaved column
@@ -383,15 +386,17 @@ def run_moe_gemm(
         emap = None if expert_map is None else np.ascontiguousarray(expert_map, dtype=np.int32)
         arrays += [np.ascontiguousarray(topk_ids, dtype=np.int32).reshape(-1), emap]
     ptrs, sizes = _ptrs(arrays)
-    sizes[10] = pairs * n_out * 2
+    sizes[10] = out_rows * n_out * 2
     n = mw.n
     extra = [p.experts if expert_map is None else len(expert_map), p.experts] if direct else []
+    if getattr(spec, "wgmma", False):  # the tensor maps' extents (templates/emu/moe_launcher.cuh)
+        extra = [mw.num_experts, a.shape[0]]
     dims = (ctypes.c_int * (8 + len(extra)))(pairs, topk, n, mw.k, n_out, mw.in_features, a.shape[1], splits, *extra)
     err = ctypes.create_string_buffer(512)
     grid = plan.grid(spec, n)
     if lib.jm_emu_moe(grid, spec.smem_bytes(), ptrs, sizes, dims, seed, err, len(err)):
         raise EmuError(f"{spec.name}: {err.value.decode()}")
-    if not np.all(c[pairs:] == poison):
+    if not np.all(c[out_rows:] == poison):
         raise EmuError(f"{spec.name}: the kernel wrote past the end of the output")
     if splits > 1:
         if not np.all(c == poison):
@@ -408,7 +413,7 @@ def run_moe_gemm(
         if not np.all(h[pairs:] == poison):
             raise EmuError(f"{spec.name}_act: the kernel wrote past the end of the output")
         return h[:pairs]
-    return c[:pairs]
+    return c[:out_rows]
 
 
 def run_moe_combine(

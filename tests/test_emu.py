@@ -57,7 +57,7 @@ CASES = [
 def _run_case(
     m, n, k, group, act, sms, forced, rng, bias=True, cluster=1, whole=False, late=False, bulk=False, xbox=False
 ):
-    # H100's limits with the mma.sync kernel at every M (the emulator does not model wgmma); a
+    # H100's limits with the mma.sync kernel at every M (wgmma kernels: test_wgmma_emu.py); a
     # forced cluster kernel plans on sm_90 (no measured cluster counts: SMs / size of them), and so
     # does a forced kernel with TMA weight boxes
     prof = replace(

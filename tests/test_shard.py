@@ -303,7 +303,7 @@ def test_row_parallel_shards_sum_on_emulator(case, rng):
 
     qw = make_weight(case, rng)
     act, world, m = "float16", 2, (5 if case[1] == -1 else 24)  # the gemv and the mma kernels
-    prof = replace(get_profile("h100" if m < 16 else "a100"), sms=3)  # the emulator has no wgmma
+    prof = replace(get_profile("h100" if m < 16 else "a100"), sms=3)  # gemv / mma.sync (fast on the emulator)
     x = halves.round_to(rng.standard_normal((m, qw.in_features)).astype(np.float32), act)
     k1 = qw.in_features // world
     total, spec = np.zeros((m, qw.out_features)), None

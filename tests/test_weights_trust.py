@@ -298,7 +298,7 @@ def test_200_random_valid_weights_stay_in_bounds_on_the_emulator(rng):
     if emu.compiler() is None:
         pytest.skip("no C++ compiler for the emulator")
     tol = {"float16": 3e-3, "bfloat16": 1.5e-2}
-    base = replace(get_profile("h100"), cc=(8, 9))  # mma.sync kernels (the emulator has no wgmma)
+    base = replace(get_profile("h100"), cc=(8, 9))  # mma.sync kernels (wgmma ones: test_wgmma_emu.py)
     planned = 0
     for case in range(200):
         qtype, group, act = EMU_CONFIGS[case % len(EMU_CONFIGS)]

@@ -303,11 +303,6 @@ def test_half_tile_plans_run_in_clusters_of_two(monkeypatch):
     assert plan(small, p).spec.cluster == 1 and plan(h, p).spec.cluster == 2
 
 
-def test_emulator_refuses_wgmma():
-    with pytest.raises(ValueError, match="does not model wgmma"):
-        render(_spec(), target="emu")
-
-
 # ---- compilation for sm_90a (NVRTC, no GPU) ------------------------------------------------------
 
 

@@ -71,9 +71,9 @@ def partials(spec: KernelSpec, target: str = "cuda") -> dict[str, str]:
         return {
             "ptx": f"ptx/{target}.cuh",
             "act": f"act/{spec.act}_sm80.cuh",
-            "mma": "mma/sm90.cuh",
+            "mma": "mma/sm90.cuh" if target == "cuda" else "mma/sm90_emu.cuh",
             "pipe": "copy/cp_async.cuh",
-            "tma": "copy/tma.cuh",
+            "tma": "copy/tma.cuh" if target == "cuda" else "copy/tma_emu.cuh",
             "dequant": f"dequant/{DEQUANT_FAMILY[spec.qtype]}_{spec.act}.cuh",
             "reduce": "reduce/locks.cuh",
         }
@@ -118,8 +118,6 @@ def render(spec: AnySpec, target: str = "cuda") -> str:
     if own is not None:
         return own(spec, target)
     spec = spec.kernel_spec()  # without plan-only fields (KernelSpec.whole)
-    if spec.wgmma and target == "emu":
-        raise ValueError("the CPU emulator does not model wgmma (sm90 kernels run on a GPU only)")
     return (
         _env()
         .get_template(main_template(spec))

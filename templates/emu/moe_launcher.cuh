@@ -17,6 +17,25 @@ extern "C" int jm_emu_moe(int grid, int smem_bytes, void* const* bufs, const lon
       rt.buffers.push_back(emu::Buffer{static_cast<const unsigned char*>(bufs[i]),
                                        static_cast<const unsigned char*>(bufs[i]) + bytes[i], names[i],
                                        {{ "true" if (spec.pdl is defined and spec.pdl and not spec.gated) else "false" }} && (i == 0 || i == 10 || i == 11)});   // PDL w2: H, Y, Cp after the wait
+//% set wg = spec.wgmma is defined and spec.wgmma
+//% if wg
+  // The wgmma kind's tensor maps (kernels/moe/wgmma.py weight_maps, and H's map in ops/moe.py):
+  // dims[8] = experts, dims[9] = rows of A (sorted_h's H: the aligned list's padded rows).
+  const int experts = dims[8], a_rows = dims[9], N = dims[2], K = dims[3];
+  const long long words = (long long)N * {{ spec.bits }} / 4;
+  const TmaMap bmap{static_cast<const unsigned char*>(bufs[1]), words, (long long)experts * K / 16, words * 8,
+                    {{ spec.tile_n * spec.bits // 4 }}, 4, 8};
+//% set sgroups = spec.group_blocks
+  const long long s_rows = {{ "0" if sgroups < 0 else ("experts" if sgroups == 0 else "(long long)experts * K / (16 * " ~ sgroups ~ ")") }};
+  const int box_rows = {{ 0 if sgroups < 0 else (1 if (sgroups == 0 or sgroups >= 4) else 4 // sgroups) }};
+  const TmaMap smap = s_rows && bufs[2] ? TmaMap{static_cast<const unsigned char*>(bufs[2]), N, s_rows, (long long)N * 2,
+                                                 {{ spec.tile_n }}, box_rows, 2} : TmaMap{};
+  const TmaMap zmap = s_rows && bufs[3] ? TmaMap{static_cast<const unsigned char*>(bufs[3]), N, s_rows, (long long)N * 2,
+                                                 {{ spec.tile_n }}, box_rows, 2} : TmaMap{};
+  const TmaMap amap{static_cast<const unsigned char*>(bufs[0]), dims[5], a_rows, (long long)dims[6] * 2, 64,
+                    {{ spec.tile_m }}, 2, true};
+  (void)amap;
+//% endif
   rt.entry = [&] {
     {{ spec.name }}(static_cast<const int4*>(bufs[0]), static_cast<const int4*>(bufs[1]),
                     static_cast<const int4*>(bufs[2]), static_cast<const int4*>(bufs[3]),
@@ -26,7 +45,7 @@ extern "C" int jm_emu_moe(int grid, int smem_bytes, void* const* bufs, const lon
                     static_cast<u32*>(bufs[10]), dims[0], dims[1], dims[2], dims[3], dims[4], dims[5],
                     dims[6], static_cast<float*>(bufs[11]), dims[7]{{ ",
                     static_cast<const int*>(bufs[12]), static_cast<const int*>(bufs[13]), dims[8], dims[9]"
-                    if direct else "" }});
+                    if direct else "" }}{{ ", bmap, smap, zmap" if wg else "" }}{{ ", amap" if (wg and spec.sorted_h and not spec.gated) else "" }});
   };
   return emu::run(rt, grid, {{ spec.threads }}, smem_bytes, seed, err, errlen);
 }

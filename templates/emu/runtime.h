@@ -17,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <new>
 #include <random>
 #include <string>
 #include <vector>
@@ -29,6 +30,7 @@ struct float4 { float x, y, z, w; } __attribute__((aligned(16)));
 struct float2 { float x, y; };
 struct uint2 { unsigned x, y; } __attribute__((aligned(8)));
 struct Dim3 { unsigned x, y, z; };
+static inline int4 make_int4(int x, int y, int z, int w) { return int4{x, y, z, w}; }
 static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 static inline float2 make_float2(float x, float y) { return float2{x, y}; }
 static inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
@@ -113,9 +115,24 @@ struct Warp {
   const void* ptrs[2][32];
 };
 
+// Shared memory on 1024-byte host boundaries: the kernels align their TMA and wgmma tiles by the
+// low address bits (the 128-byte swizzle follows bits 7-9), as on the GPU, where shared addresses
+// start at 0.
+template <class T>
+struct SmemAlloc {
+  using value_type = T;
+  SmemAlloc() = default;
+  template <class U>
+  SmemAlloc(const SmemAlloc<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(1024))); }
+  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t(1024)); }
+  bool operator==(const SmemAlloc&) const { return true; }
+  bool operator!=(const SmemAlloc&) const { return false; }
+};
+
 struct Block {
   Dim3 bidx;
-  std::vector<unsigned char> smem;
+  std::vector<unsigned char, SmemAlloc<unsigned char>> smem;
   std::map<const void*, TxBar> txbars;   // mbarriers used by TMA copies, by address
   int smem_bytes = 0;
   int arrived = 0;

@@ -154,6 +154,67 @@ JM_DEV void mma_m8n8k4_f16(float (&c)[8], u32 a0, u32 a1, u32 b0, u32 b1) {
   }
 }
 
+// Shared addresses as the GPU sees them: offsets from the block's shared memory (1024-byte aligned
+// on the host, so the low bits agree with the host address's).
+JM_DEV u32 smem_u32(const void* p) {
+  return (u32)(static_cast<const unsigned char*>(p) - ::emu::cur_block().smem.data());
+}
+
+// wgmma.mma_async m64nNk16 (.f32 accumulate, A from registers, B from shared memory through a
+// matrix descriptor with the 128-byte swizzle, B K-major: token n's 64 k values a 128-byte row,
+// groups of 8 rows the descriptor's stride apart). Each warp of the warpgroup owns rows 16w..16w+15
+// of D and A (the m16n8k16 A layout); D's lane (g, t) holds rows g (+8), columns 8j + 2t (+1) in
+// d[4j + 0..3]. Performed at issue (the emulator has no asynchronous proxy): a kernel that
+// overwrote B or read D before wgmma.wait_group would not be caught.
+template <bool BF16>
+JM_DEV void wgmma_m64k16(float* d, int n, const u32 (&a)[4], u64 desc) {
+  if ((desc >> 62) != 1) emu::fail("wgmma: only the 128-byte swizzle descriptor is modelled");
+  const u32 start = (u32)(desc & 0x3fffu) << 4, stride = (u32)((desc >> 32) & 0x3fffu) << 4;
+  const unsigned char* base = ::emu::cur_block().smem.data();
+  u32 words[4] = {a[0], a[1], a[2], a[3]};
+  const int par = emu::warp_exchange(words, 4, nullptr);
+  const emu::Warp& w = emu::cur_warp();
+  auto half = [](u32 v, int hi) -> double {
+    const u16 h = hi ? (u16)(v >> 16) : (u16)(v & 0xffff);
+    return BF16 ? emu::b2d(h) : emu::h2d(h);
+  };
+  auto A = [&](int row, int k) {
+    const int src = (row % 8) * 4 + (k % 8) / 2, reg = (row >= 8) + 2 * (k >= 8);
+    return half(w.words[par][src][reg], k % 2);
+  };
+  auto B = [&](int k, int col) {
+    u32 at = start + (u32)(col / 8) * stride + (u32)(col % 8) * 128 + 2 * k;
+    at ^= ((at >> 7) & 7) << 4;   // the swizzle, on the address bits
+    emu::check_smem(base + at, 2, 2, "wgmma B operand");
+    u16 h;
+    std::memcpy(&h, base + at, 2);
+    return BF16 ? emu::b2d(h) : emu::h2d(h);
+  };
+  const int g = emu::lane() / 4, t = emu::lane() % 4;
+  for (int j = 0; j < n / 8; ++j)
+    for (int e = 0; e < 4; ++e) {
+      const int row = g + 8 * (e >> 1), col = 8 * j + 2 * t + (e & 1);
+      double s = d[4 * j + e];
+      for (int k = 0; k < 16; ++k) s += A(row, k) * B(k, col);
+      d[4 * j + e] = (float)s;
+    }
+}
+// stmatrix.m8n8.x4.trans: register q of lane (g, t) holds row g, columns 2t, 2t + 1 of matrix q;
+// lane 8q + c gives the address where column c of matrix q lands as a 16-byte row.
+JM_DEV void stmatrix_x4_trans(const u32 (&r)[4], void* smem) {
+  emu::check_smem(smem, 16, 16, "stmatrix row address");
+  u32 words[4] = {r[0], r[1], r[2], r[3]};
+  const int par = emu::warp_exchange(words, 4, smem);
+  const emu::Warp& w = emu::cur_warp();
+  const int l = emu::lane(), q = l / 8, c = l % 8;
+  u16 row[8];
+  for (int i = 0; i < 8; ++i) {
+    const u32 v = w.words[par][4 * i + c / 2][q];
+    row[i] = (c & 1) ? (u16)(v >> 16) : (u16)(v & 0xffff);
+  }
+  std::memcpy(static_cast<unsigned char*>(const_cast<void*>(w.ptrs[par][l])), row, 16);
+}
+
 // ---- memory movement ----
 JM_DEV void cp_async16(void* smem, const void* gmem, int src_bytes) {
   emu::cp_async_issue(smem, gmem, src_bytes);
