@@ -137,6 +137,17 @@ def build(spec: AnySpec) -> ctypes.CDLL:
             ctypes.c_char_p,
             ctypes.c_int,
         ]
+        if getattr(spec, "sorted_x", False):  # the sorted_x up stage's row copy of x
+            lib.jm_emu_moe_permute.restype = ctypes.c_int
+            lib.jm_emu_moe_permute.argtypes = [
+                ctypes.c_int,
+                ctypes.POINTER(ctypes.c_void_p),
+                ctypes.POINTER(ctypes.c_longlong),
+                ctypes.POINTER(ctypes.c_int),
+                ctypes.c_uint,
+                ctypes.c_char_p,
+                ctypes.c_int,
+            ]
         if spec.act_kernel:  # the split up stage's activation kernel
             lib.jm_emu_moe_act.restype = ctypes.c_int
             lib.jm_emu_moe_act.argtypes = [
@@ -416,6 +427,28 @@ def run_moe_gemm(
     return c[:out_rows]
 
 
+def run_moe_permute(plan, x_bits: np.ndarray, sorted_ids, n_rows: int, *, seed: int = 1, poison: int = 0xFFFF):
+    """The sorted_x up stage's `_permute` kernel on the CPU: x's rows in the aligned list's order
+    ((sorted_rows, k_in) bit patterns; rows past the rows in use stay `poison`)."""
+    spec = plan.up
+    lib = build(spec)
+    p = plan.problem
+    a = np.ascontiguousarray(x_bits, dtype=np.uint16)
+    guard_rows = 2
+    xs = np.full((plan.sorted_rows + guard_rows, a.shape[1]), poison, dtype=np.uint16)
+    srt = np.ascontiguousarray(sorted_ids, dtype=np.int32)
+    nr = np.array([n_rows], dtype=np.int32)
+    ptrs, sizes = _ptrs([a, srt, nr, xs])
+    sizes[3] = plan.sorted_rows * a.shape[1] * 2
+    dims = (ctypes.c_int * 4)(p.pairs, p.topk, a.shape[1], a.shape[1])
+    err = ctypes.create_string_buffer(512)
+    if lib.jm_emu_moe_permute(plan.permute_grid, ptrs, sizes, dims, seed, err, len(err)):
+        raise EmuError(f"{spec.name}_permute: {err.value.decode()}")
+    if not np.all(xs[plan.sorted_rows :] == poison):
+        raise EmuError(f"{spec.name}_permute: the kernel wrote past the end of its rows")
+    return xs[: plan.sorted_rows]
+
+
 def run_moe_combine(
     plan, y_bits: np.ndarray, topk_ids, expert_map=None, *, seed: int = 1, poison: int = 0xFFFF
 ) -> np.ndarray:
@@ -464,6 +497,8 @@ def run_moe(
     sorted_ids, blk, n_rows = (None,) * 3 if plan.direct else run_moe_align(plan, topk_ids, expert_map, seed=seed)
     tw = np.asarray(topk_weights, dtype=np.float32)
     routing = dict(topk_ids=topk_ids, expert_map=expert_map)
+    if getattr(plan.up, "sorted_x", False):  # x's rows copied into the aligned list's order first
+        xb = run_moe_permute(plan, xb, sorted_ids, n_rows, seed=seed)
     h = run_moe_gemm(
         plan,
         plan.up,

@@ -1041,6 +1041,12 @@ def test_moe_sweep_trials_cover_splits_row_blocks_and_direct():
     trials = bm.sweep_trials(prof, p, base)
     whats = {w for w, _, _ in trials}
     assert {"up", "down", "tm", "splits", "tm+splits", "order", "sorted_h", "sorted_h+order", "kind"} <= whats
+    assert {"sorted_x", "sorted_hx", "sorted_hx+order"} <= whats
+    for w, _, kw in trials:  # x's sorted copy on the up stage only; H's layout on both or neither
+        if w.startswith("sorted_"):
+            pl = plan_moe(prof, p, **kw)
+            assert pl.up.sorted_x == ("x" in w) and not getattr(pl.down, "sorted_x", False)
+            assert pl.up.sorted_h == pl.down.sorted_h == (w.startswith("sorted_h")), w
     assert "direct" not in whats
     split_plans = [plan_moe(prof, p, **kw) for w, _, kw in trials if w == "splits" and kw["splits"] > 1]
     assert split_plans and all(pl.splits == kw for pl, kw in zip(split_plans, (2, 3, 4)))

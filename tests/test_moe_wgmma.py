@@ -327,6 +327,48 @@ def test_wgmma_sorted_h_compiles(qt, group):
             assert ("cp.async.cg.shared.global" in art.ptx) == (s.stage == "up"), s.name
 
 
+def test_wgmma_sorted_x_identity_and_source():
+    """sorted_x (x copied into the aligned list's row order, the up stage's rows by TMA): its own
+    name (`x`) and canonical form, the up stage only; the up source loads a box of amap, gathers
+    nothing per thread and carries the `_permute` kernel; the default up source has neither."""
+    from dataclasses import replace
+
+    h = get_profile("h100")
+    p = _problem(1024, 2, 8, 4096, 14336, "float16", "uint4b8", 128)
+    base = plan_moe(h, p)
+    up = replace(base.up, sorted_x=True)
+    assert up.name == base.up.name + "x" and '"sorted_x":true' in up.canonical()
+    assert '"sorted_x"' not in base.up.canonical() and spec_from_canonical(up.canonical()) == up
+    assert replace(up, sorted_h=True, tile_major=True).name == base.up.name + "thx"
+    with pytest.raises(ValueError, match="sorted_x"):
+        replace(base.down, sorted_x=True).check()
+    plan = plan_moe(h, p, up=up, down=base.down)
+    assert plan.up.sorted_x and plan.h_rows == p.pairs and 1 <= plan.permute_grid <= 1024
+    src = render(up, "cuda")
+    assert "tma_load_2d(sA, &amap" in src and "pipe.fetch16" not in src and "fence_proxy_async();" not in src
+    assert f"{up.name}_permute(" in src and "orow = p;" in src
+    assert "_permute(" not in render(base.up, "cuda")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("qt,group", [("uint4b8", 128), ("uint4", 64), ("float8_e4m3fn", 128), ("mxfp4", 32)])
+def test_wgmma_sorted_x_compiles(qt, group):
+    """sorted_x up tiles at 32-, 64- and 128-row blocks, alone and with sorted_h: sm_90a, no
+    spills, within their occupancy's registers, no per-thread copies."""
+    from dataclasses import replace
+
+    h = get_profile("h100")
+    for t in (64, 128, 4096):
+        plan = plan_moe(h, _problem(t, 2, 8, 1024, 512, "bfloat16", qt, group), wgmma=True)
+        for sh in (False, True):
+            s = replace(plan.up, sorted_x=True, sorted_h=sh)
+            art, _, _ = default_cache().get(s, "sm_90")
+            r = art.resources
+            assert r["spill_stores"] == 0 and r["stack_bytes"] == 0, (s.name, r)
+            assert r["registers"] <= (128 if s.occupancy == 2 else 255), (s.name, r)
+            assert "cp.async.cg.shared.global" not in art.ptx, s.name
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("qt,group", [("uint4b8", 128), ("mxfp4", 32)])
 def test_wgmma_tile_major_compiles(qt, group):
@@ -592,6 +634,30 @@ def test_moe_wgmma_gpu_sorted_h(wgmma_kind, rng, seed, act, t, qtype, group, spl
     plan = plan_moe(wgmma_kind, p, up=up, down=down, splits=splits)
     assert plan.h_rows == plan.sorted_rows
     what = f"moe wgmma sorted_h tm{plan.up.tm} splits={splits} order={tile_major} {qtype} {act} {routing}"
+    _run(rng, seed, w13, w2, ids, tw, act, plan=plan, what=what)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("act", ["float16", "bfloat16"])
+@pytest.mark.parametrize("t,qtype,group", [(1200, "uint4b8", 128), (300, "float8_e4m3fn", 128), (80, "mxfp4", 32)])
+@pytest.mark.parametrize("sorted_h,tile_major", [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize("routing", ["skewed", "empty"])
+def test_moe_wgmma_gpu_sorted_x(wgmma_kind, rng, seed, act, t, qtype, group, sorted_h, tile_major, routing):
+    """x copied into the aligned list's row order and the up stage reading it as TMA boxes (x's
+    hidden 256: one box row of 64 four times), alone, with sorted_h and with the column-tile-major
+    order, at 128-, 64- and 32-row blocks, under a skewed and a mostly-empty routing; the copy's
+    padding rows are zeros, the outputs poisoned before the call."""
+    from dataclasses import replace
+
+    e, k = 16, 4
+    w13, w2 = _weights(qtype, group, e, hidden=256, inter=448, bias=True)
+    ids, tw = _skewed(rng, t, k, e) if routing == "skewed" else _routing(rng, t, k, 4)
+    p = MoEProblem(t, k, e, w13.n, w13.k, w2.n, w2.k, 448, 256, act, w13.qtype, w13.group_size)
+    base = plan_moe(wgmma_kind, p, wgmma=True)
+    up = replace(base.up, sorted_x=True, sorted_h=sorted_h, tile_major=tile_major)
+    down = replace(base.down, sorted_h=sorted_h, tile_major=tile_major)
+    plan = plan_moe(wgmma_kind, p, up=up, down=down)
+    what = f"moe wgmma sorted_x tm{plan.up.tm} h={sorted_h} order={tile_major} {qtype} {act} {routing}"
     _run(rng, seed, w13, w2, ids, tw, act, plan=plan, what=what)
 
 

@@ -136,8 +136,10 @@ def _check_moe(
     w13, w2 = _moe_weights(rng, e, hidden, inter, qt, group)
     p = MoEProblem(t, k, e, w13.n, w13.k, w2.n, w2.k, inter, hidden, act, qt, group)
     splits = overrides.pop("splits", 1)
+    sorted_x = overrides.pop("sorted_x", False)  # (the up stage's only)
     base = plan_moe(H100, p, wgmma=True)
     up, down = (replace(s, **overrides) for s in (base.up, base.down))
+    up = replace(up, sorted_x=sorted_x)
     pl = plan_moe(H100, p, up=up, down=down, splits=splits)
     assert pl.wgmma
     ids, tw = _moe_routing(rng, t, k, e, routing)
@@ -179,10 +181,14 @@ def test_moe_wgmma_on_emulator(shape, tm, qt, group, act, seed, rng):
         (ROWS128, dict(tile_major=True), "skewed", "bfloat16"),
         (ROWS128, dict(tile_major=True, splits=3), "empty", "float16"),
         (ROWS128, dict(sorted_h=True, tile_major=True), "skewed", "bfloat16"),
+        (ROWS32, dict(sorted_x=True), "uniform", "float16"),
+        (ROWS64, dict(sorted_x=True, sorted_h=True), "skewed", "bfloat16"),
+        (ROWS128, dict(sorted_x=True, tile_major=True, splits=2), "empty", "float16"),
     ],
 )
 def test_moe_wgmma_sorted_h_and_tile_major_on_emulator(shape, overrides, routing, act, seed, rng):
-    """H in the aligned list's row order with the w2 stage's H by TMA boxes (sorted_h), and the
+    """H in the aligned list's row order with the w2 stage's H by TMA boxes (sorted_h), x copied
+    into that order first and read by the up stage the same way (sorted_x), and the
     column-tile-major block order (tile_major), alone and together, with w2 K splits, under a
     skewed routing and one where half the experts get nothing (w2 K = 448: its last box reads
     columns past k_in as zeros)."""

@@ -399,6 +399,12 @@ def sweep_trials(prof, problem, base):
         for what, tm_ in (("sorted_h", False), ("sorted_h+order", True)):
             up, down = (dc_replace(s, sorted_h=True, tile_major=tm_) for s in (base.up, base.down))
             trials.append((what, "on", {"up": up, "down": down}))
+        # x copied in that order first and read by the up stage as TMA boxes (alone, with sorted_h,
+        # and with both and the order)
+        for what, sh, tm_ in (("sorted_x", False, False), ("sorted_hx", True, False), ("sorted_hx+order", True, True)):
+            up = dc_replace(base.up, sorted_x=True, sorted_h=sh, tile_major=tm_)
+            down = dc_replace(base.down, sorted_h=sh, tile_major=tm_)
+            trials.append((what, "on", {"up": up, "down": down}))
         trials.append(("kind", "mma", {"wgmma": False}))
     if base.gemv and prof.cc >= (9, 0):  # the w2 GEMV and the combine behind their predecessors (PDL)
         trials.append(("pdl", True, {"pdl": True}))

@@ -91,12 +91,15 @@ class _Runner:
                 funcs[spec.combine_name] = launch.get_function(art, key, device, spec.combine_name)
             if spec is plan.up and plan.up_splits > 1:  # the split up stage's activation kernel
                 funcs[spec.name + "_act"] = launch.get_function(art, key, device, spec.name + "_act")
+            if spec is plan.up and getattr(spec, "sorted_x", False):  # its row copy of x
+                funcs[spec.name + "_permute"] = launch.get_function(art, key, device, spec.name + "_permute")
         self.plan, self.device, self.on_input = plan, device, on_input
         self.stream = launch.stream_object(stream_ptr)
         self.align = None if plan.direct else funcs[plan.route.name]  # (direct: no alignment launch)
         self.combine = funcs[plan.route.combine_name]
         self.up = funcs[plan.up.name]
         self.act_k = funcs.get(plan.up.name + "_act")
+        self.permute = funcs.get(plan.up.name + "_permute")
         self.down = funcs[plan.down.name]
         # pdl plans: the w2 GEMV and the combine launched behind the kernel before them (sm_90+)
         self.down_pdl = self.combine_pdl = None
@@ -127,6 +130,8 @@ class _Runner:
         self.yp = ws("yp", cp.float32, (plan.splits, problem.pairs, problem.hidden)) if plan.splits > 1 else None
         self.hp = ws("hp", cp.float32, (plan.up_splits, problem.pairs, problem.n13)) if plan.up_splits > 1 else None
         self.ws_ptrs = tuple(_u64(0 if a is None else a.data.ptr) for a in (self.h, self.y, self.yp, self.hp))
+        # sorted_x: x's rows in the aligned list's order, for the up stage's TMA boxes
+        self.xs = ws("xs", cp.uint16, (plan.sorted_rows, problem.hidden)) if self.permute is not None else None
         b13, s13, z13, g13, bias13 = w13.to_device(device, act)
         b2, s2, z2, g2, bias2 = w2.to_device(device, act)
 
@@ -147,6 +152,12 @@ class _Runner:
                 box = (64, plan.down.tile_m)
                 hmap = launch.tensor_map_2d(int(self.h.data.ptr), 2, (p.inter, plan.h_rows), 2 * p.inter, box, True)
                 self.down_maps += (hmap,)
+            if self.xs is not None:  # (sorted_x) x's sorted copy the same way
+                box = (64, plan.up.tile_m)
+                xmap = launch.tensor_map_2d(
+                    int(self.xs.data.ptr), 2, (p.hidden, plan.sorted_rows), 2 * p.hidden, box, True
+                )
+                self.up_maps += (xmap,)
         self.ints = {
             name: np.int32(v)
             for name, v in dict(
@@ -185,12 +196,21 @@ class _Runner:
                 shared_mem=2 * ROUTE_THREADS * 4,
                 stream=st,
             )
+        a_up = _u64(x_ptr)
+        if self.permute is not None:  # sorted_x: x's rows into the aligned list's order first
+            a_up = _u64(self.xs.data.ptr)
+            self.permute(
+                (plan.permute_grid,),
+                (plan.up.threads,),
+                (_u64(x_ptr), sorted_, n_rows, i["pairs"], i["topk"], i["hidden"], i["hidden"], a_up),
+                stream=st,
+            )
         b, s, z, bias, g = self.up_w
         self.up(
             (plan.grid_up,),
             (plan.up.threads,),
             (
-                _u64(x_ptr),
+                a_up,
                 b,
                 s,
                 z,

@@ -19,8 +19,9 @@ extern "C" int jm_emu_moe(int grid, int smem_bytes, void* const* bufs, const lon
                                        {{ "true" if (spec.pdl is defined and spec.pdl and not spec.gated) else "false" }} && (i == 0 || i == 10 || i == 11)});   // PDL w2: H, Y, Cp after the wait
 //% set wg = spec.wgmma is defined and spec.wgmma
 //% if wg
-  // The wgmma kind's tensor maps (kernels/moe/wgmma.py weight_maps, and H's map in ops/moe.py):
-  // dims[8] = experts, dims[9] = rows of A (sorted_h's H: the aligned list's padded rows).
+  // The wgmma kind's tensor maps (kernels/moe/wgmma.py weight_maps, and A's map in ops/moe.py):
+  // dims[8] = experts, dims[9] = rows of A (sorted_x's x copy, sorted_h's H: the aligned list's
+  // padded rows).
   const int experts = dims[8], a_rows = dims[9], N = dims[2], K = dims[3];
   const long long words = (long long)N * {{ spec.bits }} / 4;
   const TmaMap bmap{static_cast<const unsigned char*>(bufs[1]), words, (long long)experts * K / 16, words * 8,
@@ -45,7 +46,7 @@ extern "C" int jm_emu_moe(int grid, int smem_bytes, void* const* bufs, const lon
                     static_cast<u32*>(bufs[10]), dims[0], dims[1], dims[2], dims[3], dims[4], dims[5],
                     dims[6], static_cast<float*>(bufs[11]), dims[7]{{ ",
                     static_cast<const int*>(bufs[12]), static_cast<const int*>(bufs[13]), dims[8], dims[9]"
-                    if direct else "" }}{{ ", bmap, smap, zmap" if wg else "" }}{{ ", amap" if (wg and spec.sorted_h and not spec.gated) else "" }});
+                    if direct else "" }}{{ ", bmap, smap, zmap" if wg else "" }}{{ ", amap" if (wg and spec.tma_x) else "" }});
   };
   return emu::run(rt, grid, {{ spec.threads }}, smem_bytes, seed, err, errlen);
 }
@@ -61,6 +62,23 @@ extern "C" int jm_emu_moe_act(int grid, void* const* bufs, const long long* byte
   rt.entry = [&] {
     {{ spec.name }}_act(static_cast<const float*>(bufs[0]), static_cast<u32*>(bufs[1]), dims[0], dims[1], dims[2],
                         dims[3]);
+  };
+  return emu::run(rt, grid, {{ spec.threads }}, 0, seed, err, errlen);
+}
+//% endif
+//% if spec.gated and spec.sorted_x is defined and spec.sorted_x
+// jm_emu_moe_permute: bufs x, sorted, n_rows, Xs; dims num_pairs, topk, k_in, lda.
+extern "C" int jm_emu_moe_permute(int grid, void* const* bufs, const long long* bytes, const int* dims,
+                                  unsigned seed, char* err, int errlen) {
+  emu::Runtime rt;
+  static const char* names[4] = {"x", "sorted", "n_rows", "Xs"};
+  for (int i = 0; i < 4; ++i)
+    rt.buffers.push_back(emu::Buffer{static_cast<const unsigned char*>(bufs[i]),
+                                     static_cast<const unsigned char*>(bufs[i]) + bytes[i], names[i]});
+  rt.entry = [&] {
+    {{ spec.name }}_permute(static_cast<const int4*>(bufs[0]), static_cast<const int*>(bufs[1]),
+                            static_cast<const int*>(bufs[2]), dims[0], dims[1], dims[2], dims[3],
+                            static_cast<int4*>(bufs[3]));
   };
   return emu::run(rt, grid, {{ spec.threads }}, 0, seed, err, errlen);
 }

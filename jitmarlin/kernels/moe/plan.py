@@ -124,6 +124,12 @@ class MoEPlan:
         return self.grid(self.down, self.problem.n2)
 
     @property
+    def permute_grid(self) -> int:
+        """Blocks of the sorted_x up stage's row copy of x: one 16-byte chunk a thread over the
+        worst routing's rows, at most 1024 blocks (a grid-stride loop covers the rest)."""
+        return min(1024, -(-self.sorted_rows * (self.problem.hidden // 8) // self.up.threads))
+
+    @property
     def combine_grid(self) -> int:
         return -(-self.problem.tokens * (self.problem.hidden // 8) // ROUTE_THREADS)
 

@@ -55,6 +55,9 @@ class MoEWgmmaSpec(_Tiles, _WeightFormat):
     stages of a plan alike): the up stage writes H in the aligned list's row order and the down
     stage reads a row block's H rows as one TMA box instead of gathering them by pair id with
     per-thread copies; H then holds the list's padded rows (MoEPlan.sorted_rows); names end in `h`.
+    sorted_x (up stage only): x's rows are first copied into the aligned list's row order by the
+    module's `_permute` kernel (padding rows zero), and the up stage reads a row block's rows as
+    one TMA box, as the sorted_h down stage reads H; names end in `x`.
     """
 
     route: ClassVar[str] = "moe"
@@ -71,6 +74,7 @@ class MoEWgmmaSpec(_Tiles, _WeightFormat):
     occupancy: int = 1
     tile_major: bool = False
     sorted_h: bool = False
+    sorted_x: bool = False
 
     @property
     def tk(self) -> int:
@@ -170,14 +174,21 @@ class MoEWgmmaSpec(_Tiles, _WeightFormat):
             raise ValueError("group size and the 64-deep K step must divide one another")
         if self.group_blocks < 0 and self.affine:
             raise ValueError("zero-point types apply per-channel scales in the K loop (group_blocks 0)")
-        for flag in ("tile_major", "sorted_h"):
+        for flag in ("tile_major", "sorted_h", "sorted_x"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
+        if self.sorted_x and not self.gated:
+            raise ValueError("sorted_x is a layout of the up stage's x (the down stage reads H: sorted_h)")
         check_stage(self.stage, self.activation)
+
+    @property
+    def tma_x(self) -> bool:
+        """The A rows (x or H) come as TMA boxes of a row-sorted copy (sorted_x, sorted_h)."""
+        return self.sorted_x if self.gated else self.sorted_h
 
     def canonical(self) -> str:
         d = asdict(self)
-        for flag in ("tile_major", "sorted_h"):  # (the defaults' cache keys and tuned records stay as they were)
+        for flag in ("tile_major", "sorted_h", "sorted_x"):  # (the defaults' keys and tuned records stay as they were)
             if not d[flag]:
                 del d[flag]
         d["family"] = "moe_wgmma"
@@ -193,6 +204,7 @@ class MoEWgmmaSpec(_Tiles, _WeightFormat):
             + (f"o{self.occupancy}" if self.occupancy > 1 else "")
             + ("t" if self.tile_major else "")
             + ("h" if self.sorted_h else "")
+            + ("x" if self.sorted_x else "")
         )
 
 
