@@ -145,7 +145,8 @@ def test_wgmma_spec_identity_and_checks():
     bad = [
         dict(path="sm80"),
         dict(tm=1),
-        dict(tm=16),
+        dict(tm=32),
+        dict(tm=16),  # 128 sums a thread at 128 registers (two blocks an SM)
         dict(tn=4),
         dict(stages=9),
         dict(occupancy=3),
@@ -160,6 +161,9 @@ def test_wgmma_spec_identity_and_checks():
     for kw in bad:
         with pytest.raises(ValueError):
             replace(s, **kw).check()
+    big = replace(s, tm=16, occupancy=1)  # 256-row blocks, one block an SM (by override)
+    big.check()
+    assert big.tile_m == 256 and big.name.endswith("_m16n8s4")
     # the emulator's build: the same kernel over its instruction layer (tests/test_wgmma_emu.py)
     emu_src = render(s, "emu")
     assert "wgmma_m64k16<false>" in emu_src and "jm_emu_moe" in emu_src and "wgmma.mma_async.sync" not in emu_src
@@ -367,6 +371,27 @@ def test_wgmma_sorted_x_compiles(qt, group):
             assert r["spill_stores"] == 0 and r["stack_bytes"] == 0, (s.name, r)
             assert r["registers"] <= (128 if s.occupancy == 2 else 255), (s.name, r)
             assert "cp.async.cg.shared.global" not in art.ptx, s.name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("qt,group", [("uint4b8", 128), ("uint4", 64), ("float8_e4m3fn", 128), ("mxfp4", 32)])
+def test_wgmma_256_row_blocks_compile(qt, group):
+    """256-row blocks (tm 16, one block an SM; the sweep's "tm" trial from 65 rows an expert):
+    both stages, with sorted_h and sorted_x, sm_90a without spills."""
+    from dataclasses import replace
+
+    h = get_profile("h100")
+    for act in ("float16", "bfloat16"):
+        p = _problem(4096, 2, 8, 1024, 512, act, qt, group)
+        for stage in ("up", "down"):
+            s = moe_wgmma.wgmma_stage_spec(h, p.dense(stage), 16, stage, "silu" if stage == "up" else "")
+            assert s.tile_m == 256 and s.occupancy == 1
+            _compiled(s)
+            v = replace(s, sorted_h=True, sorted_x=stage == "up")  # rows by TMA: no per-thread copies
+            art, _, _ = default_cache().get(v, "sm_90")
+            r = art.resources
+            assert r["spill_stores"] == 0 and r["stack_bytes"] == 0 and r["registers"] <= 255, (v.name, r)
+            assert "m64n256k16" in art.ptx and "cp.async.cg.shared.global" not in art.ptx, v.name
 
 
 @pytest.mark.slow

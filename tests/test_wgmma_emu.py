@@ -17,6 +17,7 @@ import pytest
 from jitmarlin import emu
 from jitmarlin.jit.profiles import get_profile
 from jitmarlin.kernels.moe import MoEProblem, plan_moe
+from jitmarlin.kernels.moe.wgmma import wgmma_stage_spec
 from jitmarlin.kernels.planner import ALL_QTYPES, choose_fused_spec, group_blocks, plan
 from jitmarlin.kernels.problem import Problem
 from jitmarlin.kernels.spec import KernelSpec
@@ -137,7 +138,15 @@ def _check_moe(
     p = MoEProblem(t, k, e, w13.n, w13.k, w2.n, w2.k, inter, hidden, act, qt, group)
     splits = overrides.pop("splits", 1)
     sorted_x = overrides.pop("sorted_x", False)  # (the up stage's only)
+    tm = overrides.pop("tm", None)  # other row blocks than the planner's (256 rows: by override only)
     base = plan_moe(H100, p, wgmma=True)
+    if tm is not None:
+        base = plan_moe(
+            H100,
+            p,
+            up=wgmma_stage_spec(H100, p.dense("up"), tm, "up", p.activation),
+            down=wgmma_stage_spec(H100, p.dense("down"), tm, "down", ""),
+        )
     up, down = (replace(s, **overrides) for s in (base.up, base.down))
     up = replace(up, sorted_x=sorted_x)
     pl = plan_moe(H100, p, up=up, down=down, splits=splits)
@@ -153,7 +162,7 @@ def _check_moe(
 
 # (T, k, E): 16 rows an expert (32-row blocks, two-slab w13 tiles), 50 (64-row blocks), 80
 # (128-row blocks)
-ROWS32, ROWS64, ROWS128 = (64, 2, 8), (100, 2, 4), (160, 2, 4)
+ROWS32, ROWS64, ROWS128, ROWS256 = (64, 2, 8), (100, 2, 4), (160, 2, 4), (300, 2, 4)
 
 
 @pytest.mark.parametrize(
@@ -184,6 +193,8 @@ def test_moe_wgmma_on_emulator(shape, tm, qt, group, act, seed, rng):
         (ROWS32, dict(sorted_x=True), "uniform", "float16"),
         (ROWS64, dict(sorted_x=True, sorted_h=True), "skewed", "bfloat16"),
         (ROWS128, dict(sorted_x=True, tile_major=True, splits=2), "empty", "float16"),
+        (ROWS256, dict(tm=16), "uniform", "float16"),
+        (ROWS256, dict(tm=16, sorted_x=True, sorted_h=True, tile_major=True), "skewed", "bfloat16"),
     ],
 )
 def test_moe_wgmma_sorted_h_and_tile_major_on_emulator(shape, overrides, routing, act, seed, rng):
@@ -193,8 +204,9 @@ def test_moe_wgmma_sorted_h_and_tile_major_on_emulator(shape, overrides, routing
     skewed routing and one where half the experts get nothing (w2 K = 448: its last box reads
     columns past k_in as zeros)."""
     t, k, _ = shape
-    pl = _check_moe(rng, seed, *shape, "uint4b8", 128, act, routing, **overrides)
+    pl = _check_moe(rng, seed, *shape, "uint4b8", 128, act, routing, **dict(overrides))
     assert pl.h_rows == (pl.sorted_rows if overrides.get("sorted_h") else t * k)
+    assert pl.block_m == 16 * overrides.get("tm", pl.up.tm)
 
 
 def test_emulator_catches_a_misplaced_h_row(rng, monkeypatch):

@@ -383,7 +383,10 @@ def sweep_trials(prof, problem, base):
             if n <= problem.k13 // base.up.tile_k and base.up.path == "sm80"
         ]
     if base.wgmma:  # the wgmma kind's other row blocks (both stages share one), and mma.sync
-        trials += [("tm", tm, wgmma_tiles(prof, problem, tm)) for tm in (2, 4, 8) if tm != base.up.tm]
+        # (256-row blocks where an even routing gives an expert more than 64 rows)
+        rows = -(-problem.pairs // max(1, min(problem.experts, problem.pairs)))
+        tms = (2, 4, 8, 16) if rows > 64 else (2, 4, 8)
+        trials += [("tm", tm, wgmma_tiles(prof, problem, tm)) for tm in tms if tm != base.up.tm]
         # its down stage's K splits (by override only until timed)
         trials += [("splits", n, {"splits": n}) for n in (2, 3, 4) if n <= problem.k2 // base.down.tile_k]
         trials += [  # larger row blocks with a split w2 (the ragged last wave of e115's skewed routing)

@@ -291,7 +291,7 @@ class MoERouteSpec:
     def check(self) -> None:
         if self.act not in ACT_DTYPES:
             raise ValueError(f"unknown activation dtype {self.act!r}")
-        if self.block_m not in (8, 16, 32, 48, 64, 128):
+        if self.block_m not in (8, 16, 32, 48, 64, 128, 256):
             raise ValueError(
                 f"block_m must be 8 (the gemv stages), 16, 32, 48, 64 or 128 (the wgmma stages), got {self.block_m}"
             )

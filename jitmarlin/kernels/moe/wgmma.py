@@ -45,7 +45,8 @@ class MoEWgmmaSpec(_Tiles, _WeightFormat):
     """One grouped expert GEMM on warpgroup MMAs (sm_90a).
 
     path: 'sm90'; qtype, act, group_blocks: as KernelSpec's. tm: routed rows a block in m16 units
-    (2, 4, 8: 32, 64, 128 rows; the routing pads each expert's list to them); tn: 16 tn weight
+    (2, 4, 8, 16: 32 to 256 rows, 256 by override only; the routing pads each expert's list to
+    them); tn: 16 tn weight
     columns a block (8: one 64-feature slab a warpgroup, whose dequant overlaps the previous
     step's wgmmas from 4 stages; 16: two slabs, 4-bit codes only); stages: pipeline depth of
     64-deep K steps; occupancy: blocks an SM (2: at most 128 registers a thread). stage,
@@ -154,8 +155,8 @@ class MoEWgmmaSpec(_Tiles, _WeightFormat):
             raise ValueError(f"unknown quant type {self.qtype!r}")
         if self.act not in ACT_DTYPES:
             raise ValueError(f"unknown activation dtype {self.act!r}")
-        if self.tm not in (2, 4, 8):
-            raise ValueError(f"tm must be 2, 4 or 8 (row blocks of 32, 64, 128), got {self.tm}")
+        if self.tm not in (2, 4, 8, 16):
+            raise ValueError(f"tm must be 2, 4, 8 or 16 (row blocks of 32, 64, 128, 256), got {self.tm}")
         if self.tn not in (8, 16):
             raise ValueError(f"tn must be 8 or 16 (one or two 64-feature slabs a warpgroup), got {self.tn}")
         if 16 * self.tn * self.bits // 4 > 256:
