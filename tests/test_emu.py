@@ -390,6 +390,26 @@ def test_three_block_tiles_of_the_nvvm20_targets_on_emulator(rng):
         check_output(out, ref, act, spec=pl.spec)
 
 
+@pytest.mark.parametrize("prof", ["b200", "b300"])
+def test_blackwell_datacenter_plans_on_emulator(prof, rng):
+    """The sm_100 / sm_103 profiles' own plans (no wgmma there: the decode GEMV, then mma.sync
+    Stream-K with at most 3 m16 blocks a tile and stages sized to 228 KB) for decode and prefill
+    rows, 4- and 8-bit and fp4 types, both dtypes, against the reference."""
+    for qtype, group, act, m in (
+        ("uint4b8", 128, "float16", 1),
+        ("nvfp4", 16, "bfloat16", 7),
+        ("uint4", 64, "bfloat16", 16),
+        ("float8_e4m3fn", -1, "float16", 64),
+        ("mxfp4", 32, "float16", 100),
+        ("uint8b128", 128, "bfloat16", 256),
+    ):
+        qw = quantize(rng.standard_normal((192, 256)) * 0.05, qtype, group, scale_dtype=act)
+        pl, out, ref = _run_qw(qw, m, act, prof, rng, sms=4)
+        assert pl.spec.path == "sm80" and not getattr(pl.spec, "wgmma", False), pl.spec.name
+        assert getattr(pl.spec, "tm", 1) <= 3, pl.spec.name
+        check_output(out, ref, act, spec=pl.spec)
+
+
 def test_act_order_on_emulator(rng):
     from jitmarlin.weights.quant import from_codes
 
