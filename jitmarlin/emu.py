@@ -112,77 +112,29 @@ def build(spec: AnySpec) -> ctypes.CDLL:
         lib = _load_so(so)
         if lib is None:
             raise EmuBuildDirError(f"emulator library {so} changed after it was built")
-    if spec.route == "fused":
-        lib.jm_emu_launch.restype = ctypes.c_int
-        lib.jm_emu_launch.argtypes = [
-            ctypes.c_int,
-            ctypes.c_int,
-            ctypes.POINTER(ctypes.c_void_p),
-            ctypes.POINTER(ctypes.c_longlong),
-            ctypes.POINTER(ctypes.c_int),
-            ctypes.c_float,
-            ctypes.c_uint,
-            ctypes.c_char_p,
-            ctypes.c_int,
-        ]
+    # Every entry point returns an int and ends in (seed, err, errlen); the middle differs.
+    bufs = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_longlong), ctypes.POINTER(ctypes.c_int)]
+    tail = [ctypes.c_uint, ctypes.c_char_p, ctypes.c_int]
+
+    def entry(fn, *head, gscale=False):
+        fn.restype = ctypes.c_int
+        fn.argtypes = [*head, *bufs, *([ctypes.c_float] if gscale else []), *tail]
+
+    grid, smem = ctypes.c_int, ctypes.c_int
+    if spec.route == "fused":  # templates/emu/launcher.cuh, wgmma_launcher.cuh
+        entry(lib.jm_emu_launch, grid, smem, gscale=True)
     elif spec.route == "moe":  # templates/emu/moe_launcher.cuh
-        lib.jm_emu_moe.restype = ctypes.c_int
-        lib.jm_emu_moe.argtypes = [
-            ctypes.c_int,
-            ctypes.c_int,
-            ctypes.POINTER(ctypes.c_void_p),
-            ctypes.POINTER(ctypes.c_longlong),
-            ctypes.POINTER(ctypes.c_int),
-            ctypes.c_uint,
-            ctypes.c_char_p,
-            ctypes.c_int,
-        ]
+        entry(lib.jm_emu_moe, grid, smem)
         if getattr(spec, "sorted_x", False):  # the sorted_x up stage's row copy of x
-            lib.jm_emu_moe_permute.restype = ctypes.c_int
-            lib.jm_emu_moe_permute.argtypes = [
-                ctypes.c_int,
-                ctypes.POINTER(ctypes.c_void_p),
-                ctypes.POINTER(ctypes.c_longlong),
-                ctypes.POINTER(ctypes.c_int),
-                ctypes.c_uint,
-                ctypes.c_char_p,
-                ctypes.c_int,
-            ]
+            entry(lib.jm_emu_moe_permute, grid)
         if spec.act_kernel:  # the split up stage's activation kernel
-            lib.jm_emu_moe_act.restype = ctypes.c_int
-            lib.jm_emu_moe_act.argtypes = [
-                ctypes.c_int,
-                ctypes.POINTER(ctypes.c_void_p),
-                ctypes.POINTER(ctypes.c_longlong),
-                ctypes.POINTER(ctypes.c_int),
-                ctypes.c_uint,
-                ctypes.c_char_p,
-                ctypes.c_int,
-            ]
+            entry(lib.jm_emu_moe_act, grid)
     elif spec.route == "moe_route":  # templates/emu/moe_route_launcher.cuh
-        lib.jm_emu_align.restype = lib.jm_emu_combine.restype = ctypes.c_int
-        common = [
-            ctypes.POINTER(ctypes.c_void_p),
-            ctypes.POINTER(ctypes.c_longlong),
-            ctypes.POINTER(ctypes.c_int),
-            ctypes.c_uint,
-            ctypes.c_char_p,
-            ctypes.c_int,
-        ]
-        lib.jm_emu_align.argtypes = common
-        lib.jm_emu_combine.argtypes = [ctypes.c_int] + common
+        entry(lib.jm_emu_align)
+        entry(lib.jm_emu_combine, grid)
     else:  # the dequantisation module's two entry points (templates/emu/dequant_launcher.cuh)
-        for entry in (lib.jm_emu_dequant, lib.jm_emu_bias):
-            entry.restype = ctypes.c_int
-            entry.argtypes = [
-                ctypes.c_int,
-                ctypes.POINTER(ctypes.c_void_p),
-                ctypes.POINTER(ctypes.c_longlong),
-                ctypes.POINTER(ctypes.c_int),
-                ctypes.c_uint,
-                ctypes.c_char_p,
-                ctypes.c_int,
-            ]
+        entry(lib.jm_emu_dequant, grid)
+        entry(lib.jm_emu_bias, grid)
     _libs[digest] = lib
     return lib
 

@@ -91,6 +91,20 @@ JM_DEV void ldmatrix_x4(u32 (&r)[4], const void* p) {
   for (int q = 0; q < 4; ++q) r[q] = static_cast<const u32*>(w.ptrs[par][q * 8 + l / 4])[l % 4];
 }
 
+// A half of a 16-bit value pair as a double (bf16 or fp16 bits).
+template <bool BF16>
+JM_DEV double half_of(u32 v, int hi) {
+  const u16 h = hi ? (u16)(v >> 16) : (u16)(v & 0xffff);
+  return BF16 ? emu::b2d(h) : emu::h2d(h);
+}
+// Element (row, k) of an m16 x k16 (or k8) A fragment in the PTX ISA's mma layout, from the
+// lanes' deposits of a warp exchange (A's registers first in each deposit).
+template <bool BF16>
+JM_DEV double frag_a(const emu::Warp& w, int par, int row, int k) {
+  const int src = (row % 8) * 4 + (k % 8) / 2, reg = (row >= 8) + 2 * (k >= 8);
+  return half_of<BF16>(w.words[par][src][reg], k % 2);
+}
+
 // m16n8k16 / m16n8k8, row.col, f32 accumulate. Fragment element (row, k) of A and (k, n) of B
 // are found in the deposits of the lane the PTX ISA assigns them to.
 template <int K, bool BF16>
@@ -101,23 +115,15 @@ JM_DEV void mma_m16n8(float (&c)[4], const u32* a, const u32* b) {
   for (int i = 0; i < nb; ++i) words[na + i] = b[i];
   const int par = emu::warp_exchange(words, na + nb, nullptr);
   const emu::Warp& w = emu::cur_warp();
-  auto half = [](u32 v, int hi) -> double {
-    const u16 h = hi ? (u16)(v >> 16) : (u16)(v & 0xffff);
-    return BF16 ? emu::b2d(h) : emu::h2d(h);
-  };
-  auto A = [&](int row, int k) {
-    const int src = (row % 8) * 4 + (k % 8) / 2, reg = (row >= 8) + 2 * (k >= 8);
-    return half(w.words[par][src][reg], k % 2);
-  };
   auto B = [&](int k, int n) {
     const int src = n * 4 + (k % 8) / 2, reg = k >= 8;
-    return half(w.words[par][src][na + reg], k % 2);
+    return half_of<BF16>(w.words[par][src][na + reg], k % 2);
   };
   const int g = emu::lane() / 4, t = emu::lane() % 4;
   for (int e = 0; e < 4; ++e) {
     const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
     double s = c[e];
-    for (int k = 0; k < K; ++k) s += A(row, k) * B(k, col);
+    for (int k = 0; k < K; ++k) s += frag_a<BF16>(w, par, row, k) * B(k, col);
     c[e] = (float)s;
   }
 }
@@ -174,28 +180,20 @@ JM_DEV void wgmma_m64k16(float* d, int n, const u32 (&a)[4], u64 desc) {
   u32 words[4] = {a[0], a[1], a[2], a[3]};
   const int par = emu::warp_exchange(words, 4, nullptr);
   const emu::Warp& w = emu::cur_warp();
-  auto half = [](u32 v, int hi) -> double {
-    const u16 h = hi ? (u16)(v >> 16) : (u16)(v & 0xffff);
-    return BF16 ? emu::b2d(h) : emu::h2d(h);
-  };
-  auto A = [&](int row, int k) {
-    const int src = (row % 8) * 4 + (k % 8) / 2, reg = (row >= 8) + 2 * (k >= 8);
-    return half(w.words[par][src][reg], k % 2);
-  };
   auto B = [&](int k, int col) {
     u32 at = start + (u32)(col / 8) * stride + (u32)(col % 8) * 128 + 2 * k;
     at ^= ((at >> 7) & 7) << 4;   // the swizzle, on the address bits
     emu::check_smem(base + at, 2, 2, "wgmma B operand");
     u16 h;
     std::memcpy(&h, base + at, 2);
-    return BF16 ? emu::b2d(h) : emu::h2d(h);
+    return half_of<BF16>(h, 0);
   };
   const int g = emu::lane() / 4, t = emu::lane() % 4;
   for (int j = 0; j < n / 8; ++j)
     for (int e = 0; e < 4; ++e) {
       const int row = g + 8 * (e >> 1), col = 8 * j + 2 * t + (e & 1);
       double s = d[4 * j + e];
-      for (int k = 0; k < 16; ++k) s += A(row, k) * B(k, col);
+      for (int k = 0; k < 16; ++k) s += frag_a<BF16>(w, par, row, k) * B(k, col);
       d[4 * j + e] = (float)s;
     }
 }
