@@ -180,21 +180,28 @@ JM_DEV void wgmma_m64k16(float* d, int n, const u32 (&a)[4], u64 desc) {
   u32 words[4] = {a[0], a[1], a[2], a[3]};
   const int par = emu::warp_exchange(words, 4, nullptr);
   const emu::Warp& w = emu::cur_warp();
-  auto B = [&](int k, int col) {
-    u32 at = start + (u32)(col / 8) * stride + (u32)(col % 8) * 128 + 2 * k;
-    at ^= ((at >> 7) & 7) << 4;   // the swizzle, on the address bits
-    emu::check_smem(base + at, 2, 2, "wgmma B operand");
-    u16 h;
-    std::memcpy(&h, base + at, 2);
-    return half_of<BF16>(h, 0);
-  };
   const int g = emu::lane() / 4, t = emu::lane() % 4;
+  double a_rows[2][16];   // this lane's rows g and g + 8 of A
+  for (int h = 0; h < 2; ++h)
+    for (int k = 0; k < 16; ++k) a_rows[h][k] = frag_a<BF16>(w, par, g + 8 * h, k);
   for (int j = 0; j < n / 8; ++j)
-    for (int e = 0; e < 4; ++e) {
-      const int row = g + 8 * (e >> 1), col = 8 * j + 2 * t + (e & 1);
-      double s = d[4 * j + e];
-      for (int k = 0; k < 16; ++k) s += frag_a<BF16>(w, par, row, k) * B(k, col);
-      d[4 * j + e] = (float)s;
+    for (int c = 0; c < 2; ++c) {
+      const int col = 8 * j + 2 * t + c;
+      const u32 row0 = start + (u32)(col / 8) * stride + (u32)(col % 8) * 128;
+      emu::check_smem(base + (row0 & ~127u), 128, 16, "wgmma B operand row");
+      double b[16];   // column col of B: token col's 16 k values, through the swizzle
+      for (int k = 0; k < 16; ++k) {
+        u32 at = row0 + 2 * k;
+        at ^= ((at >> 7) & 7) << 4;   // the swizzle, on the address bits
+        u16 h;
+        std::memcpy(&h, base + at, 2);
+        b[k] = half_of<BF16>(h, 0);
+      }
+      for (int h = 0; h < 2; ++h) {
+        double s = d[4 * j + 2 * h + c];
+        for (int k = 0; k < 16; ++k) s += a_rows[h][k] * b[k];
+        d[4 * j + 2 * h + c] = (float)s;
+      }
     }
 }
 // stmatrix.m8n8.x4.trans: register q of lane (g, t) holds row g, columns 2t, 2t + 1 of matrix q;
