@@ -1,7 +1,8 @@
 """The Hopper warpgroup kernels on the CPU warp emulator: the dense wgmma kernel
 (templates/wgmma.cu.j2) and the MoE wgmma kind (templates/moe_wgmma.cu.j2), against the float64
-reference with poisoned outputs. The emulator performs each wgmma at issue from the shared-memory
-operand its descriptor names (128-byte swizzle), TMA boxes on their mbarriers and clusters as
+reference with poisoned outputs. The emulator performs each wgmma when a wait_group retires its
+group, reading its A registers and the shared-memory operand its descriptor names (128-byte
+swizzle) then, with its sums NaN in between; TMA boxes land on their mbarriers and clusters are
 consecutive blocks (templates/ptx/emu.cuh, templates/mma/sm90_emu.cuh): layouts, swizzles,
 pipelines, tensor maps, Stream-K and cluster exchanges run as written for sm_90a. Shapes are
 small and the profiles have few SMs so that every plan kind (Stream-K, whole tiles, halves in
@@ -32,7 +33,7 @@ H100 = get_profile("h100")
 GROUP_OF = {"nvfp4": 16, "mxfp4": 32, "float8_e4m3fn": -1, "uint4": 64, "uint8": -1}
 
 
-def _check_dense(rng, seed, m, n, k, act, qt, group, spec_of, sms):
+def _check_dense(rng, seed, m, n, k, act, qt, group, spec_of, sms, record=True):
     """spec_of(profile, problem) -> the kernel (None: the planner's), planned on an H100 profile
     with `sms` SMs, run on the emulator and checked element by element; returns the plan."""
     w = rng.standard_normal((n, k)) * 0.05
@@ -45,7 +46,7 @@ def _check_dense(rng, seed, m, n, k, act, qt, group, spec_of, sms):
     x = rng.standard_normal((m, k)).astype(np.float32)
     out = emu.run_values(pl, x, qw, seed=int(rng.integers(1, 1 << 30)))
     ref = linear_reference(halves.round_to(x, act), qw)
-    check_output(out, ref, act, what=f"M={m} N={n} K={k} {pl.spec.name}", seed=seed, spec=pl.spec)
+    check_output(out, ref, act, what=f"M={m} N={n} K={k} {pl.spec.name}", seed=seed, spec=pl.spec, record=record)
     return pl
 
 
@@ -98,6 +99,41 @@ def test_wgmma_planner_plans_on_emulator(m, n, k, sms, seed, rng):
     """The planner's own wgmma plan on a few-SM H100 profile: Stream-K over many K steps, a short
     row block, whole tiles a block."""
     _check_dense(rng, seed, m, n, k, "bfloat16", "uint4b8", 128, lambda prof, p: choose_fused_spec(prof, p), sms)
+
+
+def _planted(monkeypatch, good, bad):
+    """emu.render with `good` replaced by `bad` in the dense wgmma kernel's source (asserted present)."""
+    real = emu.render
+
+    def render(spec, target="cuda"):
+        src = real(spec, target)
+        if getattr(spec, "wgmma", False) and not hasattr(spec, "stage"):
+            assert good in src
+            src = src.replace(good, bad)
+        return src
+
+    monkeypatch.setattr(emu, "render", render)
+
+
+@pytest.mark.parametrize(
+    "good,bad",
+    [
+        # the overlapping kernel dequantises into the A set of a group still in flight
+        ("wgmma_wait<1>();       // the group on `prev` is done: the set is free", "wgmma_wait<2>();"),
+        # the epilogue reads the sums before the last group retires
+        (
+            "      wgmma_wait<0>();\n      JM_UNROLL\n      for (int s = 0; s < MW; ++s)",
+            "      JM_UNROLL\n      for (int s = 0; s < MW; ++s)",
+        ),
+    ],
+    ids=["a-set-reused-in-flight", "sums-read-in-flight"],
+)
+def test_emulator_catches_wgmma_hazards(good, bad, rng, monkeypatch):
+    """The emulated wgmma reads its A registers and B stage when its group retires and leaves its
+    sums NaN until then, so a kernel that reuses a fragment set or reads the sums too early fails."""
+    _planted(monkeypatch, good, bad)
+    with pytest.raises(AssertionError):
+        _check_dense(rng, None, 77, 320, 576, "float16", "uint4b8", 128, _tile(8, 8, 4, 4), 4, record=False)
 
 
 # ---- the MoE wgmma kind ------------------------------------------------------------------------

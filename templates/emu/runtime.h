@@ -92,6 +92,15 @@ struct BoxOp {
 // the expected count, the bytes still to land, the phases completed, the boxes not yet copied.
 struct TxBar { int count = 0, pending = 0; long long tx = 0; unsigned phases = 0; std::vector<BoxOp> ops; };
 
+// A wgmma.mma_async in flight: performed when a wgmma.wait_group retires its group (emu.cuh).
+struct WgmmaOp {
+  float* d;
+  int n;             // the instruction's N (d holds n / 2 floats of this thread)
+  const uint32_t* a; // the A fragment's registers, read when the op is performed
+  uint64_t desc;
+  bool bf16;
+};
+
 struct Thread {
   Dim3 tidx;
   int block = 0;
@@ -106,6 +115,9 @@ struct Thread {
   std::vector<CopyOp> open;                 // issued, not yet committed
   int cluster_phase = 0;                    // barrier.cluster arrivals of this thread
   bool dep_waited = false;                  // griddepcontrol.wait executed
+  std::vector<std::vector<WgmmaOp>> wg_groups;  // committed wgmma groups, oldest first
+  std::vector<WgmmaOp> wg_open;                 // issued, not yet committed
+  std::map<float*, std::vector<float>> wg_sums; // accumulators of wgmmas in flight (d reads NaN meanwhile)
 };
 
 struct Warp {

@@ -170,8 +170,7 @@ JM_DEV u32 smem_u32(const void* p) {
 // matrix descriptor with the 128-byte swizzle, B K-major: token n's 64 k values a 128-byte row,
 // groups of 8 rows the descriptor's stride apart). Each warp of the warpgroup owns rows 16w..16w+15
 // of D and A (the m16n8k16 A layout); D's lane (g, t) holds rows g (+8), columns 8j + 2t (+1) in
-// d[4j + 0..3]. Performed at issue (the emulator has no asynchronous proxy): a kernel that
-// overwrote B or read D before wgmma.wait_group would not be caught.
+// d[4j + 0..3]. wgmma_issue below defers it to the wait_group that retires its group.
 template <bool BF16>
 JM_DEV void wgmma_m64k16(float* d, int n, const u32 (&a)[4], u64 desc) {
   if ((desc >> 62) != 1) emu::fail("wgmma: only the 128-byte swizzle descriptor is modelled");
@@ -204,6 +203,53 @@ JM_DEV void wgmma_m64k16(float* d, int n, const u32 (&a)[4], u64 desc) {
       }
     }
 }
+// The asynchronous side, as the PTX ISA leaves it to the hardware: an issued wgmma reads its A
+// registers and its shared-memory B only when a wgmma.wait_group retires its commit group, and
+// its accumulators read as NaN until then (their sums are kept aside). A kernel that rewrote A's
+// registers or B's stage, or read the sums, before the wait gets wrong or NaN results.
+JM_DEV void wgmma_issue(float* d, int n, const u32 (&a)[4], u64 desc, bool bf16) {
+  emu::Thread& th = emu::cur();
+  auto it = th.wg_sums.find(d);
+  if (it == th.wg_sums.end()) {
+    th.wg_sums.emplace(d, std::vector<float>(d, d + n / 2));
+    for (int i = 0; i < n / 2; ++i) d[i] = std::nanf("");
+  }
+  th.wg_open.push_back(emu::WgmmaOp{d, n, a, desc, bf16});
+}
+JM_DEV void wgmma_commit_group() {
+  emu::Thread& th = emu::cur();
+  th.wg_groups.push_back(std::move(th.wg_open));
+  th.wg_open.clear();
+}
+JM_DEV void wgmma_wait_group(int pending) {
+  emu::Thread& th = emu::cur();
+  if (!th.wg_open.empty()) emu::fail("wgmma.wait_group: wgmmas issued after the last commit_group");
+  while ((int)th.wg_groups.size() > pending) {
+    const std::vector<emu::WgmmaOp> group = std::move(th.wg_groups.front());
+    th.wg_groups.erase(th.wg_groups.begin());
+    for (const emu::WgmmaOp& op : group) {
+      float* sums = th.wg_sums.at(op.d).data();
+      const u32(&a)[4] = *reinterpret_cast<const u32(*)[4]>(op.a);
+      if (op.bf16)
+        wgmma_m64k16<true>(sums, op.n, a, op.desc);
+      else
+        wgmma_m64k16<false>(sums, op.n, a, op.desc);
+    }
+  }
+  // accumulators no wgmma in flight writes any more get their sums back
+  for (auto it = th.wg_sums.begin(); it != th.wg_sums.end();) {
+    bool busy = false;
+    for (const auto& g : th.wg_groups)
+      for (const emu::WgmmaOp& op : g) busy = busy || op.d == it->first;
+    if (busy) {
+      ++it;
+      continue;
+    }
+    std::copy(it->second.begin(), it->second.end(), it->first);
+    it = th.wg_sums.erase(it);
+  }
+}
+
 // stmatrix.m8n8.x4.trans: register q of lane (g, t) holds row g, columns 2t, 2t + 1 of matrix q;
 // lane 8q + c gives the address where column c of matrix q lands as a 16-byte row.
 JM_DEV void stmatrix_x4_trans(const u32 (&r)[4], void* smem) {
