@@ -1010,6 +1010,9 @@ def test_moe_models_include_a_swiglu_gpt_oss_and_refuse_unknown_names():
     assert bm.MODELS["gpt-oss-20b-silu"][:6] == bm.MODELS["gpt-oss-20b"][:6]
     assert bm.MODELS["gpt-oss-20b-silu"][6] == "silu" and bm.MODELS["gpt-oss-20b"][6] == "swigluoai"
     assert bm.MODELS["gpt-oss-20b"][4:6] == ("mxfp4", 32)
+    # humming asserts on gpt-oss's shapes: Qwen3-30B's and Mixtral's with mxfp4 codes as well
+    for name in ("qwen3-30b-a3b", "mixtral-8x7b"):
+        assert bm.MODELS[f"{name}-mxfp4"] == bm.MODELS[name][:4] + ("mxfp4", 32, "silu")
     assert bm.model_names("mixtral-8x7b,gpt-oss-20b-silu") == ["mixtral-8x7b", "gpt-oss-20b-silu"]
     assert bm.model_names("all") == list(bm.MODELS)
     with pytest.raises(SystemExit, match="unknown model"):

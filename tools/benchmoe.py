@@ -7,8 +7,9 @@ half the tokens put their first slot on expert 0. Floor: the bytes of the expert
 touches (w13 + w2 codes and scales) plus x and the output, over the copy bandwidth of the same run.
 Peers, same run, same routing:
   humming      humming-kernels' MoE GEMMs (tools/benchmoe_humming.py; its note says which modes),
-               timed on SwiGLU models only: gpt-oss-20b-silu (gpt-oss-20b's mxfp4 experts with SwiGLU)
-               is the like-for-like mxfp4 row
+               timed on SwiGLU models only: gpt-oss-20b-silu (gpt-oss-20b's mxfp4 experts with SwiGLU),
+               qwen3-30b-a3b-mxfp4 and mixtral-8x7b-mxfp4 (those shapes with mxfp4 codes) are the
+               like-for-like mxfp4 rows
   torch-bf16   torch's grouped GEMM (torch._grouped_mm) on bf16 weights, sort and sum in torch
   dense-loop   jitmarlin.linear looped over the touched experts (host knows the routing)
 """
@@ -46,6 +47,11 @@ MODELS = {name: model_shape(name) for name in QUANT}
 # gpt-oss-20b's experts with SwiGLU in place of their clamped swigluoai: humming's MoE path runs
 # SwiGLU only, so this row compares the mxfp4 grouped GEMMs with humming like for like.
 MODELS["gpt-oss-20b-silu"] = MODELS["gpt-oss-20b"][:6] + ("silu",)
+# humming's MoE heuristics assert on gpt-oss's expert shapes (hidden = intermediate = 2880), so the
+# mxfp4 comparison with humming (#59: uint4b8 and mxfp4 at least) also runs on these models'
+# shapes with mxfp4 codes (groups of 32, e8m0-valued scales).
+for _name in ("qwen3-30b-a3b", "mixtral-8x7b"):
+    MODELS[f"{_name}-mxfp4"] = MODELS[_name][:4] + ("mxfp4", 32, "silu")
 
 
 def model_names(shapes: str | None) -> list:
