@@ -1045,6 +1045,9 @@ def test_moe_sweep_trials_cover_splits_row_blocks_and_direct():
     whats = {w for w, _, _ in trials}
     assert {"up", "down", "tm", "splits", "tm+splits", "order", "sorted_h", "sorted_h+order", "kind"} <= whats
     assert {"sorted_x", "sorted_hx", "sorted_hx+order"} <= whats
+    p64 = problem("mixtral-8x7b", 64)  # 16 rows an expert: the GEMV kind in 16-row blocks too
+    rows16 = [kw for w, _, kw in bm.sweep_trials(prof, p64, plan_moe(prof, p64)) if w == "rows"]
+    assert len(rows16) == 1 and plan_moe(prof, p64, **rows16[0]).block_m == 16
     for w, _, kw in trials:  # x's sorted copy on the up stage only; H's layout on both or neither
         if w.startswith("sorted_"):
             pl = plan_moe(prof, p, **kw)

@@ -179,6 +179,47 @@ GEMV_TILES = [  # up (warps, kwarps, unroll), down (...), qtype, group: column t
 ]
 
 
+@pytest.mark.parametrize(
+    "qtype,group,act,routing",
+    [
+        ("uint4b8", 128, "float16", "uniform"),
+        ("mxfp4", 32, "bfloat16", "skewed"),
+        ("uint4", 64, "float16", "empty"),
+        ("uint8b128", -1, "bfloat16", "uniform"),
+        ("float8_e4m3fn", 128, "float16", "skewed"),
+        ("nvfp4", 16, "bfloat16", "uniform"),
+    ],
+)
+def test_moe_gemv_sixteen_rows(rng, seed, qtype, group, act, routing):
+    """The GEMV kind in blocks of 16 routed rows (plan.gemv_rows16: two token blocks a block, each
+    dequantised weight used twice), both stages, against the reference: 16 rows an expert on
+    average, one expert with more than 16 (several row blocks), or half the experts empty."""
+    from jitmarlin.kernels.moe.plan import gemv_rows16
+
+    e, t, k = 8, 64, 2
+    w13, w2 = _weights(rng, e, 256, 448, qtype, group, bias=True)
+    ids, tw = _routing(rng, t, k, e if routing != "empty" else e // 2)
+    if routing == "skewed":
+        ids[::2, 0] = np.where(ids[::2, 1] == 0, ids[::2, 0], 0)
+    prof = get_profile("h100")
+    problem = _problem(w13, w2, t, k, act)
+    g = plan_moe(prof, problem, gemv=True)
+    plan = plan_moe(prof, problem, up=gemv_rows16(g.up), down=gemv_rows16(g.down))
+    assert plan.block_m == 16 and plan.up.rows == plan.down.rows == 16
+    x = rng.standard_normal((t, 256))
+    out = emu.run_moe(plan, x, w13, w2, tw, ids, seed=seed)
+    xr = halves.from_bits(halves.to_bits(x, act), act)
+    check_output(
+        out,
+        moe_reference(xr, w13, w2, tw, ids, act=act),
+        act,
+        what=f"{plan.up.name} / {plan.down.name} {routing}",
+        seed=seed,
+        family="moe",
+        atol_u=ATOL_U_MOE,
+    )
+
+
 @pytest.mark.parametrize("up_t,down_t,qtype,group", GEMV_TILES)
 def test_moe_gemv_tiles(rng, seed, up_t, down_t, qtype, group):
     """MoEGemvSpec tiles other than the planner's: several column blocks a block with a partial

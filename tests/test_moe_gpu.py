@@ -285,6 +285,25 @@ def test_moe_gpu_mma_kernels_at_decode(rng, seed, qtype, group):
     _run_plan(cp, rng, seed, w13, w2, ids, tw, plan, f"moe mma.sync {qtype} T=7")
 
 
+@pytest.mark.parametrize("qtype,group", QTYPES)
+@pytest.mark.parametrize("t", [64, 100])
+def test_moe_gpu_gemv_sixteen_rows(rng, seed, qtype, group, t):
+    """The GEMV kind in blocks of 16 routed rows (kernels.moe.plan.gemv_rows16, by override): E=8,
+    k=2, 16 and 25 rows an expert (one and two row blocks), every type."""
+    cp = pytest.importorskip("cupy")
+    from jitmarlin.kernels.moe import MoEProblem, plan_moe
+    from jitmarlin.kernels.moe.plan import gemv_rows16
+
+    prof = _sm80_or_skip()
+    w13, w2 = _weights(qtype, group, 8)
+    p = MoEProblem(t, 2, 8, w13.n, w13.k, w2.n, w2.k, 128, 256, "float16", qtype, group)
+    g = plan_moe(prof, p, gemv=True)
+    plan = plan_moe(prof, p, up=gemv_rows16(g.up), down=gemv_rows16(g.down))
+    assert plan.block_m == 16
+    ids, tw = _routing(rng, t, 2, 8)
+    _run_plan(cp, rng, seed, w13, w2, ids, tw, plan, f"moe gemv 16 rows {qtype} T={t}")
+
+
 def test_moe_gpu_w2_of_another_quant_type(rng, seed):
     """A GGUF-style mix: w13 uint4 (zero points, group 32), w2 uint8b128 group 16."""
     cp = pytest.importorskip("cupy")

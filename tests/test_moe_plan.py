@@ -176,6 +176,39 @@ def test_direct_gemv_plans():
         MoEGemvSpec("sm80", "uint4b8", "float16", 8, 8, 2, 2, "up", "silu", 1).check()
 
 
+def test_sixteen_row_gemv_plans():
+    """gemv_rows16: the GEMV kind in blocks of 16 routed rows (two token blocks), by override: at most
+    8 warps, names end in r16 and canonical forms carry it (the 8-row defaults' do not), the route
+    pads each expert to 16 rows; refused with 16 warps, in a direct block, or on one stage only."""
+    from dataclasses import replace
+
+    from jitmarlin.errors import InputError
+    from jitmarlin.kernels.moe.plan import gemv_rows16
+    from jitmarlin.kernels.spec import spec_from_canonical
+
+    h = get_profile("h100")
+    p = _problem("mixtral-8x7b", 64, "float16")  # 16 rows an expert
+    g = plan_moe(h, p, gemv=True)
+    up, down = gemv_rows16(g.up), gemv_rows16(g.down)
+    for b, s in ((g.up, up), (g.down, down)):
+        assert s.rows == 16 and s.warps <= 8 and s.warps // s.kwarps == min(b.warps // b.kwarps, s.warps)
+        assert s.name.endswith("r16") and '"rows":16' in s.canonical() and '"rows"' not in b.canonical()
+        assert spec_from_canonical(s.canonical()) == s
+        assert s.smem_bytes() == 4 * s.warps * (16 * 64 + 4)  # each warp's sums of 16 rows
+    plan = plan_moe(h, p, up=up, down=down)
+    assert plan.block_m == plan.route.block_m == 16 and plan.max_blocks * 16 >= p.pairs + p.experts * 15
+    assert g.up.warps == 16 or g.down.warps == 16  # (so the 8-warp rule below is exercised)
+    for bad, msg in (
+        (replace(g.up if g.up.warps == 16 else g.down, rows=16), "at most 8 warps"),
+        (replace(up, direct=True), "direct"),
+        (replace(up, rows=12), "rows must be 8 or 16"),
+    ):
+        with pytest.raises(ValueError, match=msg):
+            bad.check()
+    with pytest.raises(InputError, match="rows"):
+        plan_moe(h, p, up=up, down=g.down)
+
+
 def test_pdl_gemv_plans():
     """plan_moe(pdl=True): the GEMV kind's three kernels built for programmatic dependent launch
     (names end in p, canonical forms carry it, the defaults' do not); refused off sm_90+, for
@@ -208,3 +241,27 @@ def test_pdl_gemv_plans():
         plan_moe(get_profile("a100"), _problem("qwen3-30b-a3b", 1, "float16"), pdl=True)
     with pytest.raises(InputError, match="GEMV kind"):
         plan_moe(h, _problem("mixtral-8x7b", 1024, "float16"), pdl=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("qtype", ["uint4b8", "float8_e4m3fn", "mxfp4"])
+def test_sixteen_row_gemv_kernels_compile_without_spills(qtype):
+    """gemv_rows16's tiles of the Mixtral T = 64 and Qwen3-30B T = 256 plans (16 rows an expert)
+    for sm_90 and sm_120, both dtypes: no spills (16 warps a block spilled: hence at most 8)."""
+    from jitmarlin.jit.cache import default_cache
+    from jitmarlin.kernels.moe.plan import gemv_rows16
+
+    for prof_name, arch in (("h100", "sm_90"), ("rtx-pro-6000", "sm_120")):
+        prof = get_profile(prof_name)
+        for act in ("float16", "bfloat16"):
+            for model, t in (("mixtral-8x7b", 64), ("qwen3-30b-a3b", 256)):
+                e, k, hidden, inter, _, _, activation = MODELS[model]
+                group = {"uint4b8": 128, "float8_e4m3fn": -1, "mxfp4": 32}[qtype]
+                n13, k13 = kernel_dims(2 * inter, hidden, group)
+                n2, k2 = kernel_dims(hidden, inter, group)
+                p = MoEProblem(t, k, e, n13, k13, n2, k2, inter, hidden, act, qtype, group, activation)
+                g = plan_moe(prof, p, gemv=True)
+                for spec in (gemv_rows16(g.up), gemv_rows16(g.down)):
+                    art, _, _ = default_cache().get(spec, arch)
+                    r = art.resources
+                    assert r["spill_stores"] == 0 and r["stack_bytes"] == 0, (spec.name, arch, r)

@@ -334,6 +334,14 @@ def _check_pdl(profile: DeviceProfile, up, down, gemv, wgmma, tm, pdl) -> bool:
     return True
 
 
+def gemv_rows16(spec: MoEGemvSpec) -> MoEGemvSpec:
+    """The 16-row version of a GEMV tile (two token blocks: an expert's weights streamed once for
+    up to 16 routed rows): at most 8 warps, the column blocks a block kept where they can be (16
+    warps with K split k ways become 8 with k / 2). By override only (the sweep's "rows" trial)."""
+    warps = min(spec.warps, 8)
+    return replace(spec, rows=16, warps=warps, kwarps=max(1, spec.kwarps // (spec.warps // warps)))
+
+
 def _gemv_plan(
     profile: DeviceProfile,
     p: MoEProblem,
@@ -398,9 +406,12 @@ def _gemv_plan(
     for what, n in (("splits", splits), ("up_splits", up_splits)):
         if n not in (None, 1):
             raise InputError(f"{what} must be 1 in a GEMV plan (a block sums the whole of K), got {n!r}")
-    route = MoERouteSpec(p.act, 8, profile.path, pdl)  # direct too: its module holds the combine kernel
+    if up.rows != down.rows:
+        raise InputError(f"both GEMV stages take the aligned list's row blocks: rows {up.rows} != {down.rows}")
+    bm = up.rows  # 8, or 16 by override (two token blocks a block)
+    route = MoERouteSpec(p.act, bm, profile.path, pdl)  # direct too: its module holds the combine kernel
     route.check()
-    return MoEPlan(p, route, up, down, p.pairs if direct else max_blocks(p.pairs, p.experts, 8), 1, 1)
+    return MoEPlan(p, route, up, down, p.pairs if direct else max_blocks(p.pairs, p.experts, bm), 1, 1)
 
 
 def _wgmma_plan(

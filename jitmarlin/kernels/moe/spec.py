@@ -149,7 +149,9 @@ class MoEGemvSpec(_WeightFormat):
     set, of the canonical form; off, both are as before the field existed). pdl: built for
     programmatic dependent launch (sm_90+; names end in `p`): the up stage lets the w2 grid
     start once its K loop is done; the down stage, launched behind it, requests its first
-    weights before waiting for the up grid (H) and lets the combine start in turn.
+    weights before waiting for the up grid (H) and lets the combine start in turn. rows: routed
+    rows a block, 8 (one n8 token block) or 16 (two: an expert's weights streamed once for up to
+    16 rows; names end in `r16`, by override only).
     """
 
     route: ClassVar[str] = "moe"
@@ -165,6 +167,7 @@ class MoEGemvSpec(_WeightFormat):
     activation: str = "silu"
     direct: bool = False
     pdl: bool = False
+    rows: int = 8
 
     @property
     def gated(self) -> bool:
@@ -188,10 +191,10 @@ class MoEGemvSpec(_WeightFormat):
         as in GemvSpec."""
         return self.group_blocks >= 4 and not self.affine
 
-    # the tile vocabulary of MoEPlan: 8 routed rows, the block's columns, a batch of K
+    # the tile vocabulary of MoEPlan: 8 or 16 routed rows, the block's columns, a batch of K
     @property
     def tile_m(self) -> int:
-        return 8
+        return self.rows
 
     @property
     def tile_n(self) -> int:
@@ -214,8 +217,8 @@ class MoEGemvSpec(_WeightFormat):
         return 1
 
     def smem_bytes(self) -> int:
-        """Each warp's sums: 8 rows x 64 fp32 columns, plus 16 bytes of padding."""
-        return 4 * self.warps * (8 * 64 + 4)
+        """Each warp's sums: `rows` rows x 64 fp32 columns, plus 16 bytes of padding."""
+        return 4 * self.warps * (self.rows * 64 + 4)
 
     def smem_per_sm(self) -> int:
         return self.smem_bytes() + 1024
@@ -242,12 +245,20 @@ class MoEGemvSpec(_WeightFormat):
         for flag in ("direct", "pdl"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
+        if self.rows not in (8, 16) or isinstance(self.rows, bool):
+            raise ValueError(f"rows must be 8 or 16 (one or two n8 token blocks), got {self.rows!r}")
+        if self.rows == 16 and self.direct:
+            raise ValueError("a direct block is one pair: rows must be 8")
+        if self.rows == 16 and self.warps > 8:
+            raise ValueError("16 rows a block take at most 8 warps (two token blocks' sums need > 128 registers)")
 
     def canonical(self) -> str:
         d = asdict(self)
         for flag in ("direct", "pdl"):  # (off: cache keys and tuned records stay as they were)
             if not d[flag]:
                 del d[flag]
+        if d["rows"] == 8:
+            del d["rows"]
         d["family"] = "moe_gemv"
         return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
@@ -259,6 +270,7 @@ class MoEGemvSpec(_WeightFormat):
         return (
             f"jm_moe_gemv_{what}_{self.path}_{self.qtype}_{ACT_DTYPES[self.act]}_{self.group_tag}"
             f"_w{self.warps}k{self.kwarps}u{self.unroll}{'d' if self.direct else ''}{'p' if self.pdl else ''}"
+            + (f"r{self.rows}" if self.rows != 8 else "")
         )
 
 
