@@ -441,6 +441,8 @@ inline uint16_t d2b(double x) { return (uint16_t)round_binary(x, 8, 7); }
 // ---- scheduler ----
 inline void fiber_main() {
   g_rt->entry();
+  if (!g_rt->cur->wg_groups.empty() || !g_rt->cur->wg_open.empty())
+    fail("a thread exited with wgmmas in flight (no wgmma.wait_group retired them)");
   g_rt->cur->done = true;
   cur_block().exited++;
   g_rt->progress++;
