@@ -101,6 +101,17 @@ def test_wgmma_planner_plans_on_emulator(m, n, k, sms, seed, rng):
     _check_dense(rng, seed, m, n, k, "bfloat16", "uint4b8", 128, lambda prof, p: choose_fused_spec(prof, p), sms)
 
 
+def test_wgmma_pdl_kernel_waits_before_x_on_emulator(seed, rng, monkeypatch):
+    """Built for programmatic dependent launch, the wgmma kernel runs right on the emulator, which
+    fails any thread that touches x, bias, the output or the workspace before griddepcontrol.wait;
+    with the wait taken out that is caught."""
+    pl = _check_dense(rng, seed, 77, 320, 576, "float16", "uint4b8", 128, _tile(8, 8, 4, 4, pdl=True), 4)
+    assert pl.spec.pdl
+    _planted(monkeypatch, "  grid_dep_wait();\n  grid_dep_launch();\n", "  grid_dep_launch();\n")
+    with pytest.raises(emu.EmuError, match="before griddepcontrol.wait"):
+        _check_dense(rng, seed, 77, 320, 576, "float16", "uint4b8", 128, _tile(8, 8, 4, 4, pdl=True), 4, record=False)
+
+
 def _planted(monkeypatch, good, bad):
     """emu.render with `good` replaced by `bad` in the dense wgmma kernel's source (asserted present)."""
     real = emu.render
