@@ -153,6 +153,14 @@ def moe_specs(prof):
         if plan.gemv and prof.cc >= (9, 0):  # and the pdl GEMV plans (test_moe_gpu.py -k pdl)
             pdl = plan_moe(prof, p, pdl=True)
             yield from (pdl.route, pdl.up, pdl.down)
+    if prof.path == "sm80":  # the GEMV kind in 16-row blocks (test_moe_gpu.py -k sixteen)
+        from jitmarlin.kernels.moe.plan import gemv_rows16
+
+        for qt, g in QTYPES:
+            for t in (64, 100):
+                g16 = plan_moe(prof, problem(t, 2, 8, 256, 128, "float16", qt, g), gemv=True)
+                plan = plan_moe(prof, g16.problem, up=gemv_rows16(g16.up), down=gemv_rows16(g16.down))
+                yield from (plan.route, plan.up, plan.down)
 
 
 def moe_sweep_specs(prof, tokens=(1, 16, 256), models=None):
