@@ -390,12 +390,9 @@ def run_moe_permute(plan, x_bits: np.ndarray, sorted_ids, n_rows: int, *, seed: 
     xs = np.full((plan.sorted_rows + guard_rows, a.shape[1]), poison, dtype=np.uint16)
     srt = np.ascontiguousarray(sorted_ids, dtype=np.int32)
     nr = np.array([n_rows], dtype=np.int32)
-    ptrs, sizes = _ptrs([a, srt, nr, xs])
-    sizes[3] = plan.sorted_rows * a.shape[1] * 2
-    dims = (ctypes.c_int * 4)(p.pairs, p.topk, a.shape[1], a.shape[1])
-    err = ctypes.create_string_buffer(512)
-    if lib.jm_emu_moe_permute(plan.permute_grid, ptrs, sizes, dims, seed, err, len(err)):
-        raise EmuError(f"{spec.name}_permute: {err.value.decode()}")
+    sizes = [a.nbytes, srt.nbytes, nr.nbytes, plan.sorted_rows * a.shape[1] * 2]
+    dims = [p.pairs, p.topk, a.shape[1], a.shape[1]]
+    _call(lib.jm_emu_moe_permute, f"{spec.name}_permute", plan.permute_grid, [a, srt, nr, xs], sizes, dims, seed)
     if not np.all(xs[plan.sorted_rows :] == poison):
         raise EmuError(f"{spec.name}_permute: the kernel wrote past the end of its rows")
     return xs[: plan.sorted_rows]

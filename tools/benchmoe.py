@@ -367,11 +367,6 @@ def wgmma_tiles(prof, problem, tm):
     }
 
 
-def rows_per_expert_even(problem) -> int:
-    """Routed rows an expert gets under an even routing."""
-    return -(-problem.pairs // max(1, min(problem.experts, problem.pairs)))
-
-
 def sweep_trials(prof, problem, base):
     """The alternatives tools/bench --moe --sweep times against the planner's plan `base`: a list of
     (what, choice, plan_moe keyword arguments). tools/prewarm_suite.py compiles the same list."""
@@ -379,6 +374,9 @@ def sweep_trials(prof, problem, base):
 
     from jitmarlin.kernels.moe import plan_moe
     from jitmarlin.kernels.moe.plan import gemv_rows16, stage_candidates
+    from jitmarlin.kernels.moe.wgmma import rows_per_expert
+
+    rows = rows_per_expert(problem.pairs, problem.experts)  # under an even routing
 
     trials = [("up", s, {"up": s, "down": base.down}) for s in stage_candidates(prof, problem, base, "up")]
     trials += [("down", s, {"down": s, "up": base.up}) for s in stage_candidates(prof, problem, base, "down")]
@@ -395,7 +393,7 @@ def sweep_trials(prof, problem, base):
         ]
     if base.wgmma:  # the wgmma kind's other row blocks (both stages share one), and mma.sync
         # (256-row blocks where an even routing gives an expert more than 64 rows)
-        tms = (2, 4, 8, 16) if rows_per_expert_even(problem) > 64 else (2, 4, 8)
+        tms = (2, 4, 8, 16) if rows > 64 else (2, 4, 8)
         trials += [("tm", tm, wgmma_tiles(prof, problem, tm)) for tm in tms if tm != base.up.tm]
         # its down stage's K splits (by override only until timed)
         trials += [("splits", n, {"splits": n}) for n in (2, 3, 4) if n <= problem.k2 // base.down.tile_k]
@@ -419,7 +417,7 @@ def sweep_trials(prof, problem, base):
             down = dc_replace(base.down, sorted_h=sh, tile_major=tm_)
             trials.append((what, "on", {"up": up, "down": down}))
         trials.append(("kind", "mma", {"wgmma": False}))
-    if problem.tokens > 1 and rows_per_expert_even(problem) <= 16:  # GEMV blocks of 16 rows (two token blocks)
+    if problem.tokens > 1 and rows <= 16:  # GEMV blocks of 16 rows (two token blocks)
         try:
             g = plan_moe(prof, problem, gemv=True)
             trials.append(("rows", 16, {"up": gemv_rows16(g.up), "down": gemv_rows16(g.down)}))
