@@ -132,6 +132,7 @@ class _Runner:
         self.ws_ptrs = tuple(_u64(0 if a is None else a.data.ptr) for a in (self.h, self.y, self.yp, self.hp))
         # sorted_x: x's rows in the aligned list's order, for the up stage's TMA boxes
         self.xs = ws("xs", cp.uint16, (plan.sorted_rows, problem.hidden)) if self.permute is not None else None
+        self.xs_ptr = _u64(0 if self.xs is None else self.xs.data.ptr)
         b13, s13, z13, g13, bias13 = w13.to_device(device, act)
         b2, s2, z2, g2, bias2 = w2.to_device(device, act)
 
@@ -148,16 +149,17 @@ class _Runner:
         if plan.wgmma:
             self.up_maps = weight_maps(plan.up, w13.num_experts, w13.n, w13.k, *(int(v) for v in self.up_w[:3]))
             self.down_maps = weight_maps(plan.down, w2.num_experts, w2.n, w2.k, *(int(v) for v in self.down_w[:3]))
-            if plan.down.sorted_h:  # H's row blocks as TMA boxes (128-byte swizzle: the wgmma layout)
-                box = (64, plan.down.tile_m)
-                hmap = launch.tensor_map_2d(int(self.h.data.ptr), 2, (p.inter, plan.h_rows), 2 * p.inter, box, True)
-                self.down_maps += (hmap,)
-            if self.xs is not None:  # (sorted_x) x's sorted copy the same way
-                box = (64, plan.up.tile_m)
-                xmap = launch.tensor_map_2d(
-                    int(self.xs.data.ptr), 2, (p.hidden, plan.sorted_rows), 2 * p.hidden, box, True
-                )
-                self.up_maps += (xmap,)
+
+            # row-sorted A operands (sorted_h's H, sorted_x's copy of x): a row block's rows as one
+            # TMA box of 64 columns (128-byte swizzle: the wgmma layout)
+            def rows_map(a, cols: int, tile_m: int):
+                rows = a.shape[0]
+                return (launch.tensor_map_2d(int(a.data.ptr), 2, (cols, rows), 2 * cols, (64, tile_m), True),)
+
+            if plan.down.sorted_h:
+                self.down_maps += rows_map(self.h, p.inter, plan.down.tile_m)
+            if self.xs is not None:
+                self.up_maps += rows_map(self.xs, p.hidden, plan.up.tile_m)
         self.ints = {
             name: np.int32(v)
             for name, v in dict(
@@ -198,7 +200,7 @@ class _Runner:
             )
         a_up = _u64(x_ptr)
         if self.permute is not None:  # sorted_x: x's rows into the aligned list's order first
-            a_up = _u64(self.xs.data.ptr)
+            a_up = self.xs_ptr
             self.permute(
                 (plan.permute_grid,),
                 (plan.up.threads,),
