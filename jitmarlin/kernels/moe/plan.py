@@ -189,12 +189,14 @@ def _gemv_spec(
     routing times the column blocks keep GEMV_WARPS_PER_SM warps an SM streaming (each warp at
     least three batches: on an H100 Qwen3-30B-A3B's w13 at T = 1 ran 16% faster with four a warp
     than with two, tools/PERF.md e115), blocks of 16, 8 or 4 warps with as many column blocks as
-    fill the SMs. None where no batch size divides K."""
+    fill the SMs; batches of at most four 16-byte loads a lane (4 k16 rows of a 4-bit type, 2 of
+    an 8-bit one: 8-bit batches of 4 spilled at the 128 registers of 16 warps an SM,
+    MoEGemvSpec.occupancy). None where no batch size divides K."""
     gb = group_blocks(dense)
     bits = MoEGemvSpec(profile.path, dense.qtype, dense.act, gb, 8, 1, 1, stage, activation).bits
     rows = dense.k // 16
     unroll = next(
-        (u for u in (4, 2, 1) if rows % u == 0 and u * bits // 4 <= 8 and (gb <= 0 or gb % u == 0 or u % gb == 0)), None
+        (u for u in (4, 2, 1) if rows % u == 0 and u * bits // 4 <= 4 and (gb <= 0 or gb % u == 0 or u % gb == 0)), None
     )
     if unroll is None or dense.k % 16:
         return None

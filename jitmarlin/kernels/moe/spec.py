@@ -210,7 +210,12 @@ class MoEGemvSpec(_WeightFormat):
 
     @property
     def occupancy(self) -> int:
-        return 1
+        """Blocks an SM the kernel is built for (its launch bounds): 8-row blocks with up to four
+        16-byte loads a lane and batch as many as make 16 warps, so at most 128 registers a
+        thread. Unbounded, the compiler gave 4- and 8-warp blocks of the 4-bit types 141-192
+        registers (sm_90): one 8-warp block an SM, half the warps the plans count on to stream
+        weights. Larger batches (8-bit types at unroll 4) and 16-row blocks need more: one."""
+        return 16 // self.warps if self.rows == 8 and self.unroll * self.bits // 4 <= 4 else 1
 
     @property
     def cluster(self) -> int:
@@ -221,7 +226,7 @@ class MoEGemvSpec(_WeightFormat):
         return 4 * self.warps * (self.rows * 64 + 4)
 
     def smem_per_sm(self) -> int:
-        return self.smem_bytes() + 1024
+        return self.occupancy * (self.smem_bytes() + 1024)
 
     def check(self) -> None:
         """Raise ValueError when the fields do not describe a buildable kernel."""
@@ -237,6 +242,8 @@ class MoEGemvSpec(_WeightFormat):
             raise ValueError(f"kwarps={self.kwarps} must be a power of two dividing warps={self.warps}")
         if self.unroll not in (1, 2, 4, 8) or self.unroll * self.bits // 4 > 8:
             raise ValueError(f"unroll must be 1, 2, 4 or 8 with at most 8 16-byte loads a batch, got {self.unroll}")
+        if self.warps == 16 and self.unroll * self.bits // 4 > 4:
+            raise ValueError("16 warps a block take at most 4 16-byte loads a batch (more spill at 128 registers)")
         if self.group_blocks > 0 and self.unroll % self.group_blocks and self.group_blocks % self.unroll:
             raise ValueError("group size and batch (unroll) must divide one another")
         if self.group_blocks < 0 and self.affine:
