@@ -333,3 +333,28 @@ def test_gemv_tiles_fit_their_launch_bounds(arch):
                     assert r["spill_stores"] <= 8 and r["stack_bytes"] <= 8, (s.name, arch, r)
                 else:
                     assert r["spill_stores"] == 0 and r["stack_bytes"] == 0, (s.name, arch, r)
+
+
+def test_decode_gemv_tiles_balance_the_sms():
+    """At T = 1 the planner trades a tile whose blocks take one wave and a half for one whose
+    blocks are all resident and spread evenly, where that is clearly better: gpt-oss-20b's w13
+    (4 pairs x 90 column blocks) as 360 blocks of 4 warps, not 180 of 16 (the busiest SM's load
+    over an even share 0.91, not 0.68); Qwen3-30B and Mixtral keep theirs; T > 1 is untouched."""
+    from jitmarlin.kernels.moe.plan import _balance
+
+    h = get_profile("h100")
+    assert round(_balance(h, 4, 90, 16, 8), 2) == 0.68 and round(_balance(h, 4, 90, 4, 4), 2) == 0.91
+    got = {}
+    for model in ("gpt-oss-20b", "qwen3-30b-a3b", "mixtral-8x7b"):
+        plan = plan_moe(h, _problem(model, 1, "float16"))
+        assert plan.gemv and plan.direct
+        got[model] = ((plan.up.warps, plan.up.kwarps), (plan.down.warps, plan.down.kwarps))
+        for spec, n in ((plan.up, plan.problem.n13), (plan.down, plan.problem.n2)):
+            assert plan.grid(spec, n) <= h.sms * spec.occupancy or spec.warps == 16, (model, spec.name)
+    assert got == {
+        "gpt-oss-20b": ((4, 4), (8, 8)),
+        "qwen3-30b-a3b": ((8, 8), (4, 4)),
+        "mixtral-8x7b": ((16, 4), (16, 16)),
+    }
+    t16 = plan_moe(h, _problem("gpt-oss-20b", 16, "float16"))
+    assert (t16.up.warps, t16.up.kwarps) == (4, 1)  # the T = 16 rule as before

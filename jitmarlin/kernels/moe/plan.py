@@ -183,7 +183,7 @@ GEMV_WARPS_PER_SM = 16  # warps streaming weights at once that the GEMV plans ai
 
 
 def _gemv_spec(
-    profile: DeviceProfile, dense: Problem, stage: str, activation: str, row_blocks: int
+    profile: DeviceProfile, dense: Problem, stage: str, activation: str, row_blocks: int, balance: bool = False
 ) -> MoEGemvSpec | None:
     """The GEMV tile of one grouped GEMM: K split over enough warps that the row blocks of an even
     routing times the column blocks keep GEMV_WARPS_PER_SM warps an SM streaming (each warp at
@@ -191,7 +191,8 @@ def _gemv_spec(
     than with two, tools/PERF.md e115), blocks of 16, 8 or 4 warps with as many column blocks as
     fill the SMs; batches of at most four 16-byte loads a lane (4 k16 rows of a 4-bit type, 2 of
     an 8-bit one: 8-bit batches of 4 spilled at the 128 registers of 16 warps an SM,
-    MoEGemvSpec.occupancy). None where no batch size divides K."""
+    MoEGemvSpec.occupancy). balance (T = 1): _balanced_tile's tile where it spreads the work
+    clearly better. None where no batch size divides K."""
     gb = group_blocks(dense)
     bits = MoEGemvSpec(profile.path, dense.qtype, dense.act, gb, 8, 1, 1, stage, activation).bits
     rows = dense.k // 16
@@ -208,9 +209,38 @@ def _gemv_spec(
     warps = 16 if kw >= 4 else 8
     while warps > max(4, kw) and (n64 % (warps // kw) or row_blocks * (n64 // (warps // kw)) < profile.sms):
         warps //= 2
+    if balance:
+        warps, kw = _balanced_tile(profile, row_blocks, n64, warps, kw)
     spec = MoEGemvSpec(profile.path, dense.qtype, dense.act, gb, warps, kw, unroll, stage, activation)
     spec.check()
     return spec
+
+
+def _balance(profile: DeviceProfile, row_blocks: int, n64: int, warps: int, kw: int) -> float:
+    """The share of the busiest SM's work that an even split would give it: the blocks go round
+    the SMs, so the busiest takes ceil(blocks / SMs) of them, `warps // kw` column blocks each."""
+    cb = warps // kw
+    blocks = row_blocks * -(-n64 // cb)
+    return row_blocks * n64 / profile.sms / (-(-blocks // profile.sms) * cb)
+
+
+def _balanced_tile(profile: DeviceProfile, row_blocks: int, n64: int, warps: int, kw: int) -> tuple[int, int]:
+    """(warps, kwarps) of a GEMV tile with no more K-warps whose blocks are all resident at once
+    (16 warps an SM, MoEGemvSpec.occupancy) and that leaves the busiest SM at least 15 points less
+    over an even share; else the given ones. On an H100 gpt-oss-20b's w13 at T = 1 (4 pairs x 90
+    column blocks) ran 38.9 -> 32.8 us as 360 blocks of 4 warps (K over 4) instead of 180 of 16
+    (K over 8, two column blocks a block: one wave and a half, the busiest SMs twice 2.7 column
+    blocks' share); no other measured T = 1 tile had such an alternative (tools/PERF.md e131).
+    Applied at T = 1 only, where that was measured."""
+    best, best_eff = (warps, kw), _balance(profile, row_blocks, n64, warps, kw) + 0.15
+    for w in (16, 8, 4):
+        for k in (16, 8, 4, 2, 1):
+            if k > min(w, kw) or n64 % (w // k) or row_blocks * (n64 // (w // k)) > profile.sms * (16 // w):
+                continue
+            eff = _balance(profile, row_blocks, n64, w, k)
+            if eff > best_eff:
+                best, best_eff = (w, k), eff
+    return best
 
 
 def plan_moe(
@@ -379,8 +409,8 @@ def _gemv_plan(
     if profile.path != "sm80":
         raise InputError(f"GEMV MoE plans run on the sm80 path (sm_80+), not {profile.name}'s {profile.path}")
     row_blocks = max(min(p.experts, p.pairs), -(-p.pairs // 8))
-    up = up or _gemv_spec(profile, d13, "up", p.activation, row_blocks)
-    down = down or _gemv_spec(profile, d2, "down", "", row_blocks)
+    up = up or _gemv_spec(profile, d13, "up", p.activation, row_blocks, balance=p.tokens == 1)
+    down = down or _gemv_spec(profile, d2, "down", "", row_blocks, balance=p.tokens == 1)
     if up is None or down is None:
         if want:
             raise InputError(f"no GEMV batch size divides K ({p.k13}, {p.k2}) for {p.qtype}")
