@@ -12,7 +12,15 @@ from dataclasses import dataclass, replace
 
 from jitmarlin.errors import InputError, UnsupportedError
 from jitmarlin.jit.profiles import DeviceProfile
-from jitmarlin.kernels.moe.spec import ACTIVATIONS, ROUTE_THREADS, MoEGemvSpec, MoERouteSpec, MoESpec
+from jitmarlin.kernels.moe.spec import (
+    ACTIVATIONS,
+    GEMV_BOUNDED_LOADS,
+    GEMV_WARPS_PER_SM,
+    ROUTE_THREADS,
+    MoEGemvSpec,
+    MoERouteSpec,
+    MoESpec,
+)
 from jitmarlin.kernels.moe.wgmma import MoEWgmmaSpec, fits, wgmma_candidates, wgmma_default, wgmma_stage_spec, wgmma_tm
 from jitmarlin.kernels.plan_base import PATH_MAX_STAGES, check_problem, group_blocks, max_tm, wgmma_available
 from jitmarlin.kernels.problem import Problem
@@ -179,7 +187,6 @@ def _spec(profile: DeviceProfile, dense: Problem, tm: int, stage: str, activatio
 # Decode: where an even routing gives each expert at most this many rows, the two grouped GEMMs
 # are the GEMV kind (MoEGemvSpec, rows in blocks of 8) on the sm80 path.
 GEMV_MAX_ROWS = 8
-GEMV_WARPS_PER_SM = 16  # warps streaming weights at once that the GEMV plans aim for
 
 
 def _gemv_spec(
@@ -197,7 +204,12 @@ def _gemv_spec(
     bits = MoEGemvSpec(profile.path, dense.qtype, dense.act, gb, 8, 1, 1, stage, activation).bits
     rows = dense.k // 16
     unroll = next(
-        (u for u in (4, 2, 1) if rows % u == 0 and u * bits // 4 <= 4 and (gb <= 0 or gb % u == 0 or u % gb == 0)), None
+        (
+            u
+            for u in (4, 2, 1)
+            if rows % u == 0 and u * bits // 4 <= GEMV_BOUNDED_LOADS and (gb <= 0 or gb % u == 0 or u % gb == 0)
+        ),
+        None,
     )
     if unroll is None or dense.k % 16:
         return None
@@ -235,7 +247,8 @@ def _balanced_tile(profile: DeviceProfile, row_blocks: int, n64: int, warps: int
     best, best_eff = (warps, kw), _balance(profile, row_blocks, n64, warps, kw) + 0.15
     for w in (16, 8, 4):
         for k in (16, 8, 4, 2, 1):
-            if k > min(w, kw) or n64 % (w // k) or row_blocks * (n64 // (w // k)) > profile.sms * (16 // w):
+            resident = profile.sms * (GEMV_WARPS_PER_SM // w)  # blocks at once (MoEGemvSpec.occupancy)
+            if k > min(w, kw) or n64 % (w // k) or row_blocks * (n64 // (w // k)) > resident:
                 continue
             eff = _balance(profile, row_blocks, n64, w, k)
             if eff > best_eff:

@@ -33,6 +33,10 @@ def check_stage(stage: str, activation: str) -> None:
 
 
 ROUTE_THREADS = 1024  # the alignment kernel is one block
+# The GEMV kind: warps streaming weights at once that its plans aim for, and the 16-byte loads a
+# lane and batch that fit the 128 registers a thread this leaves (more spilled: MoEGemvSpec.occupancy)
+GEMV_WARPS_PER_SM = 16
+GEMV_BOUNDED_LOADS = 4
 
 
 @dataclass(frozen=True)
@@ -215,7 +219,12 @@ class MoEGemvSpec(_WeightFormat):
         thread. Unbounded, the compiler gave 4- and 8-warp blocks of the 4-bit types 141-192
         registers (sm_90): one 8-warp block an SM, half the warps the plans count on to stream
         weights. Larger batches (8-bit types at unroll 4) and 16-row blocks need more: one."""
-        return 16 // self.warps if self.rows == 8 and self.unroll * self.bits // 4 <= 4 else 1
+        return GEMV_WARPS_PER_SM // self.warps if self.rows == 8 and self.batch_loads <= GEMV_BOUNDED_LOADS else 1
+
+    @property
+    def batch_loads(self) -> int:
+        """16-byte loads a lane issues a batch: `unroll` k16 rows of bits / 4 each."""
+        return self.unroll * self.bits // 4
 
     @property
     def cluster(self) -> int:
@@ -240,10 +249,13 @@ class MoEGemvSpec(_WeightFormat):
             raise ValueError(f"warps must be 4, 8 or 16, got {self.warps}")
         if self.kwarps not in (1, 2, 4, 8, 16) or self.warps % self.kwarps:
             raise ValueError(f"kwarps={self.kwarps} must be a power of two dividing warps={self.warps}")
-        if self.unroll not in (1, 2, 4, 8) or self.unroll * self.bits // 4 > 8:
+        if self.unroll not in (1, 2, 4, 8) or self.batch_loads > 8:
             raise ValueError(f"unroll must be 1, 2, 4 or 8 with at most 8 16-byte loads a batch, got {self.unroll}")
-        if self.warps == 16 and self.unroll * self.bits // 4 > 4:
-            raise ValueError("16 warps a block take at most 4 16-byte loads a batch (more spill at 128 registers)")
+        if self.warps == 16 and self.batch_loads > GEMV_BOUNDED_LOADS:
+            raise ValueError(
+                f"16 warps a block take at most {GEMV_BOUNDED_LOADS} 16-byte loads a batch "
+                "(more spill at 128 registers)"
+            )
         if self.group_blocks > 0 and self.unroll % self.group_blocks and self.group_blocks % self.unroll:
             raise ValueError("group size and batch (unroll) must divide one another")
         if self.group_blocks < 0 and self.affine:
@@ -312,7 +324,8 @@ class MoERouteSpec:
             raise ValueError(f"unknown activation dtype {self.act!r}")
         if self.block_m not in (8, 16, 32, 48, 64, 128, 256):
             raise ValueError(
-                f"block_m must be 8 (the gemv stages), 16, 32, 48, 64 or 128 (the wgmma stages), got {self.block_m}"
+                f"block_m must be 8 or 16 (the gemv stages), 16, 32, 48, 64, 128 or 256 (the mma.sync and "
+                f"wgmma stages), got {self.block_m}"
             )
         if self.path not in ("sm70", "sm75", "sm80"):
             raise ValueError(f"unknown code path {self.path!r}")
