@@ -7,6 +7,7 @@ import pytest
 
 from jitmarlin.errors import InputError
 from jitmarlin.kernels.moe import MoESpec, MoEWgmmaSpec
+from jitmarlin.kernels.moe.plan import AUTO_PDL
 from jitmarlin.service import fleet, fleet_moe
 from jitmarlin.service.cli import main
 
@@ -156,7 +157,9 @@ def test_cli_inspect_moe(capsys):
     assert [k["stage"] for k in r["kernels"]] == ["route", "up", "down"]
     # decode on sm_90: the GEMV kind (8-row blocks, no K splits), direct at T = 1 (a row block a pair)
     assert r["kind"] == "gemv" and r["down_k_splits"] == 1 and r["max_blocks"] == 2 and r["block_m"] == 8
-    assert r["direct"] is True and r["kernels"][2]["kernel"].endswith("d")
+    # and on sm_90 (where AUTO_PDL) the w2 GEMV and the combine launched with PDL (names end in dp)
+    assert r["direct"] is True and r["pdl"] is AUTO_PDL
+    assert r["kernels"][2]["kernel"].endswith("dp" if AUTO_PDL else "d")
     assert r["kernels"][1]["kernel"].startswith("jm_moe_gemv_up_silu_sm80_uint4b8")
     assert all(k["spill_stores"] == 0 for k in r["kernels"])
     assert (

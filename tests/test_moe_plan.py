@@ -146,8 +146,8 @@ def test_direct_gemv_plans():
         if not base.gemv:
             assert not plan_moe(h, p).direct
             continue
-        plan = plan_moe(h, p, direct=True)
-        assert plan_moe(h, p) == plan and plan_moe(h, p, gemv=True) == plan
+        plan = plan_moe(h, p, direct=True, pdl=False)  # (the default adds pdl on sm_90: test_auto_pdl)
+        assert plan_moe(h, p, pdl=False) == plan and plan_moe(h, p, gemv=True, pdl=False) == plan
         for kw in (dict(up=base.up, down=base.down), dict(splits=1, direct=False)):
             assert not plan_moe(h, p, **kw).direct
         assert not base.direct and plan.direct and plan.max_blocks == p.topk
@@ -222,7 +222,7 @@ def test_pdl_gemv_plans():
     h = get_profile("h100")
     for t in (1, 4):
         p = _problem("qwen3-30b-a3b", t, "bfloat16")
-        base, plan = plan_moe(h, p), plan_moe(h, p, pdl=True)
+        base, plan = plan_moe(h, p, pdl=False), plan_moe(h, p, pdl=True)
         assert base.gemv and not base.pdl and plan.pdl and plan.direct == base.direct == (t == 1)
         for b, s in ((base.up, plan.up), (base.down, plan.down)):
             assert s == replace(b, pdl=True) and s.name == b.name + "p"
@@ -241,6 +241,35 @@ def test_pdl_gemv_plans():
         plan_moe(get_profile("a100"), _problem("qwen3-30b-a3b", 1, "float16"), pdl=True)
     with pytest.raises(InputError, match="GEMV kind"):
         plan_moe(h, _problem("mixtral-8x7b", 1024, "float16"), pdl=True)
+
+
+def test_auto_pdl(monkeypatch):
+    """pdl=None (the default) with AUTO_PDL: the planner's direct GEMV plans on sm_90+ are its pdl
+    plans (e125); sorted GEMV plans, other kinds, tiles given by the caller, pdl=False and GPUs
+    before sm_90 keep plain launches. Without AUTO_PDL (until its GPU test has run) no default
+    plan has PDL."""
+    from jitmarlin.kernels.moe import plan as moe_plan
+
+    h, a = get_profile("h100"), get_profile("a100")
+    monkeypatch.setattr(moe_plan, "AUTO_PDL", False)
+    assert not any(plan_moe(h, _problem(m, 1, "float16")).pdl for m in MODELS)
+    monkeypatch.setattr(moe_plan, "AUTO_PDL", True)
+    seen = 0
+    for model in MODELS:
+        for act in ("float16", "bfloat16"):
+            for t in (1, 4, 256):
+                p = _problem(model, t, act)
+                plan, off = plan_moe(h, p), plan_moe(h, p, pdl=False)
+                assert plan.pdl == (off.gemv and off.direct), (model, t)
+                if plan.pdl:
+                    seen += 1
+                    assert plan == plan_moe(h, p, pdl=True) == plan_moe(h, p, direct=True)
+                    assert not plan_moe(h, p, up=off.up, down=off.down).pdl  # the caller's tiles, as given
+                    assert not plan_moe(h, p, direct=False).pdl
+                assert not plan_moe(a, p).pdl
+    assert seen >= len(MODELS)  # every model's T = 1 plan is direct on the H100
+    with pytest.raises(Exception, match="True, False or None"):
+        plan_moe(h, _problem("mixtral-8x7b", 1, "float16"), pdl=1)
 
 
 @pytest.mark.slow

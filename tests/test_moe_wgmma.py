@@ -196,8 +196,10 @@ def _compiled(spec):
     dt = "bf16" if spec.act == "bfloat16" else "f16"
     assert f"wgmma.mma_async.sync.aligned.m64n{spec.tile_m}k16.f32.{dt}.{dt}" in ptx
     assert "mma.sync" not in ptx and "ldmatrix" not in ptx
-    assert "cp.async.bulk.tensor.2d" in ptx and "cp.async.cg.shared.global" in ptx
-    assert "stmatrix.sync.aligned.m8n8.x4.trans" in ptx and "fence.proxy.async" in ptx
+    # weights by TMA; A rows gathered per thread (then fenced for the async proxy) unless they
+    # come as boxes of a sorted copy (sorted_x up, sorted_h down stages)
+    assert "cp.async.bulk.tensor.2d" in ptx and "stmatrix.sync.aligned.m8n8.x4.trans" in ptx
+    assert ("cp.async.cg.shared.global" in ptx) == ("fence.proxy.async" in ptx) == (not spec.tma_x), spec.name
     return art
 
 
@@ -281,6 +283,47 @@ def test_wgmma_tile_major_identity_and_source():
     assert plan.up.tile_major and plan.down.tile_major and plan.grid_up == base.grid_up and not base.up.tile_major
 
 
+def _unsorted(h, p):
+    """The planner's wgmma plan of `p` with its tiles in the default layouts (x and H gathered by
+    pair id: no sorted_h, no sorted_x)."""
+    from dataclasses import replace
+
+    plan = plan_moe(h, p, wgmma=True)
+    up, down = replace(plan.up, sorted_h=False, sorted_x=False), replace(plan.down, sorted_h=False)
+    return plan_moe(h, p, up=up, down=down)
+
+
+def test_planner_sorted_layouts(monkeypatch):
+    """The planner's wgmma tiles with SORTED_LAYOUTS (e132): sorted_h on both stages in every plan,
+    sorted_x on the up stage from SORTED_X_MIN_ROWS rows an expert (even routing); tiles a caller
+    gives keep theirs, and the sweep's and tuner's candidates come in the plan's layouts. Without
+    it (until their GPU tests have run) the planner's tiles gather x and H by pair id."""
+    from jitmarlin.kernels.moe.plan import stage_candidates
+    from jitmarlin.kernels.moe.wgmma import SORTED_X_MIN_ROWS, rows_per_expert
+
+    h = get_profile("h100")
+    monkeypatch.setattr(moe_wgmma, "SORTED_LAYOUTS", False)
+    off = plan_moe(h, _problem(1024, 2, 8, 4096, 14336, "bfloat16", "uint4b8", 128))
+    assert off.wgmma and not (off.up.sorted_h or off.up.sorted_x or off.down.sorted_h)
+    monkeypatch.setattr(moe_wgmma, "SORTED_LAYOUTS", True)
+    seen = set()
+    for t in (16, 64, 100, 256, 1024, 4096):
+        for e, k, hidden, inter in ((8, 2, 4096, 14336), (128, 8, 2048, 768), (32, 4, 2880, 2880)):
+            p = _problem(t, k, e, hidden, inter, "bfloat16", "uint4b8", 128)
+            plan = plan_moe(h, p, wgmma=True)
+            sx = rows_per_expert(p.pairs, p.experts) >= SORTED_X_MIN_ROWS
+            assert plan.up.sorted_h and plan.down.sorted_h and plan.up.sorted_x == sx and not plan.down.sorted_x
+            assert plan.h_rows == plan.sorted_rows and plan.up.name.endswith("hx" if sx else "h")
+            seen.add(sx)
+            off = _unsorted(h, p)
+            assert not (off.up.sorted_h or off.up.sorted_x or off.down.sorted_h)  # given tiles as given
+            for stage in ("up", "down"):
+                cands = stage_candidates(h, p, plan, stage)
+                assert (plan.up if stage == "up" else plan.down) in cands
+                assert all(c.sorted_h and c.sorted_x == (sx and stage == "up") for c in cands)
+    assert seen == {True, False}
+
+
 def test_wgmma_sorted_h_identity_plans_and_source():
     """sorted_h (H in the aligned list's row order, the down stage's H by TMA): its own name (`h`)
     and canonical form, a plan takes it on both stages or neither, H then holds the list's padded
@@ -296,7 +339,7 @@ def test_wgmma_sorted_h_identity_plans_and_source():
         replace(s, sorted_h=None).check()
     h = get_profile("h100")
     p = _problem(1024, 2, 8, 4096, 14336, "float16", "uint4b8", 128)
-    base = plan_moe(h, p)
+    base = _unsorted(h, p)
     up, down = replace(base.up, sorted_h=True), replace(base.down, sorted_h=True)
     plan = plan_moe(h, p, up=up, down=down)
     assert plan.h_rows == plan.sorted_rows > p.pairs == base.h_rows
@@ -323,7 +366,7 @@ def test_wgmma_sorted_h_compiles(qt, group):
     for t in (64, 128, 4096):
         plan = plan_moe(h, _problem(t, 2, 8, 1024, 512, "bfloat16", qt, group), wgmma=True, splits=2)
         for spec in (plan.up, plan.down):
-            s = replace(spec, sorted_h=True)
+            s = replace(spec, sorted_h=True, sorted_x=False)  # (the planner's up tile has x from 64 rows)
             art, _, _ = default_cache().get(s, "sm_90")
             r = art.resources
             assert r["spill_stores"] == 0 and r["stack_bytes"] == 0, (s.name, r)
@@ -339,7 +382,7 @@ def test_wgmma_sorted_x_identity_and_source():
 
     h = get_profile("h100")
     p = _problem(1024, 2, 8, 4096, 14336, "float16", "uint4b8", 128)
-    base = plan_moe(h, p)
+    base = _unsorted(h, p)
     up = replace(base.up, sorted_x=True)
     assert up.name == base.up.name + "x" and '"sorted_x":true' in up.canonical()
     assert '"sorted_x"' not in base.up.canonical() and spec_from_canonical(up.canonical()) == up
@@ -655,9 +698,10 @@ def test_moe_wgmma_gpu_sorted_h(wgmma_kind, rng, seed, act, t, qtype, group, spl
     ids, tw = _skewed(rng, t, k, e) if routing == "skewed" else _routing(rng, t, k, 4)
     p = MoEProblem(t, k, e, w13.n, w13.k, w2.n, w2.k, 448, 256, act, w13.qtype, w13.group_size)
     base = plan_moe(wgmma_kind, p, wgmma=True)
-    up, down = (replace(s, sorted_h=True, tile_major=tile_major) for s in (base.up, base.down))
+    # sorted_h alone (the planner's up tile has sorted_x from 64 rows an expert)
+    up, down = (replace(s, sorted_h=True, sorted_x=False, tile_major=tile_major) for s in (base.up, base.down))
     plan = plan_moe(wgmma_kind, p, up=up, down=down, splits=splits)
-    assert plan.h_rows == plan.sorted_rows
+    assert plan.h_rows == plan.sorted_rows and not plan.up.sorted_x
     what = f"moe wgmma sorted_h tm{plan.up.tm} splits={splits} order={tile_major} {qtype} {act} {routing}"
     _run(rng, seed, w13, w2, ids, tw, act, plan=plan, what=what)
 

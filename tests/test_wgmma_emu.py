@@ -180,13 +180,14 @@ def _moe_routing(rng, t, k, e, routing):
 def _check_moe(
     rng, seed, t, k, e, qt, group, act, routing="uniform", *, hidden=256, inter=448, record=True, **overrides
 ):
-    """The wgmma kind's plan (with `overrides` on both stages' tiles; splits= for the down stage)
-    on the emulator against the float64 per-expert reference; returns the plan."""
+    """The wgmma kind's plan on the emulator against the float64 per-expert reference; returns the
+    plan. With no overrides the planner's plan as it is; layout overrides (sorted_h, sorted_x,
+    tile_major) name the layouts in full, any not named off; tm= other row blocks (256 rows: by
+    override only); splits= the down stage's K splits."""
     w13, w2 = _moe_weights(rng, e, hidden, inter, qt, group)
     p = MoEProblem(t, k, e, w13.n, w13.k, w2.n, w2.k, inter, hidden, act, qt, group)
     splits = overrides.pop("splits", 1)
-    sorted_x = overrides.pop("sorted_x", False)  # (the up stage's only)
-    tm = overrides.pop("tm", None)  # other row blocks than the planner's (256 rows: by override only)
+    tm = overrides.pop("tm", None)
     base = plan_moe(H100, p, wgmma=True)
     if tm is not None:
         base = plan_moe(
@@ -195,8 +196,12 @@ def _check_moe(
             up=wgmma_stage_spec(H100, p.dense("up"), tm, "up", p.activation),
             down=wgmma_stage_spec(H100, p.dense("down"), tm, "down", ""),
         )
-    up, down = (replace(s, **overrides) for s in (base.up, base.down))
-    up = replace(up, sorted_x=sorted_x)
+    up, down = base.up, base.down
+    if overrides:
+        lay = {f: overrides.pop(f, False) for f in ("sorted_h", "sorted_x", "tile_major")}
+        assert not overrides, overrides
+        up = replace(up, **lay)
+        down = replace(down, sorted_h=lay["sorted_h"], tile_major=lay["tile_major"])  # (x: the up stage's only)
     pl = plan_moe(H100, p, up=up, down=down, splits=splits)
     assert pl.wgmma
     ids, tw = _moe_routing(rng, t, k, e, routing)

@@ -406,16 +406,23 @@ def sweep_trials(prof, problem, base):
         # the column-tile-major block order (an expert's row blocks read a weight tile side by side)
         tiles = {"up": dc_replace(base.up, tile_major=True), "down": dc_replace(base.down, tile_major=True)}
         trials.append(("order", "tile-major", tiles))
-        # H in the aligned list's order, read by the down stage as TMA boxes (alone, and with the order)
-        for what, tm_ in (("sorted_h", False), ("sorted_h+order", True)):
-            up, down = (dc_replace(s, sorted_h=True, tile_major=tm_) for s in (base.up, base.down))
-            trials.append((what, "on", {"up": up, "down": down}))
-        # x copied in that order first and read by the up stage as TMA boxes (alone, with sorted_h,
-        # and with both and the order)
-        for what, sh, tm_ in (("sorted_x", False, False), ("sorted_hx", True, False), ("sorted_hx+order", True, True)):
-            up = dc_replace(base.up, sorted_x=True, sorted_h=sh, tile_major=tm_)
+        # the A-operand layouts, each trial naming all of them (the planner's are sorted_h, and
+        # sorted_x from 64 rows an expert: e132): x and H gathered by pair id ("unsorted"); H in
+        # the aligned list's order, read by the down stage as TMA boxes; x copied in that order
+        # first and read by the up stage as TMA boxes; both; and with the order
+        layouts = (
+            ("unsorted", False, False, False),
+            ("sorted_h", True, False, False),
+            ("sorted_h+order", True, False, True),
+            ("sorted_x", False, True, False),
+            ("sorted_hx", True, True, False),
+            ("sorted_hx+order", True, True, True),
+        )
+        for what, sh, sx, tm_ in layouts:
+            up = dc_replace(base.up, sorted_x=sx, sorted_h=sh, tile_major=tm_)
             down = dc_replace(base.down, sorted_h=sh, tile_major=tm_)
-            trials.append((what, "on", {"up": up, "down": down}))
+            if (up, down) != (base.up, base.down):
+                trials.append((what, "on", {"up": up, "down": down}))
         trials.append(("kind", "mma", {"wgmma": False}))
     if problem.tokens > 1 and rows <= 16:  # GEMV blocks of 16 rows (two token blocks)
         try:
@@ -424,7 +431,7 @@ def sweep_trials(prof, problem, base):
         except Exception:
             pass
     if base.gemv and prof.cc >= (9, 0):  # the w2 GEMV and the combine behind their predecessors (PDL)
-        trials.append(("pdl", True, {"pdl": True}))
+        trials.append(("pdl", not base.pdl, {"pdl": not base.pdl}))
     if base.gemv and problem.tokens == 1:  # the GEMV kind with(out) the alignment launch: the other mode
         trials.append(("direct", not base.direct, {"direct": not base.direct}))
     try:  # the other kind's plan (GEMV against mma.sync at decode)

@@ -15,7 +15,7 @@ start at e * rows-an-expert).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import ClassVar
 
 import numpy as np
@@ -38,6 +38,13 @@ WGMMA_DEFAULT: bool | None = None
 # from 64; under 16 rows (9-15 unmeasured) the mma.sync kind, up to 8 the GEMV kind.
 WGMMA_RULE = True
 WGMMA_MIN_ROWS = 16
+# The planner's A-operand layouts (tools/PERF.md e132, H100): sorted_h in every plan (2-6% a
+# whole block), sorted_x from SORTED_X_MIN_ROWS rows an expert (5-9% more at Mixtral's 64+ rows;
+# at 16 rows an expert its row copy costs more than its TMA boxes save). Off until the GPU tests
+# of these layouts (tests/test_moe_wgmma.py -k sorted) have passed on a GPU: the CPU emulator
+# checks the kernels, not the host's tensor maps of the sorted copies.
+SORTED_LAYOUTS = False
+SORTED_X_MIN_ROWS = 64
 
 
 @dataclass(frozen=True)
@@ -283,6 +290,17 @@ def wgmma_stage_spec(profile: DeviceProfile, dense: Problem, tm: int, stage: str
         if fits(profile, spec):
             return spec
     raise ValueError(f"no MoE wgmma tile of {16 * tm} rows fits {profile.name} for {dense.qtype}")
+
+
+def sorted_layouts(pairs: int, experts: int, up: MoEWgmmaSpec, down: MoEWgmmaSpec) -> tuple:
+    """The planner's (up, down) tiles with its A-operand layouts (where SORTED_LAYOUTS): sorted_h
+    on both, sorted_x on the up stage from SORTED_X_MIN_ROWS rows an expert (even routing). Shared
+    memory is the same with or without them (the layouts change where rows come from, not the
+    stages)."""
+    if not SORTED_LAYOUTS:
+        return up, down
+    sx = rows_per_expert(pairs, experts) >= SORTED_X_MIN_ROWS
+    return replace(up, sorted_h=True, sorted_x=sx), replace(down, sorted_h=True)
 
 
 def wgmma_candidates(profile: DeviceProfile, dense: Problem, tm: int, stage: str, activation: str) -> list:
