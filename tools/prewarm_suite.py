@@ -4,6 +4,12 @@ a given profile. Run it with the same NVRTC version as the GPU machine (the vers
 the cache key) and carry the cache there: the GPU session then compiles nothing.
 
     JITMARLIN_CACHE_DIR=.jmcache python tools/prewarm_suite.py --profile h100 [--emulate t4,v100] [--jobs N]
+
+A MoE kit (the MoE GPU tests, the bench's plans of three models, with and without the planner
+switches that wait for a GPU test):
+
+    JITMARLIN_CACHE_DIR=/tmp/kit python tools/prewarm_suite.py --moe-only --moe-switches \
+        --moe-bench 1,16,256,1024,4096 --moe-models qwen3-30b-a3b,mixtral-8x7b,gpt-oss-20b --jobs 2
 """
 
 import argparse
@@ -163,6 +169,75 @@ def moe_specs(prof):
                 yield from (plan.route, plan.up, plan.down)
 
 
+class _RecordMoEWgmma:
+    """pytest plugin: tests/test_moe_wgmma.py's GPU tests run on the CPU as planning only: the
+    module's `_run` records the plan's kernels instead of launching them, on an H100 profile."""
+
+    def __init__(self):
+        self.specs = []
+
+    def _run(self, rng, seed, w13, w2, ids, tw, act, *, plan=None, activation="silu", **_):
+        from jitmarlin.kernels.moe import MoEProblem
+        from jitmarlin.kernels.moe import tuned as moe_tuned
+
+        t, k = ids.shape
+        mixed = (w2.qtype, w2.group_size) != (w13.qtype, w13.group_size)
+        p = MoEProblem(
+            t, k, w13.num_experts, w13.n, w13.k, w2.n, w2.k, w13.intermediate, w2.out_features, act,
+            w13.qtype, w13.group_size, activation, w2.qtype if mixed else "", w2.group_size if mixed else 0,
+        )  # fmt: skip
+        if plan is None:
+            plan = moe_tuned.plan_for(get_profile("h100"), "sm_90", p, default_cache())
+        self.specs += [plan.route, plan.up, plan.down]
+        return plan
+
+    def pytest_collection_modifyitems(self, config, items):
+        for item in items:  # (tests/conftest.py skips GPU tests where there is none)
+            item.own_markers = [m for m in item.own_markers if m.name != "skip"]
+            if getattr(item, "module", None) is not None and hasattr(item.module, "_run"):
+                item.module._run = self._run
+
+
+def moe_wgmma_test_specs():
+    """The kernels tests/test_moe_wgmma.py's GPU tests launch on an H100 (tests whose checks need
+    outputs fail here after their plans are recorded: that is expected)."""
+    import pytest
+
+    from jitmarlin.jit import profiles
+
+    rec, real = _RecordMoEWgmma(), profiles.planning_profile
+    profiles.planning_profile = lambda device=0: get_profile("h100")
+    try:
+        pytest.main(["-q", "-p", "no:cacheprovider", "-m", "gpu", os.path.join(ROOT, "tests", "test_moe_wgmma.py")],
+                    plugins=[rec])  # fmt: skip
+    finally:
+        profiles.planning_profile = real
+    return rec.specs
+
+
+def moe_bench_specs(prof, tokens, models=None):
+    """The planner's kernels of tools/bench --moe for `models` (default: all) at `tokens`, fp16
+    and bf16."""
+    import benchmoe
+
+    from jitmarlin.kernels.moe import MoEProblem, plan_moe
+    from jitmarlin.weights.qtypes import kernel_dims
+
+    for name, (e, k, hidden, inter, qt, g, activation) in benchmoe.MODELS.items():
+        if models and name not in models:
+            continue
+        n13, k13 = kernel_dims(2 * inter, hidden, g)
+        n2, k2 = kernel_dims(hidden, inter, g)
+        for t in tokens:
+            for act in ("float16", "bfloat16"):
+                p = MoEProblem(t, k, e, n13, k13, n2, k2, inter, hidden, act, qt, g, activation)
+                try:
+                    plan = plan_moe(prof, p)
+                except JitMarlinError:
+                    continue
+                yield from (plan.route, plan.up, plan.down)
+
+
 def moe_sweep_specs(prof, tokens=(1, 16, 256), models=None):
     """Every kernel tools/bench --moe --sweep times (fp16) for `models` (default: all) at `tokens`."""
     import benchmoe
@@ -209,7 +284,18 @@ def main():
         help="also every candidate tools/bench --moe --sweep times at these T (all models, or --moe-models)",
     )
     ap.add_argument("--moe-models", default="", help="comma-separated tools/bench --moe model names")
+    ap.add_argument(
+        "--moe-bench", default="", metavar="T,...", help="also the planner's tools/bench --moe kernels at these T"
+    )
+    ap.add_argument("--moe-only", action="store_true", help="MoE kernels only (no dense test or bench problems)")
+    ap.add_argument(
+        "--moe-switches",
+        action="store_true",
+        help="MoE plans also with the planner switches that wait for a GPU test turned on "
+        "(kernels.moe.wgmma.SORTED_LAYOUTS, kernels.moe.plan.AUTO_PDL)",
+    )
     args = ap.parse_args()
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     live = get_profile(args.profile)
     arch = args.arch or live.arch
     cache = default_cache()
@@ -229,21 +315,34 @@ def main():
             seen.append(spec)
 
     for i, prof in enumerate(profiles):
+        if args.moe_only:
+            break
         probs = list(problems()) + (list(bench_problems()) if i == 0 else [])
         for m, n, k, act, g, qt in probs:
             try:
                 add(plan_for(prof, m, n, k, act, qt, g).spec)
             except JitMarlinError:
                 continue
-    for prof in profiles:
-        for spec in moe_specs(prof):
-            add(spec)
-    if args.moe_sweep:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        ts = [int(t) for t in args.moe_sweep.split(",")]
-        for spec in moe_sweep_specs(live, ts, [m for m in args.moe_models.split(",") if m]):
-            add(spec)
-    if live.cc == (9, 0):
+    from jitmarlin.kernels.moe import plan as moe_plan
+    from jitmarlin.kernels.moe import wgmma as moe_wgmma
+
+    models = [m for m in args.moe_models.split(",") if m]
+    for switches in (False, True) if args.moe_switches else (None,):
+        if switches is not None:
+            moe_wgmma.SORTED_LAYOUTS = moe_plan.AUTO_PDL = switches
+        for prof in profiles:
+            for spec in moe_specs(prof):
+                add(spec)
+        if args.moe_sweep:
+            for spec in moe_sweep_specs(live, [int(t) for t in args.moe_sweep.split(",")], models):
+                add(spec)
+        if args.moe_bench:
+            for spec in moe_bench_specs(live, [int(t) for t in args.moe_bench.split(",")], models):
+                add(spec)
+        if live.cc == (9, 0):
+            for spec in moe_wgmma_test_specs():
+                add(spec)
+    if live.cc == (9, 0) and not args.moe_only:
         for spec in list(wgmma_specs()) + list(cluster_specs()):
             add(spec)
     if args.sweep:
