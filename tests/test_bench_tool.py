@@ -1019,6 +1019,26 @@ def test_moe_models_include_a_swiglu_gpt_oss_and_refuse_unknown_names():
         bm.model_names("mixtral-8x7")
 
 
+def test_prewarm_suite_moe_bench_kernels(monkeypatch):
+    """tools/prewarm_suite.py --moe-bench: the planner's three kernels of each model, T and dtype
+    (what tools/bench --moe launches), in the switches' state at the time (--moe-switches
+    collects both)."""
+    import prewarm_suite as ps
+
+    from jitmarlin.jit.profiles import get_profile
+    from jitmarlin.kernels.moe import wgmma as moe_wgmma
+
+    h = get_profile("h100")
+    specs = list(ps.moe_bench_specs(h, [1, 1024], ["mixtral-8x7b"]))
+    assert len(specs) == 2 * 2 * 3 and len({s.act for s in specs}) == 2
+    names = [s.name for s in specs]
+    assert any("_gemv_" in n for n in names) and any("_wgmma_" in n for n in names)
+    assert not any(n.endswith(("h", "hx")) for n in names if "_wgmma_" in n)
+    monkeypatch.setattr(moe_wgmma, "SORTED_LAYOUTS", True)
+    on = [s.name for s in ps.moe_bench_specs(h, [1024], ["mixtral-8x7b"]) if "_wgmma_" in s.name]
+    assert sorted(n[-2:] for n in on) == ["4h", "4h", "hx", "hx"]  # (down: sorted_h; up: and sorted_x)
+
+
 def test_moe_sweep_trials_cover_splits_row_blocks_and_direct():
     """The sweep's alternatives (and so tools/prewarm_suite.py --moe-sweep): a wgmma plan on the H100
     gets its w2 K splits, other row blocks and both with splits; a T = 1 GEMV plan gets its other
