@@ -215,12 +215,11 @@ def moe_wgmma_test_specs():
     return rec.specs
 
 
-def moe_bench_specs(prof, tokens, models=None):
-    """The planner's kernels of tools/bench --moe for `models` (default: all) at `tokens`, fp16
-    and bf16."""
+def _bench_moe_problems(tokens, acts, models=None):
+    """The MoEProblems of tools/bench --moe's models (default: all) at `tokens` and `acts`."""
     import benchmoe
 
-    from jitmarlin.kernels.moe import MoEProblem, plan_moe
+    from jitmarlin.kernels.moe import MoEProblem
     from jitmarlin.weights.qtypes import kernel_dims
 
     for name, (e, k, hidden, inter, qt, g, activation) in benchmoe.MODELS.items():
@@ -229,40 +228,41 @@ def moe_bench_specs(prof, tokens, models=None):
         n13, k13 = kernel_dims(2 * inter, hidden, g)
         n2, k2 = kernel_dims(hidden, inter, g)
         for t in tokens:
-            for act in ("float16", "bfloat16"):
-                p = MoEProblem(t, k, e, n13, k13, n2, k2, inter, hidden, act, qt, g, activation)
-                try:
-                    plan = plan_moe(prof, p)
-                except JitMarlinError:
-                    continue
-                yield from (plan.route, plan.up, plan.down)
+            for act in acts:
+                yield MoEProblem(t, k, e, n13, k13, n2, k2, inter, hidden, act, qt, g, activation)
+
+
+def moe_bench_specs(prof, tokens, models=None):
+    """The planner's kernels of tools/bench --moe for `models` (default: all) at `tokens`, fp16
+    and bf16."""
+    from jitmarlin.kernels.moe import plan_moe
+
+    for p in _bench_moe_problems(tokens, ("float16", "bfloat16"), models):
+        try:
+            plan = plan_moe(prof, p)
+        except JitMarlinError:
+            continue
+        yield from (plan.route, plan.up, plan.down)
 
 
 def moe_sweep_specs(prof, tokens=(1, 16, 256), models=None):
     """Every kernel tools/bench --moe --sweep times (fp16) for `models` (default: all) at `tokens`."""
     import benchmoe
 
-    from jitmarlin.kernels.moe import MoEProblem, plan_moe
-    from jitmarlin.weights.qtypes import kernel_dims
+    from jitmarlin.kernels.moe import plan_moe
 
-    for name, (e, k, hidden, inter, qt, g, activation) in benchmoe.MODELS.items():
-        if models and name not in models:
+    for p in _bench_moe_problems(tokens, ("float16",), models):
+        try:
+            base = plan_moe(prof, p)
+        except JitMarlinError:
             continue
-        n13, k13 = kernel_dims(2 * inter, hidden, g)
-        n2, k2 = kernel_dims(hidden, inter, g)
-        for t in tokens:
-            p = MoEProblem(t, k, e, n13, k13, n2, k2, inter, hidden, "float16", qt, g, activation)
+        yield from (base.route, base.up, base.down)
+        for _, _, kw in benchmoe.sweep_trials(prof, p, base):
             try:
-                base = plan_moe(prof, p)
-            except JitMarlinError:
+                plan = plan_moe(prof, p, **kw)
+            except (JitMarlinError, ValueError):
                 continue
-            yield from (base.route, base.up, base.down)
-            for _, _, kw in benchmoe.sweep_trials(prof, p, base):
-                try:
-                    plan = plan_moe(prof, p, **kw)
-                except (JitMarlinError, ValueError):
-                    continue
-                yield from (plan.route, plan.up, plan.down)
+            yield from (plan.route, plan.up, plan.down)
 
 
 def _compile(job):
