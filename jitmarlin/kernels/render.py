@@ -108,6 +108,27 @@ def env() -> jinja2.Environment:
     return _env()
 
 
+def render_main(template: str, spec, target: str, partials: dict[str, str], **extra) -> str:
+    """A family's main template with what every weight-reading family passes it: the spec, the
+    target ('cuda' or 'emu'), the jitmarlin version, the partials, the PTX suffix of the
+    activation type, the weight code bits and whether the type has offsets; `extra` adds a
+    family's own values."""
+    return (
+        _env()
+        .get_template(template)
+        .render(
+            spec=spec,
+            target=target,
+            version=__version__,
+            partials=partials,
+            act_ptx="bf16" if spec.act == "bfloat16" else "f16",
+            bits=spec.bits,
+            affine=spec.affine,
+            **extra,
+        )
+    )
+
+
 def render(spec: AnySpec, target: str = "cuda") -> str:
     """CUDA C++ source of `spec` (either kind). target 'cuda' for NVRTC, 'emu' for the CPU
     emulator."""
@@ -118,19 +139,7 @@ def render(spec: AnySpec, target: str = "cuda") -> str:
     if own is not None:
         return own(spec, target)
     spec = spec.kernel_spec()  # without plan-only fields (KernelSpec.whole)
-    return (
-        _env()
-        .get_template(main_template(spec))
-        .render(
-            spec=spec,
-            target=target,
-            version=__version__,
-            partials=partials(spec, target),
-            act_ptx="bf16" if spec.act == "bfloat16" else "f16",
-            bits=spec.bits,
-            affine=spec.affine,
-        )
-    )
+    return render_main(main_template(spec), spec, target, partials(spec, target))
 
 
 @functools.lru_cache(maxsize=1)

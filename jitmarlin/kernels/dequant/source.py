@@ -3,7 +3,6 @@ renderer."""
 
 from __future__ import annotations
 
-from jitmarlin._version import __version__
 from jitmarlin.kernels import render as _render
 from jitmarlin.kernels.dequant.spec import DequantSpec
 
@@ -20,19 +19,7 @@ def dequant_partials(spec: DequantSpec, target: str = "cuda") -> dict[str, str]:
 
 
 def render_dequant(spec: DequantSpec, target: str) -> str:
-    return (
-        _render.env()
-        .get_template("dequant.cu.j2")
-        .render(
-            spec=spec,
-            target=target,
-            version=__version__,
-            partials=dequant_partials(spec, target),
-            act_ptx="bf16" if spec.act == "bfloat16" else "f16",
-            bits=spec.bits,
-            affine=spec.affine,
-        )
-    )
+    return _render.render_main("dequant.cu.j2", spec, target, dequant_partials(spec, target))
 
 
 _render.register_renderer(DequantSpec, render_dequant)

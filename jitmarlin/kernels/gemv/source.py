@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from jitmarlin._version import __version__
 from jitmarlin.kernels import render as _render
 from jitmarlin.kernels.gemv.spec import HYBRID_MAX_SHARERS, GemvSpec
 
@@ -19,19 +18,8 @@ def gemv_partials(spec: GemvSpec, target: str = "cuda") -> dict[str, str]:
 
 
 def render_gemv(spec: GemvSpec, target: str) -> str:
-    return (
-        _render.env()
-        .get_template("gemv.cu.j2")
-        .render(
-            spec=spec,
-            target=target,
-            version=__version__,
-            partials=gemv_partials(spec, target),
-            act_ptx="bf16" if spec.act == "bfloat16" else "f16",
-            bits=spec.bits,
-            affine=spec.affine,
-            hybrid_max_sharers=HYBRID_MAX_SHARERS,
-        )
+    return _render.render_main(
+        "gemv.cu.j2", spec, target, gemv_partials(spec, target), hybrid_max_sharers=HYBRID_MAX_SHARERS
     )
 
 

@@ -12,36 +12,12 @@ from jitmarlin.kernels.spec import register_kind
 
 def render_moe(spec: MoESpec, target: str) -> str:
     """The grouped GEMM: moe.cu.j2 with the dense kernel's partials for its path and types."""
-    return (
-        _render.env()
-        .get_template("moe.cu.j2")
-        .render(
-            spec=spec,
-            target=target,
-            version=__version__,
-            partials=_render.partials(spec.dense(), target),
-            act_ptx="bf16" if spec.act == "bfloat16" else "f16",
-            bits=spec.bits,
-            affine=spec.affine,
-        )
-    )
+    return _render.render_main("moe.cu.j2", spec, target, _render.partials(spec.dense(), target))
 
 
 def render_moe_gemv(spec: MoEGemvSpec, target: str) -> str:
     """The grouped decode GEMM: moe_gemv.cu.j2 with the dense GEMV kernel's partials."""
-    return (
-        _render.env()
-        .get_template("moe_gemv.cu.j2")
-        .render(
-            spec=spec,
-            target=target,
-            version=__version__,
-            partials=gemv_partials(spec, target),
-            act_ptx="bf16" if spec.act == "bfloat16" else "f16",
-            bits=spec.bits,
-            affine=spec.affine,
-        )
-    )
+    return _render.render_main("moe_gemv.cu.j2", spec, target, gemv_partials(spec, target))
 
 
 def render_route(spec: MoERouteSpec, target: str) -> str:

@@ -20,7 +20,6 @@ from typing import ClassVar
 
 import numpy as np
 
-from jitmarlin._version import __version__
 from jitmarlin.jit.profiles import DeviceProfile
 from jitmarlin.kernels import render as _render
 from jitmarlin.kernels.moe.spec import check_stage
@@ -219,19 +218,7 @@ class MoEWgmmaSpec(_Tiles, _WeightFormat):
 def render_moe_wgmma(spec: MoEWgmmaSpec, target: str) -> str:
     """moe_wgmma.cu.j2 with the dense wgmma kernel's partials (instructions, wgmma, TMA, dequant;
     target 'emu': the emulator's)."""
-    return (
-        _render.env()
-        .get_template("moe_wgmma.cu.j2")
-        .render(
-            spec=spec,
-            target=target,
-            version=__version__,
-            partials=_render.partials(spec.dense(), target),
-            act_ptx="bf16" if spec.act == "bfloat16" else "f16",
-            bits=spec.bits,
-            affine=spec.affine,
-        )
-    )
+    return _render.render_main("moe_wgmma.cu.j2", spec, target, _render.partials(spec.dense(), target))
 
 
 register_kind(MoEWgmmaSpec, "moe_wgmma")
