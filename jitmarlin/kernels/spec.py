@@ -26,7 +26,7 @@ from jitmarlin.kernels.spec_base import (  # noqa: F401  (re-exported: the regis
     spec_from_canonical,
     spec_kind,
 )
-from jitmarlin.weights.qtypes import ACT_DTYPES, QTYPES
+from jitmarlin.weights.qtypes import ACT_DTYPES
 
 
 def wgmma_threads(tn: int) -> int:
@@ -258,12 +258,7 @@ class KernelSpec(_Tiles, _WeightFormat):
                 "x by TMA boxes (xbox=True) needs TMA weight boxes (bulk=True), one m16 row "
                 "block (tm=1) and K tiles a multiple of 64 (tk a multiple of 4)"
             )
-        if self.path not in ("sm70", "sm75", "sm80", "sm90"):
-            raise ValueError(f"unknown code path {self.path!r}")
-        if self.qtype not in QTYPES:
-            raise ValueError(f"unknown quant type {self.qtype!r}")
-        if self.act not in ACT_DTYPES:
-            raise ValueError(f"unknown activation dtype {self.act!r}")
+        self.check_types(("sm70", "sm75", "sm80", "sm90"))
         if self.wgmma and self.threads != 128 * self.warpgroups:
             raise ValueError(
                 f"the wgmma kernel with tn={self.tn} uses {128 * self.warpgroups} threads "

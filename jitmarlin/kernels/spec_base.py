@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import fields
 
-from jitmarlin.weights.qtypes import QTYPES
+from jitmarlin.weights.qtypes import ACT_DTYPES, QTYPES
 
 PATHS = ("sm70", "sm75", "sm80")  # the mma.sync code paths
 THREADS = 256  # 8 warps per block
@@ -35,6 +35,20 @@ class _WeightFormat:
     def group_tag(self) -> str:
         """The group part of kernel names: gc (per-channel), gk (per-channel with offsets), g128."""
         return {-1: "gc", 0: "gk"}.get(self.group_blocks, f"g{16 * self.group_blocks}")
+
+    def check_types(self, paths: tuple[str, ...], kernel: str = "") -> None:
+        """ValueError unless the spec's code path is one of `paths` and its quant type and
+        activation dtype are known. `kernel` names a family built for one path only (its message
+        says so)."""
+        if self.path not in paths:
+            if kernel:
+                gpus = {"sm80": "sm_80+", "sm90": "sm_90a"}.get(paths[0], paths[0])
+                raise ValueError(f"the {kernel} kernel is built for the {paths[0]} path ({gpus}), not {self.path!r}")
+            raise ValueError(f"unknown code path {self.path!r}")
+        if self.qtype not in QTYPES:
+            raise ValueError(f"unknown quant type {self.qtype!r}")
+        if self.act not in ACT_DTYPES:
+            raise ValueError(f"unknown activation dtype {self.act!r}")
 
     def kernel_spec(self):
         """The spec of the compiled kernel (render() and the kernel cache take it): the spec

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 from jitmarlin.kernels.spec_base import PATHS, THREADS, _WeightFormat, register_kind
-from jitmarlin.weights.qtypes import ACT_DTYPES, QTYPES
+from jitmarlin.weights.qtypes import ACT_DTYPES
 
 
 @dataclass(frozen=True)
@@ -47,12 +47,7 @@ class DequantSpec(_WeightFormat):
 
     def check(self) -> None:
         """Raise ValueError when the fields do not describe a buildable kernel."""
-        if self.path not in PATHS:
-            raise ValueError(f"unknown code path {self.path!r}")
-        if self.qtype not in QTYPES:
-            raise ValueError(f"unknown quant type {self.qtype!r}")
-        if self.act not in ACT_DTYPES:
-            raise ValueError(f"unknown activation dtype {self.act!r}")
+        self.check_types(PATHS)
         if self.act == "bfloat16" and self.path != "sm80":
             raise ValueError("bfloat16 arithmetic (fma.bf16x2) needs the sm80 path")
         if self.threads != THREADS:

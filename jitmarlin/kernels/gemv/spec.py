@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 from jitmarlin.kernels.spec_base import _WeightFormat, register_kind
-from jitmarlin.weights.qtypes import ACT_DTYPES, QTYPES, get_qtype
+from jitmarlin.weights.qtypes import ACT_DTYPES, get_qtype
 
 # Hybrid gemv plans (GemvSpec.spread == 2): blocks that may share one column block past the grid
 # (the finishers' loads a thread grow with it), and the workspace's 64-bit slot words a block
@@ -121,12 +121,7 @@ class GemvSpec(_WeightFormat):
             raise ValueError(f"pair must be a bool, got {self.pair!r}")
         if self.pair and (self.cluster != 2 or self.spread):
             raise ValueError("a pair plan is two blocks a column block (cluster 2) of whole column blocks (no spread)")
-        if self.path != "sm80":
-            raise ValueError(f"the gemv kernel is built for the sm80 path (sm_80+), not {self.path!r}")
-        if self.qtype not in QTYPES:
-            raise ValueError(f"unknown quant type {self.qtype!r}")
-        if self.act not in ACT_DTYPES:
-            raise ValueError(f"unknown activation dtype {self.act!r}")
+        self.check_types(("sm80",), "gemv")
         if self.warps not in (4, 8, 16):
             raise ValueError(f"warps must be 4, 8 or 16, got {self.warps}")
         if self.kwarps < 1 or self.warps % self.kwarps:

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 from jitmarlin.kernels.spec import THREADS, KernelSpec, _Tiles, _WeightFormat
-from jitmarlin.weights.qtypes import ACT_DTYPES, QTYPES
+from jitmarlin.weights.qtypes import ACT_DTYPES
 
 ACTIVATIONS = ("silu", "gelu", "swigluoai")
 STAGES_MOE = ("up", "down")
@@ -239,12 +239,7 @@ class MoEGemvSpec(_WeightFormat):
 
     def check(self) -> None:
         """Raise ValueError when the fields do not describe a buildable kernel."""
-        if self.path != "sm80":
-            raise ValueError(f"the MoE gemv kernel is built for the sm80 path (sm_80+), not {self.path!r}")
-        if self.qtype not in QTYPES:
-            raise ValueError(f"unknown quant type {self.qtype!r}")
-        if self.act not in ACT_DTYPES:
-            raise ValueError(f"unknown activation dtype {self.act!r}")
+        self.check_types(("sm80",), "MoE gemv")
         if self.warps not in (4, 8, 16):
             raise ValueError(f"warps must be 4, 8 or 16, got {self.warps}")
         if self.kwarps not in (1, 2, 4, 8, 16) or self.warps % self.kwarps:

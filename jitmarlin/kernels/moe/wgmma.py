@@ -155,12 +155,7 @@ class MoEWgmmaSpec(_Tiles, _WeightFormat):
 
     def check(self) -> None:
         """Raise ValueError when the fields do not describe a buildable kernel."""
-        if self.path != "sm90":
-            raise ValueError(f"the MoE wgmma kernel is built for the sm90 path (sm_90a), not {self.path!r}")
-        if self.qtype not in QTYPES:
-            raise ValueError(f"unknown quant type {self.qtype!r}")
-        if self.act not in ACT_DTYPES:
-            raise ValueError(f"unknown activation dtype {self.act!r}")
+        self.check_types(("sm90",), "MoE wgmma")
         if self.tm not in (2, 4, 8, 16):
             raise ValueError(f"tm must be 2, 4, 8 or 16 (row blocks of 32, 64, 128, 256), got {self.tm}")
         if self.tn not in (8, 16):
