@@ -24,7 +24,15 @@ from jitmarlin.errors import InputError
 from jitmarlin.jit.arrays import to_host
 from jitmarlin.weights import packing
 from jitmarlin.weights.qtypes import TILE, check_group, get_qtype, kernel_dims
-from jitmarlin.weights.quant import QuantizedWeight, _CheckedWeight, _dtype, _host_array, _is_int, dequantize, quantize
+from jitmarlin.weights.quant import (
+    QuantizedWeight,
+    _check_array,
+    _CheckedWeight,
+    _host_array,
+    _is_int,
+    dequantize,
+    quantize,
+)
 
 ACT_ORDER_REFUSED = "MoE experts with act-order (g_idx) are not supported"
 
@@ -215,13 +223,7 @@ def _c_contiguous(a) -> bool:
 
 
 def _check(a, what: str, dtype, shape: tuple) -> None:
-    dt = _dtype(a)
-    if dt is None:
-        raise InputError(f"MoEWeight.{what} must be an array (NumPy, CuPy or torch), got {type(a).__name__}")
-    if dt != np.dtype(dtype):
-        raise InputError(f"MoEWeight.{what} must be {np.dtype(dtype)}, got {dt}")
-    if tuple(a.shape) != shape:
-        raise InputError(f"MoEWeight.{what} must have shape {shape}, got {tuple(a.shape)}")
+    _check_array(a, what, dtype, shape, "MoEWeight")
     if not _c_contiguous(a):
         raise InputError(f"MoEWeight.{what} must be C-contiguous (the kernel indexes experts by a fixed stride)")
 

@@ -222,14 +222,16 @@ def _dtype(a):
         return None
 
 
-def _check_array(a, what: str, dtype, shape: tuple) -> None:
+def _check_array(a, what: str, dtype, shape: tuple, owner: str = "QuantizedWeight") -> None:
+    """InputError unless `a` (owner's field `what`) is a NumPy, CuPy or torch array of `dtype` and
+    exactly `shape`."""
     dt = _dtype(a)
     if dt is None:
-        raise InputError(f"QuantizedWeight.{what} must be an array (NumPy, CuPy or torch), got {type(a).__name__}")
+        raise InputError(f"{owner}.{what} must be an array (NumPy, CuPy or torch), got {type(a).__name__}")
     if dt != np.dtype(dtype):
-        raise InputError(f"QuantizedWeight.{what} must be {np.dtype(dtype)}, got {dt}")
+        raise InputError(f"{owner}.{what} must be {np.dtype(dtype)}, got {dt}")
     if tuple(a.shape) != shape:
-        raise InputError(f"QuantizedWeight.{what} must have shape {shape}, got {tuple(a.shape)}")
+        raise InputError(f"{owner}.{what} must have shape {shape}, got {tuple(a.shape)}")
 
 
 def _validate(w: "QuantizedWeight") -> None:
