@@ -314,7 +314,7 @@ def plan_moe(
     if direct:
         gemv = True
     auto_pdl = AUTO_PDL and pdl is None and (up, down, tm) == (None, None, None) and profile.cc >= PDL_MIN_CC
-    pdl = _check_pdl(profile, up, down, gemv, wgmma, tm, bool(pdl) if pdl is None else pdl)
+    pdl = _check_pdl(profile, up, down, gemv, wgmma, tm, False if pdl is None else pdl)
     wplan = None if pdl else _wgmma_plan(profile, p, d13, d2, up, down, tm, splits, up_splits, gemv, wgmma)
     if wplan is not None:
         return wplan
