@@ -318,9 +318,8 @@ def plan_moe(
     wplan = None if pdl else _wgmma_plan(profile, p, d13, d2, up, down, tm, splits, up_splits, gemv, wgmma)
     if wplan is not None:
         return wplan
-    gplan = _gemv_plan(profile, p, d13, d2, up, down, tm, splits, up_splits, gemv, direct or auto_direct, pdl)
-    if gplan is not None and auto_pdl and gplan.direct:
-        gplan = _gemv_plan(profile, p, d13, d2, up, down, tm, splits, up_splits, gemv, True, True)
+    direct = direct or auto_direct  # (applied only where the plan is the GEMV kind, as is auto_pdl)
+    gplan = _gemv_plan(profile, p, d13, d2, up, down, tm, splits, up_splits, gemv, direct, pdl or (auto_pdl and direct))
     if gplan is not None:
         return gplan
     if pdl:
