@@ -177,16 +177,11 @@ class _RecordMoEWgmma:
         self.specs = []
 
     def _run(self, rng, seed, w13, w2, ids, tw, act, *, plan=None, activation="silu", **_):
-        from jitmarlin.kernels.moe import MoEProblem
         from jitmarlin.kernels.moe import tuned as moe_tuned
+        from jitmarlin.ops.moe import moe_problem
 
-        t, k = ids.shape
-        mixed = (w2.qtype, w2.group_size) != (w13.qtype, w13.group_size)
-        p = MoEProblem(
-            t, k, w13.num_experts, w13.n, w13.k, w2.n, w2.k, w13.intermediate, w2.out_features, act,
-            w13.qtype, w13.group_size, activation, w2.qtype if mixed else "", w2.group_size if mixed else 0,
-        )  # fmt: skip
-        if plan is None:
+        if plan is None:  # as the op's runner plans it
+            p = moe_problem(w13, w2, act, ids.shape[0], ids.shape[1], activation)
             plan = moe_tuned.plan_for(get_profile("h100"), "sm_90", p, default_cache())
         self.specs += [plan.route, plan.up, plan.down]
         return plan

@@ -32,6 +32,29 @@ def _u64(v: int) -> np.uint64:
     return np.uint64(v)
 
 
+def moe_problem(w13: MoEWeight, w2: MoEWeight, act: str, tokens: int, topk: int, activation: str) -> MoEProblem:
+    """The MoEProblem that moe() plans for these stacked weights, T tokens and top-k (w2's quant
+    type and group named apart only where they differ from w13's)."""
+    mixed = (w2.qtype, w2.group_size) != (w13.qtype, w13.group_size)
+    return MoEProblem(
+        tokens,
+        topk,
+        w13.num_experts,
+        w13.n,
+        w13.k,
+        w2.n,
+        w2.k,
+        w13.intermediate,
+        w2.out_features,
+        act,
+        w13.qtype,
+        w13.group_size,
+        activation,
+        w2.qtype if mixed else "",
+        w2.group_size if mixed else 0,
+    )
+
+
 class _Runner:
     """Everything fixed for one (weights, device, dtype, T, topk, stream, ...): the plan, the four
     kernels and the workspaces (aligned pair list, intermediate rows, per-pair outputs)."""
@@ -54,24 +77,7 @@ class _Runner:
 
         profile = planning_profile(device)
         arch = live_profile(device).arch
-        mixed = (w2.qtype, w2.group_size) != (w13.qtype, w13.group_size)
-        problem = MoEProblem(
-            tokens,
-            topk,
-            w13.num_experts,
-            w13.n,
-            w13.k,
-            w2.n,
-            w2.k,
-            w13.intermediate,
-            w2.out_features,
-            act,
-            w13.qtype,
-            w13.group_size,
-            activation,
-            w2.qtype if mixed else "",
-            w2.group_size if mixed else 0,
-        )
+        problem = moe_problem(w13, w2, act, tokens, topk, activation)
         cache = default_cache()
         if plan is None:  # a tuned choice for this GPU model and token bucket, else the planner's
             plan = moe_tuned.plan_for(profile, arch, problem, cache)
