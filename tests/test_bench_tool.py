@@ -1029,6 +1029,7 @@ def test_prewarm_suite_moe_bench_kernels(monkeypatch):
     from jitmarlin.kernels.moe import wgmma as moe_wgmma
 
     h = get_profile("h100")
+    monkeypatch.setattr(moe_wgmma, "SORTED_LAYOUTS", False)
     specs = list(ps.moe_bench_specs(h, [1, 1024], ["mixtral-8x7b"]))
     assert len(specs) == 2 * 2 * 3 and len({s.act for s in specs}) == 2
     names = [s.name for s in specs]
