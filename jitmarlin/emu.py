@@ -23,7 +23,7 @@ import numpy as np
 from jitmarlin.kernels.planner import Plan
 from jitmarlin.kernels.render import render
 from jitmarlin.kernels.spec import AnySpec, DequantSpec, GemvSpec
-from jitmarlin.weights import halves
+from jitmarlin.weights import halves, kernel_form
 from jitmarlin.weights.quant import QuantizedWeight
 
 _libs: dict[str, ctypes.CDLL] = {}
@@ -165,8 +165,7 @@ def run(
     assert m == p.m and k_in == qw.in_features and (p.n, p.k) == (qw.n, qw.k)
     n_out = qw.out_features
     a = np.ascontiguousarray(x_bits, dtype=np.uint16)
-    b = np.ascontiguousarray(qw.packed)
-    s = np.ascontiguousarray(qw.scales_for(spec.act))
+    b, s = _kernel_arrays(qw, spec.act)
     z = qw.offsets_for(spec.act)
     z = None if z is None else np.ascontiguousarray(z)
     guard_rows = 2
@@ -185,7 +184,8 @@ def run(
     x_tail = p.m % spec.tile_m if getattr(spec, "wgmma", False) else 0  # (wgmma.cu.j2's short last row block)
     dims = (ctypes.c_int * 9)(p.m, p.n, p.k, n_out, k_in, k_in, plan.iters, plan.whole, x_tail)
     err = ctypes.create_string_buffer(512)
-    rc = lib.jm_emu_launch(plan.grid, plan.smem_bytes, ptrs, sizes, dims, qw.global_scale, seed, err, len(err))
+    gscale = qw.kernel_global_scale(spec.act)
+    rc = lib.jm_emu_launch(plan.grid, plan.smem_bytes, ptrs, sizes, dims, gscale, seed, err, len(err))
     if rc:
         raise EmuError(f"{spec.name}: {err.value.decode()}")
     if not np.all(c[m:] == poison):
@@ -195,6 +195,13 @@ def run(
     if tagged and np.any(partials):  # hybrid tags, pair plans' swapped-in sums
         raise EmuError(f"{spec.name}: tagged workspace slots left after the launch")
     return c[:m]
+
+
+def _kernel_arrays(w, act: str):
+    """(packed, scales) of a QuantizedWeight or MoEWeight as a kernel of `act` reads them
+    (weights.kernel_form), contiguous host arrays."""
+    b, s, _ = kernel_form.kernel_form(w.qtype, np.asarray(w.packed), w.scales_for(act), act)
+    return np.ascontiguousarray(b), np.ascontiguousarray(s)
 
 
 def run_values(plan: Plan, x: np.ndarray, qw: QuantizedWeight, bias=None, seed: int = 1) -> np.ndarray:
@@ -223,12 +230,13 @@ def _call(entry, name: str, grid: int, arrays: list, sizes: list[int], dims: lis
 def run_dequant(spec: DequantSpec, qw: QuantizedWeight, *, seed: int = 1, poison: int = 0xFFFF) -> np.ndarray:
     """Expand `qw` with the dequantisation kernel on the CPU. Returns the (n, k) uint16 bit
     patterns of `spec.act` it wrote: the padded weight in the kernel's column order (act-order
-    weights are not unpermuted), global scale not applied. The output starts poisoned (NaN) with
-    guard rows after it, which must stay untouched."""
+    weights are not unpermuted), the global scale and the kernel's factor not applied
+    (qw.kernel_global_scale(act) / qw.global_scale: the float decode's power of two,
+    weights.kernel_form). The output starts poisoned (NaN) with guard rows after it, which must
+    stay untouched."""
     lib = build(spec)
     assert spec.qtype == qw.qtype
-    b = np.ascontiguousarray(qw.packed)
-    s = np.ascontiguousarray(qw.scales_for(spec.act))
+    b, s = _kernel_arrays(qw, spec.act)
     z = qw.offsets_for(spec.act)
     z = None if z is None else np.ascontiguousarray(z)
     guard_rows = 2
@@ -311,16 +319,13 @@ def run_moe_gemm(
     pairs = p.pairs
     n_out = mw.out_features // 2 if spec.gated else mw.out_features
     a = np.ascontiguousarray(a_bits, dtype=np.uint16)
-    b = np.ascontiguousarray(mw.packed)
-    s = np.ascontiguousarray(mw.scales_for(spec.act))
+    b, s = _kernel_arrays(mw, spec.act)
     z = mw.offsets_for(spec.act)
     z = None if z is None else np.ascontiguousarray(z)
     bias = None if mw.bias is None else np.ascontiguousarray(mw.bias, dtype=np.float32)
-    gs = (
-        np.ones(mw.num_experts, np.float32)
-        if mw.global_scales is None
-        else np.ascontiguousarray(mw.global_scales, dtype=np.float32)
-    )
+    factor = kernel_form.kernel_factor(mw.qtype, mw.scales_for(spec.act), spec.act)
+    gs = np.ones(mw.num_experts, np.float32) if mw.global_scales is None else mw.global_scales
+    gs = np.ascontiguousarray(kernel_form.scaled_factors(gs, factor))
     tw = None if topk_w is None else np.ascontiguousarray(topk_w, dtype=np.float32).reshape(-1)
     guard_rows = 2
     # the up stage of a sorted_h plan writes H in the aligned list's (padded) row order

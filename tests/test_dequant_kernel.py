@@ -70,12 +70,14 @@ def random_weight(rng, qtype, group, act, n=192, k=256, *, float_zeros=False, ac
 
 
 def check_dense(w_bits: np.ndarray, qw, act: str) -> None:
-    """The kernel's dense weight (padded, kernel column order, global scale left to the GEMM) is
-    the oracle rounded once, bit for bit; within one ulp of the float32 oracle rounded to `act`
-    (which can round twice); zero in the padded rows."""
+    """The kernel's dense weight (padded, kernel column order, global scale and the fp4 decode's
+    power of two left to the GEMM: weights.kernel_form) is the oracle rounded once, bit for bit;
+    within one ulp of the float32 oracle rounded to `act` (which can round twice); zero in the
+    padded rows."""
     qw1 = dataclasses.replace(qw, global_scale=1.0)
-    exact = dequantize(qw1, act, dtype=np.float64)
-    f32 = dequantize(qw1, act)
+    factor = qw1.kernel_global_scale(act)  # a power of two: 1 but for nvfp4 / mxfp4
+    exact = dequantize(qw1, act, dtype=np.float64) / factor
+    f32 = (dequantize(qw1, act, dtype=np.float64) / factor).astype(np.float32)
     if qw.perm is not None:  # the kernel keeps the weight's column order
         exact, f32 = exact[:, qw.perm], f32[:, qw.perm]
     n0, k0 = qw.shape

@@ -88,13 +88,13 @@ def _prepare(
     if plan.route == "dequant":  # large M: dense weight workspace + cuBLAS
         ws = dequant_gemm.workspace(device, stream, qw.n * qw.k, live.cc)
         return dequant_gemm.DequantLauncher(
-            plan, art, key, device, stream, ptrs, ws, qw.out_features, qw.in_features, qw.global_scale
+            plan, art, key, device, stream, ptrs, ws, qw.out_features, qw.in_features, qw.kernel_global_scale(act)
         )
     func = launch.get_function(art, key, device)
     # Sized for the largest grid this GPU can run (two blocks an SM), so it never has to grow.
     ws = family_launch.workspace(device, stream, live.sms)
     return family_launch.Launcher(
-        plan, func, device, stream, ptrs, ws, qw.out_features, qw.in_features, qw.global_scale, pdl=pdl
+        plan, func, device, stream, ptrs, ws, qw.out_features, qw.in_features, qw.kernel_global_scale(act), pdl=pdl
     )
 
 

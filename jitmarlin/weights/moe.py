@@ -22,7 +22,7 @@ import numpy as np
 
 from jitmarlin.errors import InputError
 from jitmarlin.jit.arrays import to_host
-from jitmarlin.weights import packing
+from jitmarlin.weights import kernel_form, packing
 from jitmarlin.weights.qtypes import TILE, check_group, get_qtype, kernel_dims
 from jitmarlin.weights.quant import (
     QuantizedWeight,
@@ -142,7 +142,10 @@ class MoEWeight(_CheckedWeight):
                 def up(a):
                     return None if a is None else cp.ascontiguousarray(cp.asarray(a))
 
-                d = (up(self.packed), up(self.scales_for(act)), up(self.offsets_for(act)), up(gs), up(self.bias))
+                # uploaded first: a float type's words are rearranged on the GPU
+                packed, scales, factor = kernel_form.kernel_form(self.qtype, up(self.packed), self.scales_for(act), act)
+                gs = kernel_form.scaled_factors(gs, factor)
+                d = (packed, up(scales), up(self.offsets_for(act)), up(gs), up(self.bias))
             s.synchronize()
             self._device[key] = d
         return d

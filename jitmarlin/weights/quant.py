@@ -18,7 +18,7 @@ import numpy as np
 
 from jitmarlin.errors import InputError, UnsupportedError
 from jitmarlin.jit.arrays import to_host
-from jitmarlin.weights import halves, packing
+from jitmarlin.weights import halves, kernel_form, packing
 from jitmarlin.weights.qtypes import TILE, check_group, check_shape, get_qtype, kernel_dims
 from jitmarlin.weights.shard import concat_fields, shard_fields
 
@@ -98,7 +98,8 @@ class QuantizedWeight(_CheckedWeight):
     """A weight of shape (out_features, in_features) in the kernel's layout.
 
     n, k: the kernel's dimensions (out/in features padded to multiples of 64, and k to whole
-    groups). packed: int32 (k/16, 2n) for 4-bit codes, (k/16, 4n) for 8-bit (jitmarlin.packing).
+    groups). packed: int32 (k/16, 2n) for 4-bit codes, (k/16, 4n) for 8-bit (jitmarlin.packing;
+    fp4 kernels read the words rearranged, and the scales times a power of two: weights.kernel_form).
     scales: uint16 bit patterns of `scale_dtype`: (k/group_size, n) permuted for grouped
     quantization and for per-channel zero-point types, (n,) in natural order for symmetric
     per-channel. offsets: like scales, for zero-point types (w = decode(q) * s + m), else None.
@@ -157,14 +158,27 @@ class QuantizedWeight(_CheckedWeight):
         global_scale and act-order permutation."""
         return QuantizedWeight(**concat_fields(weights))
 
+    def kernel_global_scale(self, act: str) -> float:
+        """The fp32 factor a kernel of `act` activations applies to its sums: global_scale, times
+        the power of two weights.kernel_form moves out of a float decode (nvfp4, mxfp4, fp8).
+        Worked out once per act (to_device does it too), so it reads no array under capture."""
+        key = ("global_scale", act)
+        g = self._device.get(key)
+        if g is None:
+            factor = kernel_form.kernel_factor(self.qtype, self.scales_for(act), act)
+            g = self._device[key] = float(kernel_form.scaled_factors(np.float32(self.global_scale), factor))
+        return g
+
     def to_device(self, device: int, act: str):
-        """CuPy copies (packed, scales, offsets or None, perm or None) on GPU `device`, in `act`'s
-        scale dtype, made once and cached."""
+        """CuPy copies (packed, scales, offsets or None, perm or None) on GPU `device` in the
+        kernel's form for `act` (weights.kernel_form: act's scale dtype, float codes rearranged),
+        made once and cached. The kernel's global scale is kernel_global_scale(act)."""
         key = (device, act)
         d = self._device.get(key)
         if d is None:
             if not self.__dict__.get("_checked"):
                 self.validate()
+            self.kernel_global_scale(act)  # (refuses a global scale the fold would overflow)
             import cupy as cp
 
             from jitmarlin.jit.launch import private_stream
@@ -175,9 +189,11 @@ class QuantizedWeight(_CheckedWeight):
                 def up(a):
                     return None if a is None else cp.ascontiguousarray(cp.asarray(a))
 
+                # uploaded first: a float type's words are rearranged on the GPU
+                packed, scales, _ = kernel_form.kernel_form(self.qtype, up(self.packed), self.scales_for(act), act)
                 d = (
-                    up(self.packed),
-                    up(self.scales_for(act)),
+                    packed,
+                    up(scales),
                     up(self.offsets_for(act)),
                     up(None if self.perm is None else self.perm.astype(np.int64)),
                 )

@@ -1,19 +1,20 @@
 // ---- dequantisation: e2m1 (nvfp4, mxfp4 values) -> bfloat16 ----------------------------------
-// An e2m1 nibble (sign, 2 exponent bits, bias 1, 1 mantissa bit) becomes a bf16 pattern with its
-// low three bits at 6..8 and its sign at 15: the value scaled by 2^(1-127), undone by one
-// multiply by 2^126 (0x7e80; an fma with -0: packed bf16 mul is sm_90 only). (fp16's byte-table
-// decode does not carry over: bf16 values of e2m1 have nonzero low bytes.) Pair p (the nibbles at
-// bits 4p..4p+3 and 16+4p..19+4p) is shifted into place from q directly, each shift once: shifting
-// q >> 4p again made the compiler mask the sign word twice.
+// A bf16 holds a code in two bytes: mantissa top bit and exponent bit 0 at bits 6-7 of its low
+// byte, exponent bit 1 and sign at bits 0 and 7 of its high byte. The kernel's words
+// (weights/kernel_form.py) keep each code's bits so that four masks, one shift and two rotates
+// leave clean low-byte (l) and high-byte (h) registers, four codes each, and one prmt a pair
+// assembles two bf16 from them. The values are the e2m1 values times 2^-126 (subnormals
+// included), exact; the scale rows and the global scale carry the 2^126
+// (kernel_form.fold_exponent). Pairs: (v0, v1), (v2, v3) of sub-tile 2j from l1 / h1, the same
+// for v4..v7 of sub-tile 2j + 1 from l2 / h2 (jitmarlin/packing.py).
 constexpr int TILES_PER_WORD = 2;
-template <int P>
-JM_DEV u32 e2m1_pair_bf16(u32 q) {
-  const u32 em = (P * 4 <= 6 ? q << (6 - 4 * P) : q >> (4 * P - 6)) & 0x01c001c0u;
-  return fma_bf16x2(lop3<0xea>(q << (12 - 4 * P), 0x80008000u, em), 0x7e807e80u, 0x80008000u);
-}
 JM_DEV void dequant_word(u32 q, FragB (&b)[2]) {
-  b[0].r[0] = e2m1_pair_bf16<0>(q);
-  b[0].r[1] = e2m1_pair_bf16<1>(q);
-  b[1].r[0] = e2m1_pair_bf16<2>(q);
-  b[1].r[1] = e2m1_pair_bf16<3>(q);
+  const u32 l1 = q & 0xc0c0c0c0u;
+  const u32 h1 = ((q >> 1) | (q << 31)) & 0x81818181u;
+  const u32 l2 = (q << 4) & 0xc0c0c0c0u;
+  const u32 h2 = ((q >> 5) | (q << 27)) & 0x81818181u;
+  b[0].r[0] = prmt(l1, h1, 0x5140u);   // bytes: l1.0, h1.0, l1.1, h1.1
+  b[0].r[1] = prmt(l1, h1, 0x7362u);
+  b[1].r[0] = prmt(l2, h2, 0x5140u);
+  b[1].r[1] = prmt(l2, h2, 0x7362u);
 }

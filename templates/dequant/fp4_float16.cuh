@@ -1,22 +1,18 @@
 // ---- dequantisation: e2m1 (nvfp4, mxfp4 values) -> float16 -----------------------------------
-// The eight e2m1 magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6 are fp16 patterns whose low byte is zero, so
-// a byte permute is a table lookup: with the masked nibbles as its selector, prmt of the two
-// constant words below gives the high byte of each value, four codes at once. A second prmt
-// spreads two of those bytes into the high bytes of a half2 (selector 8: byte 0's sign
-// replicated, and every table byte is < 0x80, so 0), and one lop3 ORs in the two sign bits. The
-// values are exact: no multiply (the bit decode took one, by 2^14, to undo the exponent bias).
-// Nibble order in the word is that of the 4-bit integer layout: pair p is the nibbles at bits
-// 4p..4p+3 and 16+4p..19+4p.
+// The kernel's words keep each code's bits where an fp16's high byte wants them
+// (weights/kernel_form.py): v0..v3 one a byte at bits 1-3 (mantissa top bit, two exponent low
+// bits) and 7 (sign), v4..v7 at bits 4-6 and 0 of the same bytes. So a code is a whole byte:
+// after one mask (v0..v3) or two shifts and a merge (v4..v7), one prmt a pair puts two of them in
+// the high bytes of a half2 and zero in the low bytes. The halves are the e2m1 values times 2^-14
+// (subnormals included: e = 0, m = 1 is 2^-15), exact; the scale rows and the global scale carry
+// the 2^14 (kernel_form.fold_exponent). Pairs: (v0, v1), (v2, v3) of sub-tile 2j, the same for
+// v4..v7 of sub-tile 2j + 1 (jitmarlin/packing.py).
 constexpr int TILES_PER_WORD = 2;
-constexpr u32 E2M1_F16_LO = 0x3e3c3800u;   // high bytes of 1.5, 1, .5, 0 (magnitudes 3..0)
-constexpr u32 E2M1_F16_HI = 0x46444240u;   // 6, 4, 3, 2 (magnitudes 7..4)
 JM_DEV void dequant_word(u32 q, FragB (&b)[2]) {
-  const u32 m = q & 0x77777777u;                               // magnitudes: table indices
-  const u32 lo = prmt(E2M1_F16_LO, E2M1_F16_HI, m);             // codes 0..3 (bits 0..15)
-  const u32 hi = prmt(E2M1_F16_LO, E2M1_F16_HI, m >> 16);       // codes 4..7
-  // pair p: [0, lo byte p, 0, hi byte p], its signs (nibble bit 3) shifted to bits 15 and 31
-  b[0].r[0] = lop3<0xf8>(prmt(lo, hi, 0x4808u), q << 12, 0x80008000u);
-  b[0].r[1] = lop3<0xf8>(prmt(lo, hi, 0x5818u), q << 8, 0x80008000u);
-  b[1].r[0] = lop3<0xf8>(prmt(lo, hi, 0x6828u), q << 4, 0x80008000u);
-  b[1].r[1] = lop3<0xf8>(prmt(lo, hi, 0x7838u), q, 0x80008000u);
+  const u32 x = q & 0x8e8e8e8eu;                                      // v0..v3
+  const u32 y = ((q >> 3) & 0x0e0e0e0eu) | ((q << 7) & 0x80808080u);  // v4..v7, the same bits
+  b[0].r[0] = prmt(x, 0u, 0x1404u);   // bytes: 0, v0, 0, v1 (selector 4: the zero word's byte)
+  b[0].r[1] = prmt(x, 0u, 0x3424u);
+  b[1].r[0] = prmt(y, 0u, 0x1404u);
+  b[1].r[1] = prmt(y, 0u, 0x3424u);
 }
