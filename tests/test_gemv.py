@@ -61,13 +61,14 @@ def test_decode_plans_gemv_where_its_blocks_fill_the_gpu():
             assert (pl.spec.col_blocks, pl.spec.cluster, pl.spec.pair) == (cb, cl, cl == 2 and m <= 4)
             assert pl.grid == -(-(n // 64) // cb) * cl <= H100.sms
     # 70B qkv: 160 column blocks leave a one-wave plan of 16-warp blocks at most 61% of the SMs.
-    # Where that kernel puts the group scale on the sums (symmetric codes, groups of 128), it is
-    # taken: 80 blocks of two column blocks. Otherwise (zero points, short groups) a hybrid plan
-    # (block b owns column block b, the 28 past the grid shared by 4-5 blocks each), ahead of
-    # 8-warp blocks two an SM and the round-robin spread plans
-    pl = plan(H100, _problem(1, 10240, 8192))
-    assert pl.spec.scale_sums and (pl.spec.warps, pl.spec.col_blocks, pl.spec.spread, pl.grid) == (16, 2, False, 80)
-    for qt, g in (("uint4", 128), ("uint4b8", 32)):
+    # Where that kernel puts the group scale on the sums (groups of 128, zero points or not), it
+    # is taken: 80 blocks of two column blocks. Otherwise (short groups) a hybrid plan (block b
+    # owns column block b, the 28 past the grid shared by 4-5 blocks each), ahead of 8-warp
+    # blocks two an SM and the round-robin spread plans
+    for qt in ("uint4b8", "uint4"):
+        pl = plan(H100, _problem(1, 10240, 8192, qt=qt))
+        assert pl.spec.scale_sums and (pl.spec.warps, pl.spec.col_blocks, pl.spec.spread, pl.grid) == (16, 2, False, 80)
+    for qt, g in (("uint4", 32), ("uint4b8", 32)):
         pl = plan(H100, _problem(1, 10240, 8192, qt=qt, group=g))
         assert (pl.spec.warps, pl.spec.occupancy, pl.spec.cluster, pl.spec.spread, pl.grid) == (16, 1, 1, 2, 132)
         assert not pl.spec.scale_sums
@@ -250,7 +251,9 @@ def test_gemv_spec_round_trips_and_checks():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("qt, group", [(qt, None) for qt in ALL_QTYPES] + [("uint4", 128), ("uint4", -1)])
+@pytest.mark.parametrize(
+    "qt, group", [(qt, None) for qt in ALL_QTYPES] + [("uint4", 128), ("uint4", -1), ("uint8", 128)]
+)
 def test_every_type_on_emulator(qt, group, seed, rng):
     from dataclasses import replace
 
@@ -285,9 +288,10 @@ def test_every_type_on_emulator(qt, group, seed, rng):
 @pytest.mark.slow
 @pytest.mark.parametrize("qt", ["nvfp4", "mxfp4"])
 def test_fp4_large_scales_on_emulator(qt, seed, rng):
-    """e2m1 weights whose group scales reach the top of fp16 (6 s up to 65472: the decode must
-    not leave any power of two for the scale to carry), batches of four k16 rows (nvfp4: four
-    scale rows a batch), every code; a whole plan and a hybrid one."""
+    """e2m1 weights whose group scales reach the top of fp16 (6 s up to 65472: the scale rows
+    can take only 2^2 of the decode's 2^14, weights.kernel_form, and the global scale the rest),
+    batches of four k16 rows (nvfp4: four scale rows a batch), every code; a whole plan and a
+    hybrid one."""
     from dataclasses import replace
 
     from jitmarlin import emu

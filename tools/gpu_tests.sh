@@ -61,6 +61,9 @@ for g in ${TEST_GROUPS:-api1 api2 api3 gemv gemv2 tune wgmma wgmma2 route moe mo
     route) run route tests/test_dequant_route.py tests/test_shard.py & ;;
     moe) run moe tests/test_moe_gpu.py tests/test_hf_load.py tests/test_hf_gguf.py tests/test_tune_moe.py & ;;
     moew) run moew tests/test_moe_wgmma.py tests/test_hf_moe.py & ;;
+    # every family's float-type cases (the decode of weights/kernel_form.py's words, e134)
+    float) run float tests/test_api.py tests/test_gemv.py tests/test_wgmma.py tests/test_dequant_route.py \
+      -k "fp4 or fp8 or float8 or every_quant or every_type" & ;;
   esac
 done
 # emulated GPUs in parallel with the native groups (the GPU is rarely the bottleneck of a test run)

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 from jitmarlin.kernels.spec_base import _WeightFormat, register_kind
-from jitmarlin.weights.qtypes import ACT_DTYPES, get_qtype
+from jitmarlin.weights.qtypes import ACT_DTYPES
 
 # Hybrid gemv plans (GemvSpec.spread == 2): blocks that may share one column block past the grid
 # (the finishers' loads a thread grow with it), and the workspace's 64-bit slot words a block
@@ -67,10 +67,10 @@ class GemvSpec(_WeightFormat):
 
     @property
     def scale_sums(self) -> bool:
-        """Whether the kernel applies the group scale to a group's sums instead of to every
-        weight: symmetric types with groups of at least 64 along K, one token block (max_m 8),
-        not hybrid (tools/PERF.md entry 47)."""
-        return self.group_blocks >= 4 and not get_qtype(self.qtype).zero_points and self.max_m == 8 and self.spread != 2
+        """Whether the kernel applies the group scale (and offset) to a group's sums instead of
+        to every weight: groups of at least 64 along K, one token block (max_m 8), not hybrid
+        (tools/PERF.md entries 47, 135)."""
+        return self.group_blocks >= 4 and self.max_m == 8 and self.spread != 2
 
     @property
     def col_blocks(self) -> int:
