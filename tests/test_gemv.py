@@ -629,7 +629,7 @@ def _compile(spec, arch):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "qt, group", [(qt, None) for qt in ALL_QTYPES] + [("uint4", 128), ("uint4", -1), ("uint4", 32)]
+    "qt, group", [(qt, None) for qt in ALL_QTYPES] + [("uint4", 128), ("uint4", -1), ("uint4", 32), ("uint8", 128)]
 )
 @pytest.mark.parametrize("act", ["float16", "bfloat16"])
 def test_every_type_compiles_without_spills(qt, group, act):
