@@ -129,6 +129,8 @@ def test_fold_exponents():
     small = halves.to_bits(np.array([2.0**-3, -(2.0**-12)]), "float16")
     assert kernel_form.fold_exponent(small, "float16") == 14  # all of it: factor 1
     assert kernel_form.fold_exponent(halves.to_bits(np.array([65504.0]), "float16"), "float16") == 0
+    assert kernel_form.fold_exponent(halves.to_bits(np.array([2047.0]), "float16"), "float16") == 5  # * 32 = 65504
+    assert kernel_form.fold_exponent(halves.to_bits(np.array([2048.0]), "float16"), "float16") == 4
     assert kernel_form.kernel_factor("uint4b8", e4m3_top, "float16") == 1.0
     assert kernel_form.kernel_factor("nvfp4", e4m3_top, "float16") == 2.0**7
     assert kernel_form.kernel_factor("float8_e4m3fn", e4m3_top, "float16") == 2.0

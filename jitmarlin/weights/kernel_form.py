@@ -140,7 +140,10 @@ def fold_exponent(scale_bits, act: str, bits: int = 4) -> int:
     b = DECODE_EXP[(bits, act)]
     if top == 0.0:
         return b
-    return max(0, min(b, math.floor(math.log2(_HALF_MAX[act] / top))))
+    a = max(0, min(b, math.floor(math.log2(_HALF_MAX[act] / top))))
+    while a > 0 and top * 2.0**a > _HALF_MAX[act]:  # (a log2 rounded up at a power of two)
+        a -= 1
+    return a
 
 
 def scaled_bits(bits, act: str, a: int):

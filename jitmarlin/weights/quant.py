@@ -99,7 +99,8 @@ class QuantizedWeight(_CheckedWeight):
 
     n, k: the kernel's dimensions (out/in features padded to multiples of 64, and k to whole
     groups). packed: int32 (k/16, 2n) for 4-bit codes, (k/16, 4n) for 8-bit (jitmarlin.packing;
-    fp4 kernels read the words rearranged, and the scales times a power of two: weights.kernel_form).
+    kernels of float codes read the words rearranged and the scales times a power of two:
+    weights.kernel_form).
     scales: uint16 bit patterns of `scale_dtype`: (k/group_size, n) permuted for grouped
     quantization and for per-channel zero-point types, (n,) in natural order for symmetric
     per-channel. offsets: like scales, for zero-point types (w = decode(q) * s + m), else None.
