@@ -58,7 +58,11 @@ def problems():
         yield e + ("uint4b8",)
 
 
-def bench_problems():
+def bench_problems(qtypes=("uint4b8",), ms=(1, 16, 64, 256, 1024, 4096)):
+    """tools/bench's problems for `qtypes` (each with its bench group: the format's own for nvfp4 /
+    mxfp4, else 128) at `ms`, both dtypes."""
+    from jitmarlin.weights.qtypes import get_qtype
+
     bench = [
         (4096, 6144),
         (4096, 4096),
@@ -70,10 +74,12 @@ def bench_problems():
         (28672, 8192),
         (512, 512),
     ]
-    for k, n in bench:
-        for m in (1, 16, 64, 256, 1024, 4096):
-            for act in ("float16", "bfloat16"):
-                yield m, n, k, act, 128, "uint4b8"
+    for qt in qtypes:
+        g = get_qtype(qt).fixed_group or 128
+        for k, n in bench:
+            for m in ms:
+                for act in ("float16", "bfloat16"):
+                    yield m, n, k, act, g, qt
 
 
 def cluster_specs():
@@ -289,6 +295,12 @@ def main():
         help="MoE plans also with the planner switches that wait for a GPU test turned on "
         "(kernels.moe.wgmma.SORTED_LAYOUTS, kernels.moe.plan.AUTO_PDL)",
     )
+    ap.add_argument(
+        "--bench-quant",
+        default="",
+        metavar="TYPES[:M,...]",
+        help="also tools/bench --quant's problems of these types (comma-separated), at these M (default 1,16,64)",
+    )
     args = ap.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     live = get_profile(args.profile)
@@ -313,6 +325,10 @@ def main():
         if args.moe_only:
             break
         probs = list(problems()) + (list(bench_problems()) if i == 0 else [])
+        if args.bench_quant and i == 0:
+            types, _, ms = args.bench_quant.partition(":")
+            ms = tuple(int(m) for m in (ms or "1,16,64").split(","))
+            probs += list(bench_problems(tuple(t for t in types.split(",") if t), ms))
         for m, n, k, act, g, qt in probs:
             try:
                 add(plan_for(prof, m, n, k, act, qt, g).spec)
