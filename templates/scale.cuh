@@ -13,8 +13,9 @@ JM_DEV void scale_tile(FragB& b, u32 spair, int hi) {
   b.r[0] = act_mul2(b.r[0], s);
   b.r[1] = act_mul2(b.r[1], s);
 }
+template <bool FOLD = false>
 JM_DEV void scale_offset_tile(FragB& b, u32 spair, u32 zpair, int hi) {
-  const u32 s = bcast(spair, hi), z = bcast(zpair, hi);
+  const u32 s = FOLD ? dup_half(spair, hi) : bcast(spair, hi), z = FOLD ? dup_half(zpair, hi) : bcast(zpair, hi);
   b.r[0] = act_fma2(b.r[0], s, z);
   b.r[1] = act_fma2(b.r[1], s, z);
 }
