@@ -55,7 +55,8 @@ class MoEWeight(_CheckedWeight):
     expert's fp32 output factor (nvfp4); None means 1.0. bias: float32 (E, n) in the kernel's
     column order (interleaved when gated), zeros in padding; None for no bias. gated: a w13
     weight, out_features = 2I rows per expert interleaved in blocks of 8 (module docstring).
-    Device copies are made on first use on a device and kept (`to_device`).
+    Device copies are made on first use on a device and kept (`to_device`); a CuPy `packed`
+    is used as is, except for float types (nvfp4, mxfp4, fp8), whose kernel form is a copy.
     """
 
     qtype: str

@@ -106,7 +106,8 @@ class QuantizedWeight(_CheckedWeight):
     per-channel. offsets: like scales, for zero-point types (w = decode(q) * s + m), else None.
     global_scale: fp32 factor applied to every output (nvfp4). perm: int32 (in_features,) for
     act-order checkpoints: the kernel computes x[..., perm] @ W[:, perm].T.
-    Device copies are made on first use on a device and kept (`to_device`).
+    Device copies are made on first use on a device and kept (`to_device`); a CuPy `packed`
+    is used as is, except for float types (nvfp4, mxfp4, fp8), whose kernel form is a copy.
     """
 
     qtype: str
