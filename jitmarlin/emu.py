@@ -165,7 +165,7 @@ def run(
     assert m == p.m and k_in == qw.in_features and (p.n, p.k) == (qw.n, qw.k)
     n_out = qw.out_features
     a = np.ascontiguousarray(x_bits, dtype=np.uint16)
-    b, s = _kernel_arrays(qw, spec.act)
+    b, s, _ = _kernel_arrays(qw, spec.act)
     z = qw.offsets_for(spec.act)
     z = None if z is None else np.ascontiguousarray(z)
     guard_rows = 2
@@ -198,10 +198,10 @@ def run(
 
 
 def _kernel_arrays(w, act: str):
-    """(packed, scales) of a QuantizedWeight or MoEWeight as a kernel of `act` reads them
-    (weights.kernel_form), contiguous host arrays."""
-    b, s, _ = kernel_form.kernel_form(w.qtype, np.asarray(w.packed), w.scales_for(act), act)
-    return np.ascontiguousarray(b), np.ascontiguousarray(s)
+    """(packed, scales, factor) of a QuantizedWeight or MoEWeight as a kernel of `act` reads them
+    (weights.kernel_form): contiguous host arrays and the power of two its outputs take."""
+    b, s, factor = kernel_form.kernel_form(w.qtype, np.asarray(w.packed), w.scales_for(act), act)
+    return np.ascontiguousarray(b), np.ascontiguousarray(s), factor
 
 
 def run_values(plan: Plan, x: np.ndarray, qw: QuantizedWeight, bias=None, seed: int = 1) -> np.ndarray:
@@ -236,7 +236,7 @@ def run_dequant(spec: DequantSpec, qw: QuantizedWeight, *, seed: int = 1, poison
     stay untouched."""
     lib = build(spec)
     assert spec.qtype == qw.qtype
-    b, s = _kernel_arrays(qw, spec.act)
+    b, s, _ = _kernel_arrays(qw, spec.act)
     z = qw.offsets_for(spec.act)
     z = None if z is None else np.ascontiguousarray(z)
     guard_rows = 2
@@ -319,11 +319,10 @@ def run_moe_gemm(
     pairs = p.pairs
     n_out = mw.out_features // 2 if spec.gated else mw.out_features
     a = np.ascontiguousarray(a_bits, dtype=np.uint16)
-    b, s = _kernel_arrays(mw, spec.act)
+    b, s, factor = _kernel_arrays(mw, spec.act)
     z = mw.offsets_for(spec.act)
     z = None if z is None else np.ascontiguousarray(z)
     bias = None if mw.bias is None else np.ascontiguousarray(mw.bias, dtype=np.float32)
-    factor = kernel_form.kernel_factor(mw.qtype, mw.scales_for(spec.act), spec.act)
     gs = np.ones(mw.num_experts, np.float32) if mw.global_scales is None else mw.global_scales
     gs = np.ascontiguousarray(kernel_form.scaled_factors(gs, factor))
     tw = None if topk_w is None else np.ascontiguousarray(topk_w, dtype=np.float32).reshape(-1)

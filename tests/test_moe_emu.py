@@ -18,6 +18,7 @@ from jitmarlin.kernels.moe import MoEGemvSpec, MoEProblem, MoERouteSpec, MoESpec
 from jitmarlin.kernels.moe.plan import max_blocks
 from jitmarlin.kernels.render import render
 from jitmarlin.kernels.spec import spec_from_canonical
+from jitmarlin.ops.moe import moe_problem
 from jitmarlin.reference import ATOL_U_MOE, check_output, moe_reference
 from jitmarlin.weights import halves
 from jitmarlin.weights.moe import quantize_moe
@@ -26,21 +27,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(emu.compiler() is None, reaso
 
 
 def _problem(w13, w2, t, k, act, activation="silu"):
-    return MoEProblem(
-        t,
-        k,
-        w13.num_experts,
-        w13.n,
-        w13.k,
-        w2.n,
-        w2.k,
-        w13.intermediate,
-        w2.out_features,
-        act,
-        w13.qtype,
-        w13.group_size,
-        activation,
-    )
+    return moe_problem(w13, w2, act, t, k, activation)
 
 
 def _weights(rng, e, hidden, inter, qtype, group, bias=False):
